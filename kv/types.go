@@ -1,0 +1,134 @@
+// Package kv holds the vocabulary shared by every part of the router: who a
+// worker is, what a block hash is, and what a KV-cache event says. It has no
+// logic beyond small helpers so every other package can depend on it.
+package kv
+
+import "fmt"
+
+// WorkerID identifies one engine instance (Dynamo's worker_id / instance id).
+type WorkerID uint64
+
+// WorkerWithDpRank is the unit the router schedules onto: one data-parallel
+// rank of one worker. With data parallelism off, DpRank is 0.
+type WorkerWithDpRank struct {
+	WorkerID WorkerID
+	DpRank   uint32
+}
+
+func (w WorkerWithDpRank) String() string { return fmt.Sprintf("%d/%d", w.WorkerID, w.DpRank) }
+
+// LocalBlockHash is the content hash of one full block of tokens (Dynamo's
+// LocalBlockHash / tokens_hash). The radix tree is navigated by it.
+type LocalBlockHash uint64
+
+// ExternalBlockHash is the engine's own identifier of a cached block (Dynamo's
+// ExternalSequenceBlockHash / block_hash). The router treats it as an opaque
+// per-worker key: it is only used to find the block again on removal and to
+// find a stored event's parent.
+type ExternalBlockHash uint64
+
+// SequenceHash is the chained hash of a block and everything before it. It
+// identifies a prefix, so two requests that share a prefix share hashes; the
+// active-sequence tracker and approximate mode key blocks by it.
+type SequenceHash uint64
+
+// StorageTier is where an engine holds a cached block. Only Device blocks
+// are fully credited; lower tiers earn a fraction (host_cache_hit_weight,
+// disk_cache_hit_weight) because they must be copied back before use.
+type StorageTier uint8
+
+const (
+	TierDevice StorageTier = iota
+	TierHostPinned
+	TierDisk
+	TierExternal
+	NumTiers
+)
+
+var tierNames = [...]string{"device", "host_pinned", "disk", "external"}
+
+func (t StorageTier) String() string {
+	if int(t) < len(tierNames) {
+		return tierNames[t]
+	}
+	return fmt.Sprintf("tier(%d)", uint8(t))
+}
+
+// ParseStorageTier maps Dynamo's storage_tier strings (and the vLLM medium
+// names) to a tier. An empty string means device, as Dynamo's default.
+func ParseStorageTier(s string) (StorageTier, error) {
+	switch s {
+	case "", "device", "gpu", "GPU", "Device":
+		return TierDevice, nil
+	case "host_pinned", "host", "cpu", "CPU", "HostPinned":
+		return TierHostPinned, nil
+	case "disk", "Disk", "DISK":
+		return TierDisk, nil
+	case "external", "External":
+		return TierExternal, nil
+	}
+	return 0, fmt.Errorf("unknown storage tier %q", s)
+}
+
+// StoredBlock is one block of a Stored event.
+type StoredBlock struct {
+	BlockHash  ExternalBlockHash
+	TokensHash LocalBlockHash
+}
+
+// EventKind says which of the three KV-cache events an Event carries.
+type EventKind uint8
+
+const (
+	EventStored EventKind = iota + 1
+	EventRemoved
+	EventCleared
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventStored:
+		return "stored"
+	case EventRemoved:
+		return "removed"
+	case EventCleared:
+		return "cleared"
+	}
+	return "unknown"
+}
+
+// Event is one KV-cache event from one worker rank, already decoded from
+// whatever wire format carried it (Dynamo JSON, protobuf, vLLM msgpack).
+type Event struct {
+	Worker  WorkerWithDpRank
+	EventID uint64
+	Tier    StorageTier
+	Kind    EventKind
+
+	// Stored: the chain of new blocks, attached under ParentHash when
+	// HasParent (else at the root).
+	HasParent  bool
+	ParentHash ExternalBlockHash
+	Blocks     []StoredBlock
+
+	// Removed: the engine hashes of evicted blocks.
+	Removed []ExternalBlockHash
+}
+
+// Validate checks the shape of an event: the kind is known and a stored
+// event names at least one block. It does not check against the index.
+func (e *Event) Validate() error {
+	switch e.Kind {
+	case EventStored:
+		if len(e.Blocks) == 0 {
+			return fmt.Errorf("stored event for worker %s has no blocks", e.Worker)
+		}
+	case EventRemoved, EventCleared:
+	default:
+		return fmt.Errorf("event for worker %s has unknown kind %d", e.Worker, e.Kind)
+	}
+	if e.Tier >= NumTiers {
+		return fmt.Errorf("event for worker %s has unknown tier %d", e.Worker, e.Tier)
+	}
+	return nil
+}
