@@ -76,6 +76,64 @@ func (StorageTier) EnumDescriptor() ([]byte, []int) {
 	return file_kvrouter_proto_rawDescGZIP(), []int{0}
 }
 
+type RouteErrorCode int32
+
+const (
+	RouteErrorCode_ROUTE_ERROR_UNSPECIFIED        RouteErrorCode = 0
+	RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER RouteErrorCode = 1 // HTTP 503
+	RouteErrorCode_ROUTE_ERROR_OVERLOADED         RouteErrorCode = 2 // HTTP 429, with queue figures
+	RouteErrorCode_ROUTE_ERROR_UNKNOWN_REQUEST    RouteErrorCode = 3 // HTTP 404
+	RouteErrorCode_ROUTE_ERROR_BAD_REQUEST        RouteErrorCode = 4 // HTTP 400
+	RouteErrorCode_ROUTE_ERROR_TIMEOUT            RouteErrorCode = 5 // HTTP 504
+)
+
+// Enum value maps for RouteErrorCode.
+var (
+	RouteErrorCode_name = map[int32]string{
+		0: "ROUTE_ERROR_UNSPECIFIED",
+		1: "ROUTE_ERROR_NO_ELIGIBLE_WORKER",
+		2: "ROUTE_ERROR_OVERLOADED",
+		3: "ROUTE_ERROR_UNKNOWN_REQUEST",
+		4: "ROUTE_ERROR_BAD_REQUEST",
+		5: "ROUTE_ERROR_TIMEOUT",
+	}
+	RouteErrorCode_value = map[string]int32{
+		"ROUTE_ERROR_UNSPECIFIED":        0,
+		"ROUTE_ERROR_NO_ELIGIBLE_WORKER": 1,
+		"ROUTE_ERROR_OVERLOADED":         2,
+		"ROUTE_ERROR_UNKNOWN_REQUEST":    3,
+		"ROUTE_ERROR_BAD_REQUEST":        4,
+		"ROUTE_ERROR_TIMEOUT":            5,
+	}
+)
+
+func (x RouteErrorCode) Enum() *RouteErrorCode {
+	p := new(RouteErrorCode)
+	*p = x
+	return p
+}
+
+func (x RouteErrorCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RouteErrorCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvrouter_proto_enumTypes[1].Descriptor()
+}
+
+func (RouteErrorCode) Type() protoreflect.EnumType {
+	return &file_kvrouter_proto_enumTypes[1]
+}
+
+func (x RouteErrorCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RouteErrorCode.Descriptor instead.
+func (RouteErrorCode) EnumDescriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{1}
+}
+
 // A worker rank: the unit the router schedules onto.
 type WorkerRank struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1619,6 +1677,791 @@ func (x *WorkerHeartbeat) GetMaxNumBatchedTokens() uint64 {
 	return 0
 }
 
+// WorkerUp registers (or refreshes) a worker with the scheduler; its dp
+// ranks become candidates. Static registrations never expire.
+type WorkerUp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        *WorkerHeartbeat       `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Static        bool                   `protobuf:"varint,2,opt,name=static,proto3" json:"static,omitempty"`
+	SeenUnixNano  int64                  `protobuf:"varint,3,opt,name=seen_unix_nano,json=seenUnixNano,proto3" json:"seen_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerUp) Reset() {
+	*x = WorkerUp{}
+	mi := &file_kvrouter_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerUp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerUp) ProtoMessage() {}
+
+func (x *WorkerUp) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerUp.ProtoReflect.Descriptor instead.
+func (*WorkerUp) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WorkerUp) GetWorker() *WorkerHeartbeat {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *WorkerUp) GetStatic() bool {
+	if x != nil {
+		return x.Static
+	}
+	return false
+}
+
+func (x *WorkerUp) GetSeenUnixNano() int64 {
+	if x != nil {
+		return x.SeenUnixNano
+	}
+	return 0
+}
+
+// RoutingDecision tells an approximate-mode shard that a request's blocks
+// were sent to a worker, so it predicts them as cached (with a TTL).
+type RoutingDecision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	LocalHashes   []uint64               `protobuf:"varint,2,rep,packed,name=local_hashes,json=localHashes,proto3" json:"local_hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoutingDecision) Reset() {
+	*x = RoutingDecision{}
+	mi := &file_kvrouter_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutingDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutingDecision) ProtoMessage() {}
+
+func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutingDecision.ProtoReflect.Descriptor instead.
+func (*RoutingDecision) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RoutingDecision) GetWorker() *WorkerRank {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *RoutingDecision) GetLocalHashes() []uint64 {
+	if x != nil {
+		return x.LocalHashes
+	}
+	return nil
+}
+
+// Tick drives time-based housekeeping (TTL expiry, stale requests,
+// heartbeat timeouts, decision timeouts) so the pure packages never read
+// a clock themselves.
+type Tick struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UnixNano      int64                  `protobuf:"varint,1,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tick) Reset() {
+	*x = Tick{}
+	mi := &file_kvrouter_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tick) ProtoMessage() {}
+
+func (x *Tick) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tick.ProtoReflect.Descriptor instead.
+func (*Tick) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Tick) GetUnixNano() int64 {
+	if x != nil {
+		return x.UnixNano
+	}
+	return 0
+}
+
+type RouteError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          RouteErrorCode         `protobuf:"varint,1,opt,name=code,proto3,enum=kvrouter.v1.RouteErrorCode" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	QueueDepth    uint32                 `protobuf:"varint,3,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
+	QueueLimit    uint32                 `protobuf:"varint,4,opt,name=queue_limit,json=queueLimit,proto3" json:"queue_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteError) Reset() {
+	*x = RouteError{}
+	mi := &file_kvrouter_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteError) ProtoMessage() {}
+
+func (x *RouteError) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
+func (*RouteError) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RouteError) GetCode() RouteErrorCode {
+	if x != nil {
+		return x.Code
+	}
+	return RouteErrorCode_ROUTE_ERROR_UNSPECIFIED
+}
+
+func (x *RouteError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RouteError) GetQueueDepth() uint32 {
+	if x != nil {
+		return x.QueueDepth
+	}
+	return 0
+}
+
+func (x *RouteError) GetQueueLimit() uint32 {
+	if x != nil {
+		return x.QueueLimit
+	}
+	return 0
+}
+
+// RequestLifecycle is a local lifecycle step of a routed request
+// (prefill completed, output block, free), addressed by request id only;
+// the scheduler knows which worker holds it.
+type RequestLifecycle struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Types that are valid to be assigned to Step:
+	//
+	//	*RequestLifecycle_PrefillCompleted
+	//	*RequestLifecycle_Free
+	//	*RequestLifecycle_OutputBlock
+	Step          isRequestLifecycle_Step `protobuf_oneof:"step"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestLifecycle) Reset() {
+	*x = RequestLifecycle{}
+	mi := &file_kvrouter_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestLifecycle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestLifecycle) ProtoMessage() {}
+
+func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestLifecycle.ProtoReflect.Descriptor instead.
+func (*RequestLifecycle) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RequestLifecycle) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RequestLifecycle) GetStep() isRequestLifecycle_Step {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+func (x *RequestLifecycle) GetPrefillCompleted() *MarkPrefillCompleted {
+	if x != nil {
+		if x, ok := x.Step.(*RequestLifecycle_PrefillCompleted); ok {
+			return x.PrefillCompleted
+		}
+	}
+	return nil
+}
+
+func (x *RequestLifecycle) GetFree() *FreeRequest {
+	if x != nil {
+		if x, ok := x.Step.(*RequestLifecycle_Free); ok {
+			return x.Free
+		}
+	}
+	return nil
+}
+
+func (x *RequestLifecycle) GetOutputBlock() *AddOutputBlock {
+	if x != nil {
+		if x, ok := x.Step.(*RequestLifecycle_OutputBlock); ok {
+			return x.OutputBlock
+		}
+	}
+	return nil
+}
+
+type isRequestLifecycle_Step interface {
+	isRequestLifecycle_Step()
+}
+
+type RequestLifecycle_PrefillCompleted struct {
+	PrefillCompleted *MarkPrefillCompleted `protobuf:"bytes,2,opt,name=prefill_completed,json=prefillCompleted,proto3,oneof"`
+}
+
+type RequestLifecycle_Free struct {
+	Free *FreeRequest `protobuf:"bytes,3,opt,name=free,proto3,oneof"`
+}
+
+type RequestLifecycle_OutputBlock struct {
+	OutputBlock *AddOutputBlock `protobuf:"bytes,4,opt,name=output_block,json=outputBlock,proto3,oneof"`
+}
+
+func (*RequestLifecycle_PrefillCompleted) isRequestLifecycle_Step() {}
+
+func (*RequestLifecycle_Free) isRequestLifecycle_Step() {}
+
+func (*RequestLifecycle_OutputBlock) isRequestLifecycle_Step() {}
+
+// LifecycleReply acknowledges a RequestLifecycle (or says it was unknown).
+type LifecycleReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LifecycleReply) Reset() {
+	*x = LifecycleReply{}
+	mi := &file_kvrouter_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LifecycleReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LifecycleReply) ProtoMessage() {}
+
+func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
+func (*LifecycleReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *LifecycleReply) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *LifecycleReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+type RegistryQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryQuery) Reset() {
+	*x = RegistryQuery{}
+	mi := &file_kvrouter_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryQuery) ProtoMessage() {}
+
+func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
+func (*RegistryQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{29}
+}
+
+type RegisteredWorker struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Worker           *WorkerHeartbeat       `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Static           bool                   `protobuf:"varint,2,opt,name=static,proto3" json:"static,omitempty"`
+	LastSeenUnixNano int64                  `protobuf:"varint,3,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RegisteredWorker) Reset() {
+	*x = RegisteredWorker{}
+	mi := &file_kvrouter_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisteredWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisteredWorker) ProtoMessage() {}
+
+func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
+func (*RegisteredWorker) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *RegisteredWorker) GetStatic() bool {
+	if x != nil {
+		return x.Static
+	}
+	return false
+}
+
+func (x *RegisteredWorker) GetLastSeenUnixNano() int64 {
+	if x != nil {
+		return x.LastSeenUnixNano
+	}
+	return 0
+}
+
+type RegistryReply struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Workers         []*RegisteredWorker    `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	QueueDepth      uint32                 `protobuf:"varint,2,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
+	TrackedRequests uint64                 `protobuf:"varint,3,opt,name=tracked_requests,json=trackedRequests,proto3" json:"tracked_requests,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RegistryReply) Reset() {
+	*x = RegistryReply{}
+	mi := &file_kvrouter_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryReply) ProtoMessage() {}
+
+func (x *RegistryReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
+func (*RegistryReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *RegistryReply) GetQueueDepth() uint32 {
+	if x != nil {
+		return x.QueueDepth
+	}
+	return 0
+}
+
+func (x *RegistryReply) GetTrackedRequests() uint64 {
+	if x != nil {
+		return x.TrackedRequests
+	}
+	return 0
+}
+
+type ShardStatsQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardStatsQuery) Reset() {
+	*x = ShardStatsQuery{}
+	mi := &file_kvrouter_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardStatsQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardStatsQuery) ProtoMessage() {}
+
+func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
+func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+}
+
+type WorkerBlocks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Blocks        uint64                 `protobuf:"varint,2,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerBlocks) Reset() {
+	*x = WorkerBlocks{}
+	mi := &file_kvrouter_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerBlocks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerBlocks) ProtoMessage() {}
+
+func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
+func (*WorkerBlocks) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *WorkerBlocks) GetWorker() *WorkerRank {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *WorkerBlocks) GetBlocks() uint64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+// ShardStatsReply reports one shard's indexed blocks, event counters and
+// a content digest (equal digests = equal indexes across replicas).
+type ShardStatsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Blocks        []*WorkerBlocks        `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Counters      map[string]uint64      `protobuf:"bytes,3,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Digest        uint64                 `protobuf:"varint,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	Restarts      uint64                 `protobuf:"varint,5,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardStatsReply) Reset() {
+	*x = ShardStatsReply{}
+	mi := &file_kvrouter_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardStatsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardStatsReply) ProtoMessage() {}
+
+func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
+func (*ShardStatsReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ShardStatsReply) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardStatsReply) GetBlocks() []*WorkerBlocks {
+	if x != nil {
+		return x.Blocks
+	}
+	return nil
+}
+
+func (x *ShardStatsReply) GetCounters() map[string]uint64 {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *ShardStatsReply) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
+func (x *ShardStatsReply) GetRestarts() uint64 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+// PotentialLoad is what a prospective request would make of a worker's
+// load (Dynamo's get_potential_loads).
+type PotentialLoad struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Worker                 *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	PotentialPrefillTokens uint64                 `protobuf:"varint,2,opt,name=potential_prefill_tokens,json=potentialPrefillTokens,proto3" json:"potential_prefill_tokens,omitempty"`
+	PotentialDecodeBlocks  float64                `protobuf:"fixed64,3,opt,name=potential_decode_blocks,json=potentialDecodeBlocks,proto3" json:"potential_decode_blocks,omitempty"`
+	ActiveRequests         uint32                 `protobuf:"varint,4,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *PotentialLoad) Reset() {
+	*x = PotentialLoad{}
+	mi := &file_kvrouter_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PotentialLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PotentialLoad) ProtoMessage() {}
+
+func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
+func (*PotentialLoad) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PotentialLoad) GetWorker() *WorkerRank {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *PotentialLoad) GetPotentialPrefillTokens() uint64 {
+	if x != nil {
+		return x.PotentialPrefillTokens
+	}
+	return 0
+}
+
+func (x *PotentialLoad) GetPotentialDecodeBlocks() float64 {
+	if x != nil {
+		return x.PotentialDecodeBlocks
+	}
+	return 0
+}
+
+func (x *PotentialLoad) GetActiveRequests() uint32 {
+	if x != nil {
+		return x.ActiveRequests
+	}
+	return 0
+}
+
 var File_kvrouter_proto protoreflect.FileDescriptor
 
 const file_kvrouter_proto_rawDesc = "" +
@@ -1751,12 +2594,75 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x12kv_events_endpoint\x18\b \x01(\tR\x10kvEventsEndpoint\x12'\n" +
 	"\x0freplay_endpoint\x18\t \x01(\tR\x0ereplayEndpoint\x123\n" +
 	"\x16max_num_batched_tokens\x18\n" +
-	" \x01(\x04R\x13maxNumBatchedTokens*v\n" +
+	" \x01(\x04R\x13maxNumBatchedTokens\"~\n" +
+	"\bWorkerUp\x124\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1c.kvrouter.v1.WorkerHeartbeatR\x06worker\x12\x16\n" +
+	"\x06static\x18\x02 \x01(\bR\x06static\x12$\n" +
+	"\x0eseen_unix_nano\x18\x03 \x01(\x03R\fseenUnixNano\"e\n" +
+	"\x0fRoutingDecision\x12/\n" +
+	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12!\n" +
+	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"#\n" +
+	"\x04Tick\x12\x1b\n" +
+	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\x99\x01\n" +
+	"\n" +
+	"RouteError\x12/\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x1b.kvrouter.v1.RouteErrorCodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
+	"\vqueue_depth\x18\x03 \x01(\rR\n" +
+	"queueDepth\x12\x1f\n" +
+	"\vqueue_limit\x18\x04 \x01(\rR\n" +
+	"queueLimit\"\xfd\x01\n" +
+	"\x10RequestLifecycle\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12P\n" +
+	"\x11prefill_completed\x18\x02 \x01(\v2!.kvrouter.v1.MarkPrefillCompletedH\x00R\x10prefillCompleted\x12.\n" +
+	"\x04free\x18\x03 \x01(\v2\x18.kvrouter.v1.FreeRequestH\x00R\x04free\x12@\n" +
+	"\foutput_block\x18\x04 \x01(\v2\x1b.kvrouter.v1.AddOutputBlockH\x00R\voutputBlockB\x06\n" +
+	"\x04step\"E\n" +
+	"\x0eLifecycleReply\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\"\x0f\n" +
+	"\rRegistryQuery\"\x8f\x01\n" +
+	"\x10RegisteredWorker\x124\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1c.kvrouter.v1.WorkerHeartbeatR\x06worker\x12\x16\n" +
+	"\x06static\x18\x02 \x01(\bR\x06static\x12-\n" +
+	"\x13last_seen_unix_nano\x18\x03 \x01(\x03R\x10lastSeenUnixNano\"\x94\x01\n" +
+	"\rRegistryReply\x127\n" +
+	"\aworkers\x18\x01 \x03(\v2\x1d.kvrouter.v1.RegisteredWorkerR\aworkers\x12\x1f\n" +
+	"\vqueue_depth\x18\x02 \x01(\rR\n" +
+	"queueDepth\x12)\n" +
+	"\x10tracked_requests\x18\x03 \x01(\x04R\x0ftrackedRequests\"\x11\n" +
+	"\x0fShardStatsQuery\"W\n" +
+	"\fWorkerBlocks\x12/\n" +
+	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x16\n" +
+	"\x06blocks\x18\x02 \x01(\x04R\x06blocks\"\x93\x02\n" +
+	"\x0fShardStatsReply\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x121\n" +
+	"\x06blocks\x18\x02 \x03(\v2\x19.kvrouter.v1.WorkerBlocksR\x06blocks\x12F\n" +
+	"\bcounters\x18\x03 \x03(\v2*.kvrouter.v1.ShardStatsReply.CountersEntryR\bcounters\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\x04R\x06digest\x12\x1a\n" +
+	"\brestarts\x18\x05 \x01(\x04R\brestarts\x1a;\n" +
+	"\rCountersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xdb\x01\n" +
+	"\rPotentialLoad\x12/\n" +
+	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x128\n" +
+	"\x18potential_prefill_tokens\x18\x02 \x01(\x04R\x16potentialPrefillTokens\x126\n" +
+	"\x17potential_decode_blocks\x18\x03 \x01(\x01R\x15potentialDecodeBlocks\x12'\n" +
+	"\x0factive_requests\x18\x04 \x01(\rR\x0eactiveRequests*v\n" +
 	"\vStorageTier\x12\x17\n" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
 	"\x11STORAGE_TIER_DISK\x10\x02\x12\x19\n" +
-	"\x15STORAGE_TIER_EXTERNAL\x10\x03B'Z%github.com/kvrouter/kvrouter/messagesb\x06proto3"
+	"\x15STORAGE_TIER_EXTERNAL\x10\x03*\xc4\x01\n" +
+	"\x0eRouteErrorCode\x12\x1b\n" +
+	"\x17ROUTE_ERROR_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eROUTE_ERROR_NO_ELIGIBLE_WORKER\x10\x01\x12\x1a\n" +
+	"\x16ROUTE_ERROR_OVERLOADED\x10\x02\x12\x1f\n" +
+	"\x1bROUTE_ERROR_UNKNOWN_REQUEST\x10\x03\x12\x1b\n" +
+	"\x17ROUTE_ERROR_BAD_REQUEST\x10\x04\x12\x17\n" +
+	"\x13ROUTE_ERROR_TIMEOUT\x10\x05B'Z%github.com/kvrouter/kvrouter/messagesb\x06proto3"
 
 var (
 	file_kvrouter_proto_rawDescOnce sync.Once
@@ -1770,58 +2676,85 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 	return file_kvrouter_proto_rawDescData
 }
 
-var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
-	(*WorkerRank)(nil),           // 1: kvrouter.v1.WorkerRank
-	(*StoredBlock)(nil),          // 2: kvrouter.v1.StoredBlock
-	(*BlockStored)(nil),          // 3: kvrouter.v1.BlockStored
-	(*BlockRemoved)(nil),         // 4: kvrouter.v1.BlockRemoved
-	(*AllBlocksCleared)(nil),     // 5: kvrouter.v1.AllBlocksCleared
-	(*KvEvent)(nil),              // 6: kvrouter.v1.KvEvent
-	(*KvEventBatch)(nil),         // 7: kvrouter.v1.KvEventBatch
-	(*RemoveWorker)(nil),         // 8: kvrouter.v1.RemoveWorker
-	(*ScoreRequest)(nil),         // 9: kvrouter.v1.ScoreRequest
-	(*WorkerOverlap)(nil),        // 10: kvrouter.v1.WorkerOverlap
-	(*OverlapReply)(nil),         // 11: kvrouter.v1.OverlapReply
-	(*AddRequest)(nil),           // 12: kvrouter.v1.AddRequest
-	(*MarkPrefillCompleted)(nil), // 13: kvrouter.v1.MarkPrefillCompleted
-	(*FreeRequest)(nil),          // 14: kvrouter.v1.FreeRequest
-	(*AddOutputBlock)(nil),       // 15: kvrouter.v1.AddOutputBlock
-	(*LoadQuery)(nil),            // 16: kvrouter.v1.LoadQuery
-	(*LoadReply)(nil),            // 17: kvrouter.v1.LoadReply
-	(*RouterConfigOverride)(nil), // 18: kvrouter.v1.RouterConfigOverride
-	(*RouteRequest)(nil),         // 19: kvrouter.v1.RouteRequest
-	(*RouteReply)(nil),           // 20: kvrouter.v1.RouteReply
-	(*SequenceEvent)(nil),        // 21: kvrouter.v1.SequenceEvent
-	(*SequenceEventBatch)(nil),   // 22: kvrouter.v1.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 23: kvrouter.v1.WorkerHeartbeat
+	(RouteErrorCode)(0),          // 1: kvrouter.v1.RouteErrorCode
+	(*WorkerRank)(nil),           // 2: kvrouter.v1.WorkerRank
+	(*StoredBlock)(nil),          // 3: kvrouter.v1.StoredBlock
+	(*BlockStored)(nil),          // 4: kvrouter.v1.BlockStored
+	(*BlockRemoved)(nil),         // 5: kvrouter.v1.BlockRemoved
+	(*AllBlocksCleared)(nil),     // 6: kvrouter.v1.AllBlocksCleared
+	(*KvEvent)(nil),              // 7: kvrouter.v1.KvEvent
+	(*KvEventBatch)(nil),         // 8: kvrouter.v1.KvEventBatch
+	(*RemoveWorker)(nil),         // 9: kvrouter.v1.RemoveWorker
+	(*ScoreRequest)(nil),         // 10: kvrouter.v1.ScoreRequest
+	(*WorkerOverlap)(nil),        // 11: kvrouter.v1.WorkerOverlap
+	(*OverlapReply)(nil),         // 12: kvrouter.v1.OverlapReply
+	(*AddRequest)(nil),           // 13: kvrouter.v1.AddRequest
+	(*MarkPrefillCompleted)(nil), // 14: kvrouter.v1.MarkPrefillCompleted
+	(*FreeRequest)(nil),          // 15: kvrouter.v1.FreeRequest
+	(*AddOutputBlock)(nil),       // 16: kvrouter.v1.AddOutputBlock
+	(*LoadQuery)(nil),            // 17: kvrouter.v1.LoadQuery
+	(*LoadReply)(nil),            // 18: kvrouter.v1.LoadReply
+	(*RouterConfigOverride)(nil), // 19: kvrouter.v1.RouterConfigOverride
+	(*RouteRequest)(nil),         // 20: kvrouter.v1.RouteRequest
+	(*RouteReply)(nil),           // 21: kvrouter.v1.RouteReply
+	(*SequenceEvent)(nil),        // 22: kvrouter.v1.SequenceEvent
+	(*SequenceEventBatch)(nil),   // 23: kvrouter.v1.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 24: kvrouter.v1.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 25: kvrouter.v1.WorkerUp
+	(*RoutingDecision)(nil),      // 26: kvrouter.v1.RoutingDecision
+	(*Tick)(nil),                 // 27: kvrouter.v1.Tick
+	(*RouteError)(nil),           // 28: kvrouter.v1.RouteError
+	(*RequestLifecycle)(nil),     // 29: kvrouter.v1.RequestLifecycle
+	(*LifecycleReply)(nil),       // 30: kvrouter.v1.LifecycleReply
+	(*RegistryQuery)(nil),        // 31: kvrouter.v1.RegistryQuery
+	(*RegisteredWorker)(nil),     // 32: kvrouter.v1.RegisteredWorker
+	(*RegistryReply)(nil),        // 33: kvrouter.v1.RegistryReply
+	(*ShardStatsQuery)(nil),      // 34: kvrouter.v1.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 35: kvrouter.v1.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 36: kvrouter.v1.ShardStatsReply
+	(*PotentialLoad)(nil),        // 37: kvrouter.v1.PotentialLoad
+	nil,                          // 38: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
-	2,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
-	1,  // 1: kvrouter.v1.KvEvent.worker:type_name -> kvrouter.v1.WorkerRank
+	3,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
+	2,  // 1: kvrouter.v1.KvEvent.worker:type_name -> kvrouter.v1.WorkerRank
 	0,  // 2: kvrouter.v1.KvEvent.tier:type_name -> kvrouter.v1.StorageTier
-	3,  // 3: kvrouter.v1.KvEvent.stored:type_name -> kvrouter.v1.BlockStored
-	4,  // 4: kvrouter.v1.KvEvent.removed:type_name -> kvrouter.v1.BlockRemoved
-	5,  // 5: kvrouter.v1.KvEvent.cleared:type_name -> kvrouter.v1.AllBlocksCleared
-	6,  // 6: kvrouter.v1.KvEventBatch.events:type_name -> kvrouter.v1.KvEvent
-	1,  // 7: kvrouter.v1.WorkerOverlap.worker:type_name -> kvrouter.v1.WorkerRank
-	10, // 8: kvrouter.v1.OverlapReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
-	1,  // 9: kvrouter.v1.AddRequest.worker:type_name -> kvrouter.v1.WorkerRank
-	1,  // 10: kvrouter.v1.LoadReply.worker:type_name -> kvrouter.v1.WorkerRank
-	1,  // 11: kvrouter.v1.RouteRequest.pinned_worker:type_name -> kvrouter.v1.WorkerRank
-	18, // 12: kvrouter.v1.RouteRequest.router_config_override:type_name -> kvrouter.v1.RouterConfigOverride
-	1,  // 13: kvrouter.v1.RouteReply.worker:type_name -> kvrouter.v1.WorkerRank
-	12, // 14: kvrouter.v1.SequenceEvent.add:type_name -> kvrouter.v1.AddRequest
-	13, // 15: kvrouter.v1.SequenceEvent.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
-	14, // 16: kvrouter.v1.SequenceEvent.free:type_name -> kvrouter.v1.FreeRequest
-	21, // 17: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	4,  // 3: kvrouter.v1.KvEvent.stored:type_name -> kvrouter.v1.BlockStored
+	5,  // 4: kvrouter.v1.KvEvent.removed:type_name -> kvrouter.v1.BlockRemoved
+	6,  // 5: kvrouter.v1.KvEvent.cleared:type_name -> kvrouter.v1.AllBlocksCleared
+	7,  // 6: kvrouter.v1.KvEventBatch.events:type_name -> kvrouter.v1.KvEvent
+	2,  // 7: kvrouter.v1.WorkerOverlap.worker:type_name -> kvrouter.v1.WorkerRank
+	11, // 8: kvrouter.v1.OverlapReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
+	2,  // 9: kvrouter.v1.AddRequest.worker:type_name -> kvrouter.v1.WorkerRank
+	2,  // 10: kvrouter.v1.LoadReply.worker:type_name -> kvrouter.v1.WorkerRank
+	2,  // 11: kvrouter.v1.RouteRequest.pinned_worker:type_name -> kvrouter.v1.WorkerRank
+	19, // 12: kvrouter.v1.RouteRequest.router_config_override:type_name -> kvrouter.v1.RouterConfigOverride
+	2,  // 13: kvrouter.v1.RouteReply.worker:type_name -> kvrouter.v1.WorkerRank
+	13, // 14: kvrouter.v1.SequenceEvent.add:type_name -> kvrouter.v1.AddRequest
+	14, // 15: kvrouter.v1.SequenceEvent.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
+	15, // 16: kvrouter.v1.SequenceEvent.free:type_name -> kvrouter.v1.FreeRequest
+	22, // 17: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
+	24, // 18: kvrouter.v1.WorkerUp.worker:type_name -> kvrouter.v1.WorkerHeartbeat
+	2,  // 19: kvrouter.v1.RoutingDecision.worker:type_name -> kvrouter.v1.WorkerRank
+	1,  // 20: kvrouter.v1.RouteError.code:type_name -> kvrouter.v1.RouteErrorCode
+	14, // 21: kvrouter.v1.RequestLifecycle.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
+	15, // 22: kvrouter.v1.RequestLifecycle.free:type_name -> kvrouter.v1.FreeRequest
+	16, // 23: kvrouter.v1.RequestLifecycle.output_block:type_name -> kvrouter.v1.AddOutputBlock
+	24, // 24: kvrouter.v1.RegisteredWorker.worker:type_name -> kvrouter.v1.WorkerHeartbeat
+	32, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
+	2,  // 26: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
+	35, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
+	38, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	2,  // 29: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -1841,13 +2774,18 @@ func file_kvrouter_proto_init() {
 		(*SequenceEvent_PrefillCompleted)(nil),
 		(*SequenceEvent_Free)(nil),
 	}
+	file_kvrouter_proto_msgTypes[27].OneofWrappers = []any{
+		(*RequestLifecycle_PrefillCompleted)(nil),
+		(*RequestLifecycle_Free)(nil),
+		(*RequestLifecycle_OutputBlock)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   23,
+			NumEnums:      2,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
