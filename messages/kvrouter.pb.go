@@ -2462,6 +2462,463 @@ func (x *PotentialLoad) GetActiveRequests() uint32 {
 	return 0
 }
 
+// DropOrigin makes a sequence actor forget every request owned by a
+// router replica that died or left the cluster.
+type DropOrigin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropOrigin) Reset() {
+	*x = DropOrigin{}
+	mi := &file_kvrouter_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropOrigin) ProtoMessage() {}
+
+func (x *DropOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
+func (*DropOrigin) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DropOrigin) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+// StaleRequestsFreed tells the scheduler which requests a sequence actor
+// expired (no free seen within the stale-request expiry).
+type StaleRequestsFreed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestIds    []string               `protobuf:"bytes,1,rep,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StaleRequestsFreed) Reset() {
+	*x = StaleRequestsFreed{}
+	mi := &file_kvrouter_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StaleRequestsFreed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StaleRequestsFreed) ProtoMessage() {}
+
+func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
+func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *StaleRequestsFreed) GetRequestIds() []string {
+	if x != nil {
+		return x.RequestIds
+	}
+	return nil
+}
+
+// ActiveRequestsQuery asks a sequence actor for its requests, optionally
+// only those of one origin ("" = all).
+type ActiveRequestsQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        *string                `protobuf:"bytes,1,opt,name=origin,proto3,oneof" json:"origin,omitempty"`
+	QueryId       uint64                 `protobuf:"varint,2,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActiveRequestsQuery) Reset() {
+	*x = ActiveRequestsQuery{}
+	mi := &file_kvrouter_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActiveRequestsQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActiveRequestsQuery) ProtoMessage() {}
+
+func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
+func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ActiveRequestsQuery) GetOrigin() string {
+	if x != nil && x.Origin != nil {
+		return *x.Origin
+	}
+	return ""
+}
+
+func (x *ActiveRequestsQuery) GetQueryId() uint64 {
+	if x != nil {
+		return x.QueryId
+	}
+	return 0
+}
+
+// ActiveRequestsReply lists requests as the gossip events that would
+// recreate them: an add, followed by prefill_completed when done.
+type ActiveRequestsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*SequenceEvent       `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	QueryId       uint64                 `protobuf:"varint,2,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActiveRequestsReply) Reset() {
+	*x = ActiveRequestsReply{}
+	mi := &file_kvrouter_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActiveRequestsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActiveRequestsReply) ProtoMessage() {}
+
+func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
+func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ActiveRequestsReply) GetQueryId() uint64 {
+	if x != nil {
+		return x.QueryId
+	}
+	return 0
+}
+
+// ReplaceOrigin replaces everything a replica holds for one origin with
+// that origin's full state (anti-entropy repair after a partition).
+type ReplaceOrigin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Events        []*SequenceEvent       `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplaceOrigin) Reset() {
+	*x = ReplaceOrigin{}
+	mi := &file_kvrouter_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplaceOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplaceOrigin) ProtoMessage() {}
+
+func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
+func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReplaceOrigin) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *ReplaceOrigin) GetEvents() []*SequenceEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// OverlapScoresQuery asks for every worker's cached prefix of a prompt.
+type OverlapScoresQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TokenIds      []uint32               `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	LoraName      string                 `protobuf:"bytes,2,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverlapScoresQuery) Reset() {
+	*x = OverlapScoresQuery{}
+	mi := &file_kvrouter_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlapScoresQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlapScoresQuery) ProtoMessage() {}
+
+func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
+func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *OverlapScoresQuery) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
+type OverlapScoresReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overlaps      []*WorkerOverlap       `protobuf:"bytes,1,rep,name=overlaps,proto3" json:"overlaps,omitempty"`
+	RequestBlocks uint32                 `protobuf:"varint,2,opt,name=request_blocks,json=requestBlocks,proto3" json:"request_blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverlapScoresReply) Reset() {
+	*x = OverlapScoresReply{}
+	mi := &file_kvrouter_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlapScoresReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlapScoresReply) ProtoMessage() {}
+
+func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
+func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
+	if x != nil {
+		return x.Overlaps
+	}
+	return nil
+}
+
+func (x *OverlapScoresReply) GetRequestBlocks() uint32 {
+	if x != nil {
+		return x.RequestBlocks
+	}
+	return 0
+}
+
+// PotentialLoadsQuery asks what a prospective prompt would do to every
+// worker's load (no state change).
+type PotentialLoadsQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TokenIds      []uint32               `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	LoraName      string                 `protobuf:"bytes,2,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PotentialLoadsQuery) Reset() {
+	*x = PotentialLoadsQuery{}
+	mi := &file_kvrouter_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PotentialLoadsQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PotentialLoadsQuery) ProtoMessage() {}
+
+func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
+func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *PotentialLoadsQuery) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
+type PotentialLoadsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Loads         []*PotentialLoad       `protobuf:"bytes,1,rep,name=loads,proto3" json:"loads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PotentialLoadsReply) Reset() {
+	*x = PotentialLoadsReply{}
+	mi := &file_kvrouter_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PotentialLoadsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PotentialLoadsReply) ProtoMessage() {}
+
+func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
+func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
+	if x != nil {
+		return x.Loads
+	}
+	return nil
+}
+
 var File_kvrouter_proto protoreflect.FileDescriptor
 
 const file_kvrouter_proto_rawDesc = "" +
@@ -2650,7 +3107,34 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x128\n" +
 	"\x18potential_prefill_tokens\x18\x02 \x01(\x04R\x16potentialPrefillTokens\x126\n" +
 	"\x17potential_decode_blocks\x18\x03 \x01(\x01R\x15potentialDecodeBlocks\x12'\n" +
-	"\x0factive_requests\x18\x04 \x01(\rR\x0eactiveRequests*v\n" +
+	"\x0factive_requests\x18\x04 \x01(\rR\x0eactiveRequests\"$\n" +
+	"\n" +
+	"DropOrigin\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\"5\n" +
+	"\x12StaleRequestsFreed\x12\x1f\n" +
+	"\vrequest_ids\x18\x01 \x03(\tR\n" +
+	"requestIds\"X\n" +
+	"\x13ActiveRequestsQuery\x12\x1b\n" +
+	"\x06origin\x18\x01 \x01(\tH\x00R\x06origin\x88\x01\x01\x12\x19\n" +
+	"\bquery_id\x18\x02 \x01(\x04R\aqueryIdB\t\n" +
+	"\a_origin\"d\n" +
+	"\x13ActiveRequestsReply\x122\n" +
+	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\x12\x19\n" +
+	"\bquery_id\x18\x02 \x01(\x04R\aqueryId\"[\n" +
+	"\rReplaceOrigin\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x122\n" +
+	"\x06events\x18\x02 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"N\n" +
+	"\x12OverlapScoresQuery\x12\x1b\n" +
+	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
+	"\tlora_name\x18\x02 \x01(\tR\bloraName\"s\n" +
+	"\x12OverlapScoresReply\x126\n" +
+	"\boverlaps\x18\x01 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\x12%\n" +
+	"\x0erequest_blocks\x18\x02 \x01(\rR\rrequestBlocks\"O\n" +
+	"\x13PotentialLoadsQuery\x12\x1b\n" +
+	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
+	"\tlora_name\x18\x02 \x01(\tR\bloraName\"G\n" +
+	"\x13PotentialLoadsReply\x120\n" +
+	"\x05loads\x18\x01 \x03(\v2\x1a.kvrouter.v1.PotentialLoadR\x05loads*v\n" +
 	"\vStorageTier\x12\x17\n" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
@@ -2677,7 +3161,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
 	(RouteErrorCode)(0),          // 1: kvrouter.v1.RouteErrorCode
@@ -2717,7 +3201,16 @@ var file_kvrouter_proto_goTypes = []any{
 	(*WorkerBlocks)(nil),         // 35: kvrouter.v1.WorkerBlocks
 	(*ShardStatsReply)(nil),      // 36: kvrouter.v1.ShardStatsReply
 	(*PotentialLoad)(nil),        // 37: kvrouter.v1.PotentialLoad
-	nil,                          // 38: kvrouter.v1.ShardStatsReply.CountersEntry
+	(*DropOrigin)(nil),           // 38: kvrouter.v1.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 39: kvrouter.v1.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 40: kvrouter.v1.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 41: kvrouter.v1.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 42: kvrouter.v1.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 43: kvrouter.v1.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 44: kvrouter.v1.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 45: kvrouter.v1.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 46: kvrouter.v1.PotentialLoadsReply
+	nil,                          // 47: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	3,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
@@ -2748,13 +3241,17 @@ var file_kvrouter_proto_depIdxs = []int32{
 	32, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
 	2,  // 26: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
 	35, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	38, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	47, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
 	2,  // 29: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	22, // 30: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
+	22, // 31: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
+	11, // 32: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
+	37, // 33: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -2779,13 +3276,14 @@ func file_kvrouter_proto_init() {
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
 	}
+	file_kvrouter_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
