@@ -1,0 +1,267 @@
+// Package sequence tracks the requests in flight on one worker rank, the
+// way Dynamo's ActiveSequences does: how many prompt tokens are still to be
+// prefilled and how many KV blocks the rank holds for active requests.
+//
+// Prompt blocks are keyed by sequence hash and reference-counted, so a
+// prefix shared by several requests is counted once (when AssumeKVReuse).
+// Every operation costs O(blocks of the request it touches); Load is O(1).
+//
+// The package is pure: no goroutines, no clock (time is passed in), no
+// locks. One ActiveSequences belongs to one owner (the rank's actor).
+package sequence
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+var (
+	// ErrDuplicateRequest: AddRequest with an id that is already active.
+	ErrDuplicateRequest = errors.New("request already active")
+	// ErrUnknownRequest: the id is not (or no longer) active.
+	ErrUnknownRequest = errors.New("unknown request")
+	// ErrInvalidRequest: the request's fields contradict each other.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrOutputTrackingDisabled: AddOutputBlock without TrackOutputBlocks.
+	ErrOutputTrackingDisabled = errors.New("output block tracking is disabled")
+	// ErrInvalidDecay: a decay fraction outside [0, 1].
+	ErrInvalidDecay = errors.New("decay fraction must be in [0, 1]")
+)
+
+// Request is a routing decision to record on this rank.
+type Request struct {
+	ID string
+	// Origin is the router replica that owns the request; "" means this
+	// replica. FreeOrigin drops everything of a dead replica.
+	Origin         string
+	SequenceHashes []kv.SequenceHash
+	// ISL is the prompt length in tokens.
+	ISL uint64
+	// PrefillTokens is what the engine still has to compute: ISL minus the
+	// tokens it already holds in cache on this rank.
+	PrefillTokens uint64
+	// TrackPrefill counts PrefillTokens in the rank's prefill load until
+	// prefill completes (router_track_prefill_tokens).
+	TrackPrefill         bool
+	ExpectedOutputTokens uint64
+}
+
+// Load is what the scheduler's cost function reads.
+type Load struct {
+	// ActivePrefillTokens sums the prompt tokens still to be prefilled.
+	ActivePrefillTokens uint64
+	// ActiveBlocks counts the unique prompt blocks held by active requests
+	// plus their output blocks, each weighted by its decay fraction.
+	ActiveBlocks   float64
+	ActiveRequests int
+}
+
+// blockRef is one active prompt block shared by refs requests.
+type blockRef struct {
+	refs   int32
+	weight float64
+}
+
+type requestState struct {
+	origin         string
+	hashes         []kv.SequenceHash
+	isl            uint64
+	expectedOutput uint64
+	startedAt      time.Time
+
+	trackPrefill  bool
+	prefillTokens uint64 // counted in the load while !prefillDone
+	prefillDone   bool
+
+	// exclusiveBlocks are blocks no other request can share: prompt blocks
+	// when AssumeKVReuse is off, and every output block. They all carry
+	// exclusiveWeight, the request's latest decay fraction.
+	promptPrivate   int
+	outputBlocks    int
+	exclusiveWeight float64
+}
+
+func (r *requestState) exclusiveBlocks() int { return r.promptPrivate + r.outputBlocks }
+
+func (r *requestState) pendingPrefill() uint64 {
+	if r.trackPrefill && !r.prefillDone {
+		return r.prefillTokens
+	}
+	return 0
+}
+
+// ActiveSequences is the set of active requests of one worker rank.
+type ActiveSequences struct {
+	cfg      Config
+	requests map[string]*requestState
+	blocks   map[kv.SequenceHash]blockRef
+
+	prefillTokens   uint64
+	sharedWeight    float64 // Σ weight over blocks
+	exclusiveWeight float64 // Σ exclusiveBlocks·exclusiveWeight over requests
+}
+
+// New returns an empty tracker. A non-positive ExpiryDuration means
+// DefaultExpiryDuration.
+func New(cfg Config) *ActiveSequences {
+	if cfg.ExpiryDuration <= 0 {
+		cfg.ExpiryDuration = DefaultExpiryDuration
+	}
+	return &ActiveSequences{
+		cfg:      cfg,
+		requests: make(map[string]*requestState),
+		blocks:   make(map[kv.SequenceHash]blockRef),
+	}
+}
+
+// Config returns the configuration in effect.
+func (s *ActiveSequences) Config() Config { return s.cfg }
+
+// Has reports whether id is active.
+func (s *ActiveSequences) Has(id string) bool {
+	_, ok := s.requests[id]
+	return ok
+}
+
+// AddRequest records r as started at now. A duplicate id is rejected with
+// ErrDuplicateRequest and leaves the state unchanged (Dynamo ignores it
+// with an error log; the caller decides here).
+func (s *ActiveSequences) AddRequest(r Request, now time.Time) error {
+	if err := validateRequest(r); err != nil {
+		return err
+	}
+	if _, dup := s.requests[r.ID]; dup {
+		return fmt.Errorf("add %q: %w", r.ID, ErrDuplicateRequest)
+	}
+	st := &requestState{
+		origin:          r.Origin,
+		hashes:          append([]kv.SequenceHash(nil), r.SequenceHashes...),
+		isl:             r.ISL,
+		expectedOutput:  r.ExpectedOutputTokens,
+		startedAt:       now,
+		trackPrefill:    r.TrackPrefill,
+		prefillTokens:   r.PrefillTokens,
+		exclusiveWeight: 1,
+	}
+	s.insert(r.ID, st)
+	return nil
+}
+
+func validateRequest(r Request) error {
+	if r.ID == "" {
+		return fmt.Errorf("add: empty request id: %w", ErrInvalidRequest)
+	}
+	if r.PrefillTokens > r.ISL {
+		return fmt.Errorf("add %q: prefill tokens %d exceed isl %d: %w",
+			r.ID, r.PrefillTokens, r.ISL, ErrInvalidRequest)
+	}
+	return nil
+}
+
+// insert accounts a fully built request state.
+func (s *ActiveSequences) insert(id string, st *requestState) {
+	if s.cfg.AssumeKVReuse {
+		for _, h := range st.hashes {
+			ref := s.blocks[h]
+			if ref.refs == 0 {
+				s.sharedWeight++
+			} else {
+				// A decayed block picked up by a new request is needed for
+				// the new request's whole life, so it counts fully again.
+				s.sharedWeight += 1 - ref.weight
+			}
+			ref.refs++
+			ref.weight = 1
+			s.blocks[h] = ref
+		}
+	} else {
+		st.promptPrivate = len(st.hashes)
+	}
+	s.exclusiveWeight += float64(st.exclusiveBlocks()) * st.exclusiveWeight
+	s.prefillTokens += st.pendingPrefill()
+	s.requests[id] = st
+}
+
+// MarkPrefillCompleted removes the request's prompt tokens from the prefill
+// load (the engine produced the first token). Marking twice is harmless.
+func (s *ActiveSequences) MarkPrefillCompleted(id string) error {
+	st, ok := s.requests[id]
+	if !ok {
+		return fmt.Errorf("mark prefill %q: %w", id, ErrUnknownRequest)
+	}
+	s.prefillTokens -= st.pendingPrefill()
+	st.prefillDone = true
+	return nil
+}
+
+// Free drops the request and its block references; it implies
+// MarkPrefillCompleted. Freeing an unknown (or already freed) id returns
+// ErrUnknownRequest and changes nothing.
+func (s *ActiveSequences) Free(id string) error {
+	st, ok := s.requests[id]
+	if !ok {
+		return fmt.Errorf("free %q: %w", id, ErrUnknownRequest)
+	}
+	s.remove(id, st)
+	return nil
+}
+
+func (s *ActiveSequences) remove(id string, st *requestState) {
+	s.prefillTokens -= st.pendingPrefill()
+	if s.cfg.AssumeKVReuse {
+		for _, h := range st.hashes {
+			ref, ok := s.blocks[h]
+			if !ok {
+				continue
+			}
+			ref.refs--
+			if ref.refs <= 0 {
+				s.sharedWeight -= ref.weight
+				delete(s.blocks, h)
+				continue
+			}
+			s.blocks[h] = ref
+		}
+	}
+	s.exclusiveWeight -= float64(st.exclusiveBlocks()) * st.exclusiveWeight
+	delete(s.requests, id)
+	if len(s.blocks) == 0 {
+		s.sharedWeight = 0 // drop accumulated float rounding
+	}
+	if len(s.requests) == 0 {
+		s.exclusiveWeight = 0
+		s.prefillTokens = 0
+	}
+}
+
+// NewBlocks counts how many of a prospective request's prompt blocks are
+// not already active on this rank: the blocks it would add to ActiveBlocks.
+// With AssumeKVReuse off nothing is shared, so every block is new.
+func (s *ActiveSequences) NewBlocks(hashes []kv.SequenceHash) uint64 {
+	if !s.cfg.AssumeKVReuse {
+		return uint64(len(hashes))
+	}
+	var n uint64
+	for _, h := range hashes {
+		if _, ok := s.blocks[h]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// Load returns the rank's current load in O(1).
+func (s *ActiveSequences) Load() Load {
+	blocks := s.sharedWeight + s.exclusiveWeight
+	if blocks < 0 {
+		blocks = 0 // float rounding after many decays; never report negative
+	}
+	return Load{
+		ActivePrefillTokens: s.prefillTokens,
+		ActiveBlocks:        blocks,
+		ActiveRequests:      len(s.requests),
+	}
+}
