@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// sseWorker streams max_tokens chunks and a usage chunk claiming half the
+// prompt was cached; it counts the requests it served.
+func sseWorker(t *testing.T, served *atomic.Int64) *httptest.Server {
+	t.Helper()
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body completionRequest
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || !body.Stream {
+			http.Error(w, "bad body", http.StatusBadRequest)
+			return
+		}
+		served.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		for i := 0; i < body.MaxTokens; i++ {
+			time.Sleep(2 * time.Millisecond)
+			fmt.Fprintf(w, "data: {\"choices\":[{\"text\":\"t%d\"}]}\n\n", i)
+			fl.Flush()
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"prompt_tokens_details\":{\"cached_tokens\":%d}}}\n\n",
+			len(body.Prompt), body.MaxTokens, len(body.Prompt)/2)
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+}
+
+func TestClientMeasuresStream(t *testing.T) {
+	var served atomic.Int64
+	srv := sseWorker(t, &served)
+	defer srv.Close()
+	c := &Client{Model: "mock"}
+	res := c.Do(context.Background(), srv.URL, Request{ID: "r", Prompt: Prompt{Tokens: make([]uint32, 64), MaxTokens: 5}})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if res.OutputTokens != 5 || len(res.ITLs) != 4 || !res.HasUsage || res.PromptTokens != 64 || res.CachedTokens != 32 {
+		t.Fatalf("result %+v", res)
+	}
+	if res.TTFT < 2*time.Millisecond || res.TTFT > res.End.Sub(res.Start) {
+		t.Fatalf("TTFT %v outside (2ms, total %v)", res.TTFT, res.End.Sub(res.Start))
+	}
+}
+
+func TestClientReportsFailures(t *testing.T) {
+	truncated := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "data: {\"choices\":[{\"text\":\"a\"}]}\n\n")
+	}))
+	defer truncated.Close()
+	refused := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "overloaded", http.StatusTooManyRequests)
+	}))
+	defer refused.Close()
+	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "data: {oops\n\n")
+	}))
+	defer garbage.Close()
+	c := &Client{}
+	for name, url := range map[string]string{"truncated": truncated.URL, "429": refused.URL, "garbage": garbage.URL} {
+		res := c.Do(context.Background(), url, Request{Prompt: Prompt{Tokens: []uint32{1}, MaxTokens: 3}})
+		if !errors.Is(res.Err, ErrBadResponse) {
+			t.Errorf("%s: got %v, want ErrBadResponse", name, res.Err)
+		}
+	}
+}
+
+func TestRunAndSummarize(t *testing.T) {
+	var served atomic.Int64
+	a, b := sseWorker(t, &served), sseWorker(t, &served)
+	defer a.Close()
+	defer b.Close()
+	prompts, _ := RandomPrompts(RandomConfig{InputTokens: 32, OutputTokens: 4}, 10, 1)
+	reqs, _ := PoissonSchedule(prompts, 200, 1)
+	d, _ := NewDispatcher(PolicyRoundRobin, "", []string{a.URL, b.URL, "http://127.0.0.1:1"}, 1)
+	start := time.Now()
+	results := Run(context.Background(), reqs, d, &Client{}, 5*time.Second)
+	if elapsed := time.Since(start); elapsed < reqs[len(reqs)-1].Arrival {
+		t.Fatalf("run took %v, less than the last arrival %v", elapsed, reqs[len(reqs)-1].Arrival)
+	}
+	p := Summarize(PolicyRoundRobin, 200, results)
+	// Every third request goes to the dead address.
+	if p.Errors != 3 || served.Load() != 7 {
+		t.Fatalf("errors %d, served %d; want 3 and 7", p.Errors, served.Load())
+	}
+	if p.HitRate != 0.5 || p.TTFTP50 <= 0 || p.TTFTP99 < p.TTFTP90 || p.TTFTP90 < p.TTFTP50 || p.ITLP50 <= 0 || p.ThroughputTokS <= 0 {
+		t.Fatalf("summary %+v", p)
+	}
+	if p.Name != PolicyRoundRobin || p.QPS != 200 {
+		t.Fatalf("summary labels %+v", p)
+	}
+}
+
+func TestSummarizeAllFailed(t *testing.T) {
+	p := Summarize(PolicyRandom, 1, []Result{{Err: errors.New("x")}})
+	if p.Errors != 1 || p.TTFTP90 != 0 || p.HitRate != 0 {
+		t.Fatalf("summary %+v", p)
+	}
+	if _, err := json.Marshal(p); err != nil {
+		t.Fatalf("an all-failed point is not valid JSON: %v", err)
+	}
+}

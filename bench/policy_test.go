@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestParsePolicies(t *testing.T) {
+	got, err := ParsePolicies(" kvrouter,round_robin, kvrouter ,oracle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{"kvrouter", "round_robin", "oracle"}) {
+		t.Fatalf("got %v", got)
+	}
+	for _, bad := range []string{"", " , ", "kvrouter,fastest"} {
+		if _, err := ParsePolicies(bad); !errors.Is(err, ErrUnknownPolicy) {
+			t.Errorf("%q: got %v, want ErrUnknownPolicy", bad, err)
+		}
+	}
+}
+
+func TestRoundRobinAndRandom(t *testing.T) {
+	urls := []string{"a", "b", "c"}
+	rr, _ := NewDispatcher(PolicyRoundRobin, "", urls, 1)
+	var seq []string
+	for range 6 {
+		u, release := rr.Acquire()
+		release()
+		seq = append(seq, u)
+	}
+	if !slices.Equal(seq, []string{"a", "b", "c", "a", "b", "c"}) {
+		t.Fatalf("round robin went %v", seq)
+	}
+	rnd, _ := NewDispatcher(PolicyRandom, "", urls, 1)
+	counts := map[string]int{}
+	for range 300 {
+		u, _ := rnd.Acquire()
+		counts[u]++
+	}
+	for _, u := range urls {
+		if counts[u] < 60 {
+			t.Fatalf("random picked %s only %d of 300 times", u, counts[u])
+		}
+	}
+}
+
+func TestLeastLoadedFollowsInFlight(t *testing.T) {
+	ll, _ := NewDispatcher(PolicyLeastLoaded, "", []string{"a", "b", "c"}, 1)
+	u1, r1 := ll.Acquire()
+	u2, r2 := ll.Acquire()
+	u3, _ := ll.Acquire()
+	if distinct := map[string]bool{u1: true, u2: true, u3: true}; len(distinct) != 3 {
+		t.Fatalf("an idle fleet was not spread: %v %v %v", u1, u2, u3)
+	}
+	r2()
+	r2() // a double release must not go negative
+	if u, _ := ll.Acquire(); u != u2 {
+		t.Fatalf("picked %s, want the only idle worker %s", u, u2)
+	}
+	r1()
+	if u, _ := ll.Acquire(); u != u1 {
+		t.Fatalf("picked %s, want the freed worker %s", u, u1)
+	}
+}
+
+func TestDispatcherErrors(t *testing.T) {
+	if _, err := NewDispatcher(PolicyKVRouter, "", nil, 0); err == nil {
+		t.Error("kvrouter without a router URL was accepted")
+	}
+	if _, err := NewDispatcher(PolicyRoundRobin, "", nil, 0); err == nil {
+		t.Error("round robin without workers was accepted")
+	}
+	if _, err := NewDispatcher(PolicyOracle, "r", []string{"a"}, 0); err == nil {
+		t.Error("oracle was dispatched")
+	}
+	if _, err := NewDispatcher("nope", "r", []string{"a"}, 0); !errors.Is(err, ErrUnknownPolicy) {
+		t.Errorf("unknown policy: got %v", err)
+	}
+	kv, _ := NewDispatcher(PolicyKVRouter, "http://router", nil, 0)
+	if u, _ := kv.Acquire(); u != "http://router" {
+		t.Errorf("kvrouter sent to %s", u)
+	}
+}
