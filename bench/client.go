@@ -160,3 +160,12 @@ func (res *Result) consumeLine(line []byte, last *time.Time) (done bool, err err
 	}
 	return false, nil
 }
+
+// newHTTPClient keeps enough idle connections per host that an open-loop
+// burst reuses connections instead of exhausting ephemeral ports.
+func newHTTPClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 1024
+	tr.MaxIdleConnsPerHost = 256
+	return &http.Client{Transport: tr}
+}

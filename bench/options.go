@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WorkloadOptions is a workload as the command line describes it.
+type WorkloadOptions struct {
+	Kind         string
+	SharedPrefix SharedPrefixConfig
+	MultiTurn    MultiTurnConfig
+	Random       RandomConfig
+	// TracePath and TimeScale describe a Mooncake replay; TimeScale
+	// divides the trace's timestamps when no QPS is asked for.
+	TracePath string
+	TimeScale float64
+	// Requests per point; when 0, Duration x QPS (synthetic workloads) or
+	// the whole trace (Mooncake).
+	Requests int
+	Duration time.Duration
+	Seed     uint64
+}
+
+// ParseQPSList parses "1,2.5,4" into positive rates.
+func ParseQPSList(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		q, err := strconv.ParseFloat(f, 64)
+		if err != nil || !(q > 0) || math.IsInf(q, 0) {
+			return nil, fmt.Errorf("%w: qps %q is not a positive number", ErrBadWorkload, f)
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+// Build returns the schedule function of the workload and, for a trace
+// replay given no QPS list, the single QPS point its time scale offers.
+// qps is the requested list (possibly empty for Mooncake).
+func (o WorkloadOptions) Build(qps []float64) (ScheduleFunc, []float64, error) {
+	if o.Requests < 0 {
+		return nil, nil, fmt.Errorf("%w: requests must be >= 0, got %d", ErrBadWorkload, o.Requests)
+	}
+	if o.Kind == WorkloadMooncake {
+		return o.traceSchedule(qps)
+	}
+	if len(qps) == 0 {
+		return nil, nil, fmt.Errorf("%w: workload %s needs at least one qps point", ErrBadWorkload, o.Kind)
+	}
+	if o.Requests == 0 && o.Duration <= 0 {
+		return nil, nil, fmt.Errorf("%w: give a request count or a duration", ErrBadWorkload)
+	}
+	var gen func(n int) ([]Prompt, error)
+	switch o.Kind {
+	case WorkloadSharedPrefix:
+		gen = func(n int) ([]Prompt, error) { return SharedPrefixPrompts(o.SharedPrefix, n, o.Seed) }
+	case WorkloadMultiTurn:
+		gen = func(n int) ([]Prompt, error) { return MultiTurnPrompts(o.MultiTurn, n, o.Seed) }
+	case WorkloadRandom:
+		gen = func(n int) ([]Prompt, error) { return RandomPrompts(o.Random, n, o.Seed) }
+	default:
+		return nil, nil, fmt.Errorf("%w: unknown workload %q (want %s, %s, %s or %s)", ErrBadWorkload,
+			o.Kind, WorkloadSharedPrefix, WorkloadMultiTurn, WorkloadRandom, WorkloadMooncake)
+	}
+	schedule := func(q float64) ([]Request, error) {
+		n := o.Requests
+		if n == 0 {
+			n = max(1, int(math.Ceil(o.Duration.Seconds()*q)))
+		}
+		prompts, err := gen(n)
+		if err != nil {
+			return nil, err
+		}
+		return PoissonSchedule(prompts, q, o.Seed)
+	}
+	return schedule, qps, nil
+}
+
+func (o WorkloadOptions) traceSchedule(qps []float64) (ScheduleFunc, []float64, error) {
+	recs, err := LoadTrace(o.TracePath, o.Requests)
+	if err != nil {
+		return nil, nil, err
+	}
+	native := TraceQPS(recs)
+	if native <= 0 {
+		return nil, nil, fmt.Errorf("%w: the trace needs at least two requests at different times", ErrBadWorkload)
+	}
+	if len(qps) == 0 {
+		if !(o.TimeScale > 0) {
+			return nil, nil, fmt.Errorf("%w: time scale must be > 0, got %v", ErrBadWorkload, o.TimeScale)
+		}
+		qps = []float64{native * o.TimeScale}
+	}
+	schedule := func(q float64) ([]Request, error) { return TraceRequests(recs, q/native) }
+	return schedule, qps, nil
+}
+
+// TraceQPS is the request rate of a trace at its own pace.
+func TraceQPS(recs []TraceRecord) float64 {
+	if len(recs) < 2 {
+		return 0
+	}
+	lo, hi := recs[0].TimestampMs, recs[0].TimestampMs
+	for _, r := range recs {
+		lo, hi = min(lo, r.TimestampMs), max(hi, r.TimestampMs)
+	}
+	if hi == lo {
+		return 0
+	}
+	return float64(len(recs)-1) / (float64(hi-lo) / 1000)
+}

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Fleet is a running set of mock workers and, for the kvrouter policy, a
+// router in front of them. A sweep starts a fresh fleet for every
+// (policy, QPS) point so each one starts with cold caches.
+type Fleet interface {
+	// RouterURL is the base URL of the router's proxy ("" if none).
+	RouterURL() string
+	// WorkerURLs are the base URLs of the workers.
+	WorkerURLs() []string
+	// Close stops everything the fleet started.
+	Close(ctx context.Context) error
+}
+
+// FleetFactory starts a fleet that is ready to serve: every worker is up
+// and, when withRouter, registered with the router.
+type FleetFactory func(ctx context.Context, withRouter bool) (Fleet, error)
+
+// ScheduleFunc returns the requests of one sweep point at the given QPS.
+type ScheduleFunc func(qps float64) ([]Request, error)
+
+// SweepConfig says what to measure.
+type SweepConfig struct {
+	Workload string
+	QPS      []float64
+	Policies []string
+	// BlockSize is the fleet's KV block size, used for the oracle.
+	BlockSize int
+	// RequestTimeout bounds one request, queueing included.
+	RequestTimeout time.Duration
+	Seed           uint64
+	Model          string
+	Logger         *slog.Logger
+}
+
+// Sweep measures every policy at every QPS point. A point that cannot
+// start its fleet aborts the sweep; failed requests are only counted.
+func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet FleetFactory) (*Report, error) {
+	if len(cfg.QPS) == 0 || len(cfg.Policies) == 0 {
+		return nil, errors.New("sweep needs at least one QPS point and one policy")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger
+	rep := &Report{Workload: cfg.Workload}
+	for _, qps := range cfg.QPS {
+		reqs, err := schedule(qps)
+		if err != nil {
+			return nil, fmt.Errorf("schedule at qps %v: %w", qps, err)
+		}
+		for _, policy := range cfg.Policies {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			start := time.Now()
+			pt, err := measure(ctx, cfg, policy, qps, reqs, newFleet)
+			if err != nil {
+				return rep, fmt.Errorf("%s at qps %v: %w", policy, qps, err)
+			}
+			log.Info("point done", "policy", policy, "qps", qps, "requests", len(reqs),
+				"hit_rate", fmt.Sprintf("%.3f", pt.HitRate), "ttft_p90_ms", fmt.Sprintf("%.1f", pt.TTFTP90),
+				"tok_s", fmt.Sprintf("%.0f", pt.ThroughputTokS), "errors", pt.Errors,
+				"took", time.Since(start).Round(100*time.Millisecond))
+			rep.Policies = append(rep.Policies, pt)
+		}
+	}
+	return rep, nil
+}
+
+func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, reqs []Request, newFleet FleetFactory) (Point, error) {
+	if policy == PolicyOracle {
+		hit, err := OracleHitRate(reqs, cfg.BlockSize)
+		return Point{Name: PolicyOracle, QPS: qps, HitRate: hit}, err
+	}
+	fleet, err := newFleet(ctx, policy == PolicyKVRouter)
+	if err != nil {
+		return Point{}, fmt.Errorf("start fleet: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := fleet.Close(cctx); err != nil {
+			cfg.Logger.Warn("fleet close", "err", err)
+		}
+	}()
+	d, err := NewDispatcher(policy, fleet.RouterURL(), fleet.WorkerURLs(), cfg.Seed)
+	if err != nil {
+		return Point{}, err
+	}
+	client := &Client{HTTP: newHTTPClient(), Model: cfg.Model}
+	timeout := cfg.RequestTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	return Summarize(policy, qps, Run(ctx, reqs, d, client, timeout)), nil
+}
