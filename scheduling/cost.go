@@ -1,0 +1,182 @@
+package scheduling
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+// ErrInvalidInput: a request or candidate the cost cannot be computed for
+// (non-positive block size, negative lengths, NaN loads, nil rng).
+var ErrInvalidInput = errors.New("invalid scheduling input")
+
+// CacheHitEstimate turns a worker's tiered overlap into the effective
+// number of cached blocks (device blocks count 1, host and disk blocks
+// their configured weights) and the cached tokens that implies, rounded
+// to the nearest token: Dynamo's cache_hit_estimates. A non-positive
+// blockSize yields 0 cached tokens.
+func CacheHitEstimate(cfg Config, blockSize int, device, host, disk uint32) (effectiveBlocks float64, cachedTokens uint64) {
+	effectiveBlocks = float64(device) +
+		cfg.HostCacheHitWeight*float64(host) +
+		cfg.DiskCacheHitWeight*float64(disk)
+	if blockSize <= 0 {
+		return effectiveBlocks, 0
+	}
+	tokens := math.Round(effectiveBlocks * float64(blockSize))
+	if !(tokens > 0) {
+		return effectiveBlocks, 0
+	}
+	return effectiveBlocks, uint64(tokens)
+}
+
+// Candidate is one worker rank with what the indexer and its sequence
+// tracker reported for the request being routed.
+type Candidate struct {
+	Worker kv.WorkerWithDpRank
+	// DeviceOverlap is the prefix depth cached on the GPU; HostOverlap and
+	// DiskOverlap are the blocks continuing that prefix in lower tiers.
+	DeviceOverlap, HostOverlap, DiskOverlap uint32
+	ActivePrefillTokens                     uint64
+	// ActiveBlocks are the blocks the rank holds for active requests.
+	ActiveBlocks float64
+	// NewBlocks are this request's prompt blocks not already active there.
+	NewBlocks      uint64
+	ActiveRequests int
+	// HasLoad is false when the rank's load is unknown (its tracker did not
+	// answer in time): it is then treated as idle, as Dynamo treats a worker
+	// without a load entry.
+	HasLoad bool
+}
+
+func (c Candidate) activePrefill() uint64 {
+	if c.HasLoad {
+		return c.ActivePrefillTokens
+	}
+	return 0
+}
+
+func (c Candidate) validate() error {
+	if c.HasLoad && (!(c.ActiveBlocks >= 0) || math.IsInf(c.ActiveBlocks, 1) || c.ActiveRequests < 0) {
+		return fmt.Errorf("candidate %s: active blocks %v, active requests %d: %w",
+			c.Worker, c.ActiveBlocks, c.ActiveRequests, ErrInvalidInput)
+	}
+	return nil
+}
+
+// costContext holds what every candidate's cost shares.
+type costContext struct {
+	cfg              Config // normalised
+	blockSize        float64
+	isl              float64
+	requestBlocks    float64
+	minActivePrefill uint64
+}
+
+func newCostContext(cfg Config, blockSize, isl, requestBlocks int) (costContext, error) {
+	if blockSize <= 0 {
+		return costContext{}, fmt.Errorf("block size %d: %w", blockSize, ErrInvalidInput)
+	}
+	if isl <= 0 {
+		return costContext{}, fmt.Errorf("isl %d: a request needs at least one token: %w", isl, ErrInvalidInput)
+	}
+	if requestBlocks < 0 {
+		return costContext{}, fmt.Errorf("request blocks %d: %w", requestBlocks, ErrInvalidInput)
+	}
+	if requestBlocks == 0 {
+		// A prompt shorter than a block still costs something; the decay
+		// divides by it.
+		requestBlocks = 1
+	}
+	return costContext{
+		cfg:           cfg.Normalized(),
+		blockSize:     float64(blockSize),
+		isl:           float64(isl),
+		requestBlocks: float64(requestBlocks),
+	}, nil
+}
+
+// logit is Dynamo's worker_logit (2026 formula):
+//
+//	raw_prefill   = track_prefill ? (active_prefill + isl) / block_size : 0
+//	decay         = 1 / (1 + credit_decay · max(0, active_prefill − min_active_prefill)/block_size / request_blocks)
+//	credit        = overlap_score_credit·decay·device + host_w·host + disk_w·disk
+//	adjusted      = max(raw_prefill − credit, 0)
+//	decode        = active_blocks + new_blocks
+//	cost          = prefill_load_scale·adjusted + decode + decode_active_request_weight·active_requests
+func (cc *costContext) logit(c Candidate) float64 {
+	cfg := &cc.cfg
+	active := c.activePrefill()
+
+	rawPrefill := 0.0
+	decay := 1.0
+	if cfg.TrackPrefillTokens {
+		rawPrefill = (float64(active) + cc.isl) / cc.blockSize
+		if cfg.OverlapScoreCreditDecay > 0 && active > cc.minActivePrefill {
+			excessBlocks := float64(active-cc.minActivePrefill) / cc.blockSize
+			decay = 1 / (1 + cfg.OverlapScoreCreditDecay*excessBlocks/cc.requestBlocks)
+		}
+	}
+	credit := cfg.OverlapScoreCredit*decay*float64(c.DeviceOverlap) +
+		cfg.HostCacheHitWeight*float64(c.HostOverlap) +
+		cfg.DiskCacheHitWeight*float64(c.DiskOverlap)
+	adjusted := max(rawPrefill-credit, 0)
+
+	decode := float64(c.NewBlocks)
+	requests := 0.0
+	if c.HasLoad {
+		decode += c.ActiveBlocks
+		requests = float64(c.ActiveRequests)
+	}
+	return cfg.PrefillLoadScale*adjusted + decode + cfg.DecodeActiveRequestWeight*requests
+}
+
+// Logit is the cost of one candidate scored in isolation: it is its own
+// least-loaded peer, so OverlapScoreCreditDecay does not apply (use Costs
+// to score a set). Inputs Costs would reject (blockSize or isl ≤ 0,
+// negative requestBlocks) give NaN.
+func Logit(cfg Config, blockSize, isl, requestBlocks int, c Candidate) float64 {
+	cc, err := newCostContext(cfg, blockSize, isl, requestBlocks)
+	if err != nil {
+		return math.NaN()
+	}
+	cc.minActivePrefill = c.activePrefill()
+	return cc.logit(c)
+}
+
+// Costs scores every candidate against the others (the credit decay
+// compares each to the least prefill-loaded candidate). It validates cfg
+// and the inputs.
+func Costs(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) ([]float64, error) {
+	cc, err := prepare(cfg, blockSize, isl, requestBlocks, cands)
+	if err != nil {
+		return nil, err
+	}
+	costs := make([]float64, len(cands))
+	for i := range cands {
+		costs[i] = cc.logit(cands[i])
+	}
+	return costs, nil
+}
+
+func prepare(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) (costContext, error) {
+	if err := cfg.Validate(); err != nil {
+		return costContext{}, err
+	}
+	cc, err := newCostContext(cfg, blockSize, isl, requestBlocks)
+	if err != nil {
+		return costContext{}, err
+	}
+	minActive := uint64(math.MaxUint64)
+	for i := range cands {
+		if err := cands[i].validate(); err != nil {
+			return costContext{}, err
+		}
+		minActive = min(minActive, cands[i].activePrefill())
+	}
+	if len(cands) > 0 {
+		cc.minActivePrefill = minActive
+	}
+	return cc, nil
+}

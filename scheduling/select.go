@@ -1,0 +1,136 @@
+package scheduling
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+// ErrNoEligibleWorker: no candidate is left to route to.
+var ErrNoEligibleWorker = errors.New("no eligible worker")
+
+// Decision is the selected worker and why.
+type Decision struct {
+	Worker kv.WorkerWithDpRank
+	// OverlapBlocks is the chosen rank's device prefix depth.
+	OverlapBlocks uint32
+	// EffectiveOverlapBlocks adds the weighted host and disk hits; Dynamo
+	// reports its rounding as overlap_blocks.
+	EffectiveOverlapBlocks float64
+	// CachedTokens is the cache hit the chosen rank is expected to have,
+	// the tokens the engine will not prefill.
+	CachedTokens uint64
+	Cost         float64
+	// Candidates is how many ranks were scored.
+	Candidates int
+}
+
+// Select scores cands with Dynamo's cost and picks one. At temperature 0
+// it takes the minimum, breaking exact ties uniformly at random (reservoir
+// sampling, one draw per tie). Above 0 it samples
+// p_i ∝ exp(−(c_i − c_min) / ((c_max − c_min)·T)), uniform when all costs
+// are equal. requestBlocks is the prompt's block count (used by the credit
+// decay; 0 counts as 1).
+func Select(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate, rng *rand.Rand) (Decision, error) {
+	if len(cands) == 0 {
+		return Decision{}, fmt.Errorf("select: %w", ErrNoEligibleWorker)
+	}
+	if rng == nil {
+		return Decision{}, fmt.Errorf("select: nil random source: %w", ErrInvalidInput)
+	}
+	cc, err := prepare(cfg, blockSize, isl, requestBlocks, cands)
+	if err != nil {
+		return Decision{}, fmt.Errorf("select: %w", err)
+	}
+
+	var pick int
+	var cost float64
+	if cc.cfg.RouterTemperature == 0 {
+		pick, cost = argminRandomTie(&cc, cands, rng)
+	} else {
+		costs := make([]float64, len(cands))
+		for i := range cands {
+			costs[i] = cc.logit(cands[i])
+		}
+		pick = sampleSoftmax(costs, cc.cfg.RouterTemperature, rng.Float64())
+		cost = costs[pick]
+	}
+
+	c := cands[pick]
+	effective, cached := CacheHitEstimate(cc.cfg, blockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
+	return Decision{
+		Worker:                 c.Worker,
+		OverlapBlocks:          c.DeviceOverlap,
+		EffectiveOverlapBlocks: effective,
+		CachedTokens:           cached,
+		Cost:                   cost,
+		Candidates:             len(cands),
+	}, nil
+}
+
+// argminRandomTie returns the cheapest candidate; among k equal minima each
+// is kept with probability 1/k without storing them.
+func argminRandomTie(cc *costContext, cands []Candidate, rng *rand.Rand) (int, float64) {
+	best, bestCost, ties := 0, math.Inf(1), 0
+	for i := range cands {
+		cost := cc.logit(cands[i])
+		switch {
+		case cost < bestCost:
+			best, bestCost, ties = i, cost, 1
+		case cost == bestCost:
+			ties++
+			if rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best, bestCost
+}
+
+// SoftmaxProbabilities is the distribution Select samples from at
+// temperature t > 0: costs min-max normalised to [0,1], divided by t,
+// negated and exponentiated. Equal costs (or t ≤ 0) give the uniform
+// distribution. The result sums to 1.
+func SoftmaxProbabilities(costs []float64, t float64) []float64 {
+	p := make([]float64, len(costs))
+	if len(costs) == 0 {
+		return p
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, c := range costs {
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	if lo == hi || !(t > 0) || math.IsInf(hi-lo, 0) {
+		for i := range p {
+			p[i] = 1 / float64(len(p))
+		}
+		return p
+	}
+	scale := (hi - lo) * t
+	sum := 0.0
+	for i, c := range costs {
+		p[i] = math.Exp(-(c - lo) / scale)
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	return p
+}
+
+// sampleSoftmax returns the first index whose cumulative probability
+// reaches u, the last one if rounding leaves u above the total.
+func sampleSoftmax(costs []float64, t, u float64) int {
+	p := SoftmaxProbabilities(costs, t)
+	cumulative := 0.0
+	for i, pi := range p {
+		cumulative += pi
+		if u <= cumulative {
+			return i
+		}
+	}
+	return len(p) - 1
+}
