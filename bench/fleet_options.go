@@ -1,0 +1,50 @@
+package bench
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+
+	"github.com/kvrouter/kvrouter/mockengine"
+)
+
+// FleetOptions describes the embedded fleet a sweep starts per point.
+type FleetOptions struct {
+	// Workers is the number of mock workers.
+	Workers int
+	// BlockSize is shared by the router and every worker.
+	BlockSize int
+	// Engine is every worker's engine config; WorkerID and BlockSize are
+	// filled in per worker.
+	Engine mockengine.Config
+	Logger *slog.Logger
+}
+
+// Register binds the fleet's flags, defaulting to the mock engine's
+// defaults.
+func (o *FleetOptions) Register(fs *flag.FlagSet) {
+	o.Engine = mockengine.DefaultConfig()
+	fs.IntVar(&o.Workers, "workers", 8, "mock workers in the fleet")
+	fs.IntVar(&o.BlockSize, "block-size", 16, "KV block size of the router and the workers")
+	fs.Float64Var(&o.Engine.Speedup, "speedup", 10, "mock engine: simulated time runs this many times faster than real time")
+	fs.Float64Var(&o.Engine.PrefillTokensPerSec, "prefill-tokens-per-sec", o.Engine.PrefillTokensPerSec, "mock engine: prompt tokens processed per simulated second")
+	fs.IntVar(&o.Engine.TotalKVBlocks, "kv-blocks", o.Engine.TotalKVBlocks, "mock engine: KV cache capacity per worker, in blocks")
+	fs.IntVar(&o.Engine.MaxNumSeqs, "max-num-seqs", o.Engine.MaxNumSeqs, "mock engine: running requests per worker")
+}
+
+// Validate checks the options before anything is started.
+func (o FleetOptions) Validate() error {
+	if o.Workers <= 0 {
+		return fmt.Errorf("fleet needs at least one worker, got %d", o.Workers)
+	}
+	e := o.Engine
+	e.BlockSize = o.BlockSize
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	if o.BlockSize <= 0 {
+		return errors.New("block size must be > 0")
+	}
+	return nil
+}
