@@ -251,7 +251,7 @@ func TestReferencedBlocksAreNeverEvicted(t *testing.T) {
 	long := seqTokens(1, 12) // 3 blocks, grows to 5 with output
 	mustAdd(t, r, "long", long, 8)
 	_, hl := hashesOf(long, 4)
-	first, _ := r.Step() // prefill: long holds 3 blocks
+	first, _ := r.Step()                        // prefill: long holds 3 blocks
 	mustAdd(t, r, "big", seqTokens(500, 16), 1) // needs 4 blocks: must wait
 	second, _ := r.Step()
 	if st := r.Stats(); st.Waiting != 1 || st.Running != 1 {

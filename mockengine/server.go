@@ -1,0 +1,238 @@
+package mockengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+// ServerConfig configures a mock worker: its engine and its front end.
+type ServerConfig struct {
+	Engine Config
+	// HeartbeatInterval is the period of heartbeats (sent only with a
+	// publisher).
+	HeartbeatInterval time.Duration
+	// PublicURL is the URL announced in heartbeats; empty means
+	// http://<listener address> (the host name for a wildcard address).
+	PublicURL string
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64
+	// ShutdownGrace is how long in-flight requests may run on after the
+	// serve context ends before they are cut off.
+	ShutdownGrace time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultServerConfig returns the mock worker's defaults.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		Engine:            DefaultConfig(),
+		HeartbeatInterval: time.Second,
+		MaxBodyBytes:      16 << 20,
+		ShutdownGrace:     5 * time.Second,
+	}
+}
+
+// Validate checks the front end's fields and the engine's.
+func (c ServerConfig) Validate() error {
+	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.HeartbeatInterval <= 0:
+		return fmt.Errorf("%w: heartbeat interval %v must be positive", ErrInvalidConfig, c.HeartbeatInterval)
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("%w: max body bytes %d must be positive", ErrInvalidConfig, c.MaxBodyBytes)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("%w: shutdown grace %v must not be negative", ErrInvalidConfig, c.ShutdownGrace)
+	}
+	return nil
+}
+
+// Server is a mock worker: an Engine behind an OpenAI-style HTTP API,
+// publishing its KV events and heartbeats.
+type Server struct {
+	cfg     ServerConfig
+	engine  *Engine
+	pub     Publisher
+	events  *eventQueue
+	metrics *serverMetrics
+	log     *slog.Logger
+	handler http.Handler
+
+	mu      sync.Mutex
+	url     string
+	serving bool
+}
+
+// ErrAlreadyServing is returned by a second Serve.
+var ErrAlreadyServing = errors.New("mock worker is already serving")
+
+// NewServer builds a mock worker. pub may be nil: then no events or
+// heartbeats are sent (the engine still caches).
+func NewServer(cfg ServerConfig, pub Publisher) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, pub: pub, events: newEventQueue(), log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	engine, err := NewEngine(cfg.Engine, s.enqueueEvent)
+	if err != nil {
+		return nil, err
+	}
+	s.engine = engine
+	s.metrics = newServerMetrics(engine, cfg.Engine.ModelName)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Engine returns the simulated engine, for stats and tests.
+func (s *Server) Engine() *Engine { return s.engine }
+
+// Handler returns the HTTP API, for serving it elsewhere (httptest). The
+// engine only makes progress while Serve or Engine().Run runs.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// URL is the advertised base URL once Serve has started, else "".
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusBadRequest, "the mock worker has no chat template: send token ids to /v1/completions")
+	})
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.engine.Stats())
+	})
+	mux.HandleFunc("POST /reset_prefix_cache", s.resetPrefixCache)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
+		"id": s.cfg.Engine.ModelName, "object": "model", "owned_by": "kvrouter-mockworker",
+		"max_model_len": s.cfg.Engine.TotalKVBlocks * s.cfg.Engine.BlockSize,
+	}}})
+}
+
+func (s *Server) resetPrefixCache(w http.ResponseWriter, _ *http.Request) {
+	if err := s.engine.ResetPrefixCache(); err != nil {
+		writeError(w, http.StatusConflict, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Serve runs the worker on ln until ctx ends: the engine, the API, event
+// publishing and heartbeats. On shutdown it stops accepting, lets requests
+// in flight finish for ShutdownGrace, stops the engine, announces Cleared
+// for every rank (the cache dies with the process) and publishes every
+// remaining event. It returns nil after a shutdown requested by ctx.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	if s.serving {
+		s.mu.Unlock()
+		return ErrAlreadyServing
+	}
+	s.serving = true
+	s.url = s.cfg.PublicURL
+	if s.url == "" {
+		s.url = advertisedURL(ln.Addr())
+	}
+	url := s.url
+	s.mu.Unlock()
+
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	defer stopEngine()
+	var engineDone sync.WaitGroup
+	engineDone.Go(func() { _ = s.engine.Run(engineCtx) })
+
+	stopPublishing := make(chan struct{})
+	var publishers sync.WaitGroup
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	defer stopHeartbeats()
+	if s.pub != nil {
+		publishers.Go(func() { s.publishEvents(stopPublishing) })
+		publishers.Go(func() { s.heartbeats(hbCtx, url) })
+	}
+
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	s.log.Info("mock worker serving", "url", url, "worker_id", uint64(s.cfg.Engine.WorkerID),
+		"dp_size", s.cfg.Engine.DPSize, "block_size", s.cfg.Engine.BlockSize, "total_kv_blocks", s.cfg.Engine.TotalKVBlocks)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+		serveErr = fmt.Errorf("serve http on %s: %w", ln.Addr(), serveErr)
+	}
+
+	grace, cancelGrace := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	shutdownErr := srv.Shutdown(grace)
+	cancelGrace()
+	stopEngine() // ends every stream still open with ErrStopped
+	if shutdownErr != nil {
+		_ = srv.Close()
+	}
+	engineDone.Wait()
+	if err := s.engine.ResetPrefixCache(); err != nil {
+		s.log.Warn("could not announce the cache as cleared", "err", err)
+	}
+	stopHeartbeats()
+	close(stopPublishing)
+	publishers.Wait()
+	s.log.Info("mock worker stopped", "url", url)
+	return serveErr
+}
+
+// advertisedURL turns a listener address into a base URL others can use.
+func advertisedURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil && name != "" {
+			host = name
+		} else {
+			host = "127.0.0.1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// enqueueEvent is the engine's event callback: it must not block.
+func (s *Server) enqueueEvent(ev kv.Event) {
+	if s.pub != nil {
+		s.events.push(ev)
+	}
+}
