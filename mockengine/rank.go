@@ -191,6 +191,31 @@ func (r *Rank) Idle() bool { return len(r.running) == 0 && len(r.waiting) == 0 }
 // Now is the rank's model time: the sum of the completed steps.
 func (r *Rank) Now() time.Duration { return r.now }
 
+// AdvanceTo moves the model clock forward to t while no batch is in
+// flight, for offline simulations in which a rank sits idle until the next
+// arrival. Earlier times are ignored: the clock never goes back.
+func (r *Rank) AdvanceTo(t time.Duration) {
+	if r.inFlight == nil && t > r.now {
+		r.now = t
+	}
+}
+
+// CachedPrefixTokens is how many leading tokens of prompt a request
+// admitted now would find in the prefix cache (the last block is always
+// recomputed, so at most len(prompt)-1, rounded down to a block).
+func (r *Rank) CachedPrefixTokens(prompt []uint32) int {
+	bs := r.cfg.BlockSize
+	_, hashes := chainedHashes(prompt[:(max(len(prompt)-1, 0)/bs)*bs], bs, nil, nil)
+	n := 0
+	for _, h := range hashes {
+		if r.pool.lookup(h) == nil {
+			break
+		}
+		n++
+	}
+	return n * bs
+}
+
 // Step schedules and completes one batch at once, for callers that keep
 // model time only (tests, offline simulation). It returns nil outputs and
 // false when the rank is idle.
