@@ -57,41 +57,52 @@ func parsePrompt(raw json.RawMessage) ([]uint32, error) {
 	return batch[0], nil
 }
 
-// parseCompletion decodes and checks a completion body; header is the
-// fallback for the dp rank. A missing rank is -1 (least loaded).
-func parseCompletion(body []byte, rankHeader string) (completionRequest, []uint32, int, int, error) {
+// parsedCompletion is a checked completion request.
+type parsedCompletion struct {
+	prompt       []uint32
+	maxTokens    int
+	dpRank       int // -1: none asked for, use the least loaded rank
+	stream       bool
+	includeUsage bool
+}
+
+// parseCompletion decodes and checks a completion body; rankHeader
+// (X-Dp-Rank) is the fallback for the body's dp_rank.
+func parseCompletion(body []byte, rankHeader string) (parsedCompletion, error) {
 	var req completionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return req, nil, 0, 0, badRequest("malformed JSON body: %v", err)
+		return parsedCompletion{}, badRequest("malformed JSON body: %v", err)
 	}
 	prompt, err := parsePrompt(req.Prompt)
 	if err != nil {
-		return req, nil, 0, 0, err
+		return parsedCompletion{}, err
 	}
-	maxTokens := DefaultMaxTokens
+	p := parsedCompletion{
+		prompt: prompt, maxTokens: DefaultMaxTokens, dpRank: -1, stream: req.Stream,
+		includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+	}
 	if req.MaxTokens != nil {
-		maxTokens = *req.MaxTokens
+		p.maxTokens = *req.MaxTokens
 	}
-	if maxTokens < 1 {
-		return req, nil, 0, 0, badRequest("max_tokens must be at least 1, got %d", maxTokens)
+	if p.maxTokens < 1 {
+		return parsedCompletion{}, badRequest("max_tokens must be at least 1, got %d", p.maxTokens)
 	}
-	rank := -1
 	switch {
 	case req.DpRank != nil:
-		rank = *req.DpRank
+		p.dpRank = *req.DpRank
 	case rankHeader != "":
 		n, err := strconv.Atoi(rankHeader)
 		if err != nil {
-			return req, nil, 0, 0, badRequest("X-Dp-Rank header %q is not an integer", rankHeader)
+			return parsedCompletion{}, badRequest("X-Dp-Rank header %q is not an integer", rankHeader)
 		}
-		rank = n
+		p.dpRank = n
+	default:
+		return p, nil
 	}
-	if req.DpRank != nil || rankHeader != "" {
-		if rank < 0 {
-			return req, nil, 0, 0, badRequest("dp_rank must not be negative, got %d", rank)
-		}
+	if p.dpRank < 0 {
+		return parsedCompletion{}, badRequest("dp_rank must not be negative, got %d", p.dpRank)
 	}
-	return req, prompt, maxTokens, rank, nil
+	return p, nil
 }
 
 // Wire shapes of responses.
@@ -147,13 +158,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read body: %v", err)
 		return
 	}
-	req, prompt, maxTokens, rank, err := parseCompletion(body, r.Header.Get("X-Dp-Rank"))
+	p, err := parseCompletion(body, r.Header.Get("X-Dp-Rank"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	started := time.Now()
-	stream, err := s.engine.Submit(Request{Prompt: prompt, MaxTokens: maxTokens}, rank)
+	stream, err := s.engine.Submit(Request{Prompt: p.prompt, MaxTokens: p.maxTokens}, p.dpRank)
 	switch {
 	case errors.Is(err, ErrStopped):
 		writeError(w, http.StatusServiceUnavailable, "%v", err)
@@ -175,8 +186,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			ID: "cmpl-" + stream.ID, Object: "text_completion", Created: started.Unix(), Model: s.cfg.Engine.ModelName,
 		},
 	}
-	if req.Stream {
-		c.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	if p.stream {
+		c.includeUsage = p.includeUsage
 		c.serveStream()
 	} else {
 		c.serveWhole()
