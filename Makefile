@@ -1,5 +1,6 @@
 # kvrouter — see README.md. Every target installs what it needs.
-GO            ?= go
+GO            ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/...
 
