@@ -1,0 +1,120 @@
+package index
+
+import "github.com/kvrouter/kvrouter/kv"
+
+// holder is one rank's claim on a node: the rank's interned id and the
+// engine's name for the block on that rank.
+type holder struct {
+	ext kv.ExternalBlockHash
+	id  uint32
+}
+
+// node is one block of the radix tree. It is kept at 56 bytes (the 64-byte
+// size class): a single child is stored inline and a map is only built for
+// two or more, because most nodes below the first few levels of a prompt
+// tree have exactly one child.
+type node struct {
+	hash    kv.LocalBlockHash
+	parent  *node
+	child   *node                       // the only child, when there is exactly one
+	kids    map[kv.LocalBlockHash]*node // all children, when there are two or more
+	holders []holder                    // sorted by id, no duplicates
+}
+
+func (n *node) childOf(h kv.LocalBlockHash) *node {
+	if n.child != nil {
+		if n.child.hash == h {
+			return n.child
+		}
+		return nil
+	}
+	if n.kids != nil {
+		return n.kids[h]
+	}
+	return nil
+}
+
+func (n *node) addChild(c *node) {
+	switch {
+	case n.kids != nil:
+		n.kids[c.hash] = c
+	case n.child != nil:
+		n.kids = map[kv.LocalBlockHash]*node{n.child.hash: n.child, c.hash: c}
+		n.child = nil
+	default:
+		n.child = c
+	}
+	c.parent = n
+}
+
+func (n *node) removeChild(c *node) {
+	switch {
+	case n.child == c:
+		n.child = nil
+	case n.kids != nil:
+		delete(n.kids, c.hash)
+		if len(n.kids) == 1 {
+			for _, only := range n.kids {
+				n.child = only
+			}
+			n.kids = nil
+		}
+	}
+	c.parent = nil
+}
+
+func (n *node) childCount() int {
+	if n.child != nil {
+		return 1
+	}
+	return len(n.kids)
+}
+
+// eachChild calls fn for every child; fn must not add or remove children.
+func (n *node) eachChild(fn func(*node)) {
+	if n.child != nil {
+		fn(n.child)
+		return
+	}
+	for _, c := range n.kids {
+		fn(c)
+	}
+}
+
+// find returns the index of id in holders, or where it would be inserted
+// and false.
+func (n *node) find(id uint32) (int, bool) {
+	lo, hi := 0, len(n.holders)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if n.holders[mid].id < id {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, lo < len(n.holders) && n.holders[lo].id == id
+}
+
+func (n *node) has(id uint32) bool {
+	_, ok := n.find(id)
+	return ok
+}
+
+func (n *node) insertHolder(at int, h holder) {
+	n.holders = append(n.holders, holder{})
+	copy(n.holders[at+1:], n.holders[at:])
+	n.holders[at] = h
+}
+
+// deleteHolder removes holders[at]. When a set that once grew large has
+// mostly emptied, it is copied into a right-sized slice so churn does not
+// pin memory.
+func (n *node) deleteHolder(at int) {
+	n.holders = append(n.holders[:at], n.holders[at+1:]...)
+	if l := len(n.holders); l == 0 {
+		n.holders = nil
+	} else if cap(n.holders) >= 16 && l <= cap(n.holders)/4 {
+		n.holders = append([]holder(nil), n.holders...)
+	}
+}

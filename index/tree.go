@@ -1,0 +1,347 @@
+package index
+
+import (
+	"fmt"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+// Tree is the radix tree of one storage tier. It is not safe for
+// concurrent use: a shard owns it and serialises access.
+type Tree struct {
+	root    node
+	ranks   []rankState
+	ids     map[kv.WorkerWithDpRank]uint32
+	free    []uint32
+	entries int // (rank, block) entries, i.e. the sum of lookup sizes
+	nodes   int // nodes excluding the root
+
+	counters Counters
+
+	// onDrop, when set, learns of every entry that leaves the tree for any
+	// reason; approximate mode uses it to forget the entry's TTL.
+	onDrop func(id uint32, ext kv.ExternalBlockHash)
+
+	// scratch buffers reused across calls to keep Apply allocation-free
+	stack   []*node
+	doomed  []*node
+	targets []*node
+	seen    map[kv.ExternalBlockHash]struct{}
+}
+
+// NewTree returns an empty tree.
+func NewTree() *Tree {
+	return &Tree{ids: make(map[kv.WorkerWithDpRank]uint32)}
+}
+
+// Counters returns a copy of the running totals.
+func (t *Tree) Counters() Counters { return t.counters }
+
+// CounterMap returns the counters keyed by snake_case name.
+func (t *Tree) CounterMap() map[string]uint64 { return t.counters.Map() }
+
+// Len is the number of (rank, block) entries indexed.
+func (t *Tree) Len() int { return t.entries }
+
+// Nodes is the number of distinct blocks (tree nodes) indexed.
+func (t *Tree) Nodes() int { return t.nodes }
+
+// WorkerBlockCounts returns how many blocks every known rank holds,
+// including ranks emptied by a Cleared event.
+func (t *Tree) WorkerBlockCounts() map[kv.WorkerWithDpRank]uint64 {
+	out := make(map[kv.WorkerWithDpRank]uint64, len(t.ids))
+	for r, id := range t.ids {
+		out[r] = uint64(len(t.ranks[id].blocks))
+	}
+	return out
+}
+
+// Apply applies one KV event. Errors wrap one of the package's sentinels;
+// whatever the input, the tree stays consistent.
+func (t *Tree) Apply(ev *kv.Event) error {
+	if ev == nil {
+		t.counters.InvalidEvent++
+		return fmt.Errorf("nil event: %w", ErrInvalidEvent)
+	}
+	if err := ev.Validate(); err != nil {
+		t.counters.InvalidEvent++
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	var err error
+	switch ev.Kind {
+	case kv.EventStored:
+		err = t.applyStored(ev)
+	case kv.EventRemoved:
+		err = t.applyRemoved(ev)
+	case kv.EventCleared:
+		t.clearWorker(ev.Worker.WorkerID)
+	}
+	if err == nil {
+		t.counters.EventsApplied++
+	}
+	return err
+}
+
+func (t *Tree) applyStored(ev *kv.Event) error {
+	if err := t.checkSelfReference(ev); err != nil {
+		t.counters.InvalidSequence++
+		return err
+	}
+	parent := &t.root
+	var id uint32
+	if ev.HasParent {
+		pid, known := t.ids[ev.Worker]
+		var p *node
+		if known {
+			p = t.ranks[pid].blocks[ev.ParentHash]
+		}
+		if p == nil {
+			t.counters.ParentNotFound++
+			return fmt.Errorf("stored event %d from %s: parent %d: %w",
+				ev.EventID, ev.Worker, ev.ParentHash, ErrParentNotFound)
+		}
+		parent, id = p, pid
+	} else {
+		id = t.internRank(ev.Worker)
+	}
+	for i, b := range ev.Blocks {
+		next, err := t.storeBlock(parent, id, b)
+		if err != nil {
+			t.counters.InvalidSequence++
+			return fmt.Errorf("stored event %d from %s, block %d (hash %d): %w",
+				ev.EventID, ev.Worker, i, b.BlockHash, err)
+		}
+		parent = next
+	}
+	return nil
+}
+
+// checkSelfReference rejects a chain that names one engine hash twice, or
+// its parent's hash again: applying it would make a block its own ancestor.
+func (t *Tree) checkSelfReference(ev *kv.Event) error {
+	blocks := ev.Blocks
+	bad := func(h kv.ExternalBlockHash) error {
+		return fmt.Errorf("stored event %d from %s repeats engine hash %d: %w",
+			ev.EventID, ev.Worker, h, ErrInvalidBlockSequence)
+	}
+	if ev.HasParent {
+		for _, b := range blocks {
+			if b.BlockHash == ev.ParentHash {
+				return bad(b.BlockHash)
+			}
+		}
+	}
+	if len(blocks) <= 32 {
+		for i := 1; i < len(blocks); i++ {
+			for j := 0; j < i; j++ {
+				if blocks[i].BlockHash == blocks[j].BlockHash {
+					return bad(blocks[i].BlockHash)
+				}
+			}
+		}
+		return nil
+	}
+	if t.seen == nil {
+		t.seen = make(map[kv.ExternalBlockHash]struct{}, len(blocks))
+	}
+	defer clear(t.seen)
+	for _, b := range blocks {
+		if _, dup := t.seen[b.BlockHash]; dup {
+			return bad(b.BlockHash)
+		}
+		t.seen[b.BlockHash] = struct{}{}
+	}
+	return nil
+}
+
+// storeBlock records that rank id holds block b under parent, and returns
+// the block's node. The parent is the root or a node id holds.
+func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, error) {
+	rs := &t.ranks[id]
+	child := parent.childOf(b.TokensHash)
+	named := rs.blocks[b.BlockHash]
+	if named != nil && named == child {
+		t.counters.DuplicateStore++
+		return child, nil
+	}
+	if named != nil {
+		// The engine reuses a name we attribute to another block. Moving it
+		// must not pull the parent chain out from under us.
+		if isAncestorOrSelf(named, parent) {
+			return nil, ErrInvalidBlockSequence
+		}
+		dropped := t.dropSubtree(named, id)
+		t.counters.Moved++
+		t.counters.CascadeRemoved += uint64(dropped - 1)
+	}
+	if child == nil {
+		child = &node{hash: b.TokensHash}
+		parent.addChild(child)
+		t.nodes++
+	}
+	at, held := child.find(id)
+	if held {
+		// Same content under the same parent, new engine name: latest wins.
+		delete(rs.blocks, child.holders[at].ext)
+		child.holders[at].ext = b.BlockHash
+		rs.blocks[b.BlockHash] = child
+		t.counters.Rekeyed++
+		return child, nil
+	}
+	child.insertHolder(at, holder{ext: b.BlockHash, id: id})
+	rs.blocks[b.BlockHash] = child
+	t.entries++
+	t.counters.StoredBlocks++
+	return child, nil
+}
+
+// isAncestorOrSelf reports whether a lies on the path from n to the root.
+func isAncestorOrSelf(a, n *node) bool {
+	for ; n != nil; n = n.parent {
+		if n == a {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Tree) applyRemoved(ev *kv.Event) error {
+	id, known := t.ids[ev.Worker]
+	// Resolve the whole batch first: removing a parent drops the rank's
+	// descendants, and a batch often lists a parent before its children.
+	t.targets = t.targets[:0]
+	missing := 0
+	var firstMissing kv.ExternalBlockHash
+	for _, h := range ev.Removed {
+		var n *node
+		if known {
+			n = t.ranks[id].blocks[h]
+		}
+		if n == nil {
+			if missing == 0 {
+				firstMissing = h
+			}
+			missing++
+			continue
+		}
+		t.targets = append(t.targets, n)
+	}
+	for _, n := range t.targets {
+		if n.has(id) { // else already dropped with an ancestor in this batch
+			dropped := t.dropSubtree(n, id)
+			t.counters.RemovedBlocks++
+			t.counters.CascadeRemoved += uint64(dropped - 1)
+		}
+	}
+	t.targets = t.targets[:0]
+	if missing > 0 {
+		t.counters.RemoveUnknown += uint64(missing)
+		return fmt.Errorf("removed event %d from %s: %d unknown hashes (first %d): %w",
+			ev.EventID, ev.Worker, missing, firstMissing, ErrBlockNotFound)
+	}
+	return nil
+}
+
+// dropSubtree removes rank id from n and from every descendant of n it
+// holds, unlinking nodes left without holders. Under the subset invariant the descendants id holds form a
+// connected subtree below n, so the walk never visits foreign branches.
+// It returns how many entries were dropped, n's included.
+func (t *Tree) dropSubtree(n *node, id uint32) int {
+	t.doomed = t.doomed[:0]
+	t.stack = append(t.stack[:0], n)
+	for len(t.stack) > 0 {
+		top := t.stack[len(t.stack)-1]
+		t.stack = t.stack[:len(t.stack)-1]
+		t.doomed = append(t.doomed, top)
+		top.eachChild(func(c *node) {
+			if c.has(id) {
+				t.stack = append(t.stack, c)
+			}
+		})
+	}
+	// Pre-order reversed: every node is handled after its descendants, so
+	// a node emptied here has no children left when it is unlinked.
+	dropped := len(t.doomed)
+	for i := dropped - 1; i >= 0; i-- {
+		t.dropEntry(t.doomed[i], id)
+	}
+	t.doomed = t.doomed[:0]
+	return dropped
+}
+
+// dropEntry removes rank id from one node (which must hold it) and unlinks
+// the node if nobody holds it any more.
+func (t *Tree) dropEntry(n *node, id uint32) {
+	at, ok := n.find(id)
+	if !ok {
+		return
+	}
+	ext := n.holders[at].ext
+	n.deleteHolder(at)
+	delete(t.ranks[id].blocks, ext)
+	t.entries--
+	if len(n.holders) == 0 && n.parent != nil {
+		n.parent.removeChild(n)
+		t.nodes--
+	}
+	if t.onDrop != nil {
+		t.onDrop(id, ext)
+	}
+}
+
+// clearWorker empties every rank of a worker and keeps the ranks known, as
+// Dynamo's clear_all_blocks does for a Cleared event.
+func (t *Tree) clearWorker(w kv.WorkerID) {
+	t.counters.Cleared++
+	for _, id := range t.ranksOf(w) {
+		t.counters.ClearedBlocks += uint64(t.emptyRank(id))
+	}
+}
+
+// RemoveWorker drops every rank of a worker and forgets them.
+func (t *Tree) RemoveWorker(w kv.WorkerID) {
+	ids := t.ranksOf(w)
+	if len(ids) == 0 {
+		t.counters.UnknownWorkerRemoved++
+		return
+	}
+	t.counters.WorkersRemoved++
+	for _, id := range ids {
+		t.counters.RemovedByWorker += uint64(t.emptyRank(id))
+		t.releaseRank(id)
+	}
+}
+
+// emptyRank removes every block of a rank and returns how many there were.
+// The lookup map is replaced rather than emptied so its memory is freed.
+func (t *Tree) emptyRank(id uint32) int {
+	rs := &t.ranks[id]
+	n := len(rs.blocks)
+	for _, nd := range rs.blocks {
+		// Deleting entries not yet reached is allowed during range; they
+		// are simply not produced.
+		t.dropSubtree(nd, id)
+	}
+	rs.blocks = make(map[kv.ExternalBlockHash]*node)
+	return n
+}
+
+// has reports whether rank r holds engine block h (for approximate mode).
+func (t *Tree) has(r kv.WorkerWithDpRank, h kv.ExternalBlockHash) bool {
+	id, ok := t.ids[r]
+	return ok && t.ranks[id].blocks[h] != nil
+}
+
+// removeBlock drops one block and the rank's blocks below it, returning
+// how many entries went (0 when the rank did not hold the block).
+func (t *Tree) removeBlock(r kv.WorkerWithDpRank, h kv.ExternalBlockHash) int {
+	id, ok := t.ids[r]
+	if !ok {
+		return 0
+	}
+	n := t.ranks[id].blocks[h]
+	if n == nil {
+		return 0
+	}
+	return t.dropSubtree(n, id)
+}

@@ -1,0 +1,48 @@
+package index
+
+import "github.com/kvrouter/kvrouter/kv"
+
+// rankState is everything a tree keeps per worker rank. Ranks are interned
+// to small ids so node holder sets store 4 bytes per rank, not 16.
+type rankState struct {
+	rank   kv.WorkerWithDpRank
+	live   bool
+	blocks map[kv.ExternalBlockHash]*node // engine hash -> node, this rank's lookup
+}
+
+// internRank returns the id of a rank, registering it if new. Ids of
+// removed workers are reused; by then no node holds them.
+func (t *Tree) internRank(r kv.WorkerWithDpRank) uint32 {
+	if id, ok := t.ids[r]; ok {
+		return id
+	}
+	var id uint32
+	if n := len(t.free); n > 0 {
+		id = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		id = uint32(len(t.ranks))
+		t.ranks = append(t.ranks, rankState{})
+	}
+	t.ranks[id] = rankState{rank: r, live: true, blocks: make(map[kv.ExternalBlockHash]*node)}
+	t.ids[r] = id
+	return id
+}
+
+// releaseRank forgets a rank whose blocks are all gone.
+func (t *Tree) releaseRank(id uint32) {
+	delete(t.ids, t.ranks[id].rank)
+	t.ranks[id] = rankState{}
+	t.free = append(t.free, id)
+}
+
+// ranksOf lists the ids of every known rank of a worker.
+func (t *Tree) ranksOf(w kv.WorkerID) []uint32 {
+	var out []uint32
+	for id := range t.ranks {
+		if rs := &t.ranks[id]; rs.live && rs.rank.WorkerID == w {
+			out = append(out, uint32(id))
+		}
+	}
+	return out
+}
