@@ -4,13 +4,13 @@ package index
 // only grow (except when a new tree replaces an old one) so they map onto
 // Prometheus counters.
 type Counters struct {
-	EventsApplied  uint64 // events applied without error
-	StoredBlocks   uint64 // (rank, block) entries added by Stored events
-	RemovedBlocks  uint64 // entries removed because a Removed event named them
-	CascadeRemoved uint64 // entries removed because an ancestor was removed for the same rank
-	Cleared        uint64 // Cleared events
-	ClearedBlocks  uint64 // entries removed by Cleared events
-	WorkersRemoved uint64 // RemoveWorker calls that found the worker
+	EventsApplied   uint64 // events applied without error
+	StoredBlocks    uint64 // (rank, block) entries added by Stored events
+	RemovedBlocks   uint64 // entries removed because a Removed event named them
+	CascadeRemoved  uint64 // entries removed because an ancestor was removed for the same rank
+	Cleared         uint64 // Cleared events
+	ClearedBlocks   uint64 // entries removed by Cleared events
+	WorkersRemoved  uint64 // RemoveWorker calls that found the worker
 	RemovedByWorker uint64 // entries removed by RemoveWorker
 
 	ParentNotFound       uint64 // Stored events skipped: parent unknown

@@ -1,0 +1,412 @@
+package index
+
+import (
+	"errors"
+	"maps"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+var (
+	w1 = rank(1, 0)
+	w2 = rank(2, 0)
+	w3 = rank(3, 0)
+	// w1r1 is a second data-parallel rank of worker 1.
+	w1r1 = rank(1, 1)
+)
+
+func TestTreeApply(t *testing.T) {
+	type scores = map[kv.WorkerWithDpRank]uint32
+	tests := []struct {
+		name    string
+		setup   []*kv.Event
+		ev      *kv.Event
+		wantErr error
+		query   []uint64
+		want    scores
+		wantLen int
+		counter func(Counters) (got, want uint64)
+	}{
+		{
+			name:    "stored chain from root",
+			ev:      storedRoot(w1, chain(1, 1, 2, 3)...),
+			query:   []uint64{1, 2, 3, 4},
+			want:    scores{w1: 3},
+			wantLen: 3,
+			counter: func(c Counters) (uint64, uint64) { return c.StoredBlocks, 3 },
+		},
+		{
+			name:    "stored under a parent extends the chain",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1, 2)...)},
+			ev:      storedUnder(w1, 1002, chain(1, 3)...),
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 3},
+			wantLen: 3,
+		},
+		{
+			name:    "unknown parent skips the whole event",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1)...)},
+			ev:      storedUnder(w1, 999, chain(1, 2, 3)...),
+			wantErr: ErrParentNotFound,
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 1},
+			wantLen: 1,
+			counter: func(c Counters) (uint64, uint64) { return c.ParentNotFound, 1 },
+		},
+		{
+			name:    "parent held by another rank only is not found",
+			setup:   []*kv.Event{storedRoot(w2, chain(1, 1)...)},
+			ev:      storedUnder(w1, 1001, chain(1, 2)...),
+			wantErr: ErrParentNotFound,
+			query:   []uint64{1, 2},
+			want:    scores{w2: 1},
+			wantLen: 1,
+		},
+		{
+			name:    "duplicate store is a counted no-op",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1, 2)...)},
+			ev:      storedRoot(w1, chain(1, 1, 2)...),
+			query:   []uint64{1, 2},
+			want:    scores{w1: 2},
+			wantLen: 2,
+			counter: func(c Counters) (uint64, uint64) { return c.DuplicateStore, 2 },
+		},
+		{
+			name:    "removed leaf",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1, 2, 3)...)},
+			ev:      removed(w1, 1003),
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 2},
+			wantLen: 2,
+			counter: func(c Counters) (uint64, uint64) { return c.RemovedBlocks, 1 },
+		},
+		{
+			name:    "removed unknown hash still applies the rest",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1, 2, 3)...)},
+			ev:      removed(w1, 42, 1003, 43),
+			wantErr: ErrBlockNotFound,
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 2},
+			wantLen: 2,
+			counter: func(c Counters) (uint64, uint64) { return c.RemoveUnknown, 2 },
+		},
+		{
+			name:    "removed from an unknown rank",
+			ev:      removed(w3, 1),
+			wantErr: ErrBlockNotFound,
+			want:    scores{},
+			counter: func(c Counters) (uint64, uint64) { return c.RemoveUnknown, 1 },
+		},
+		{
+			name: "removing a middle block drops the rank's descendants only",
+			setup: []*kv.Event{
+				storedRoot(w1, chain(1, 1, 2, 3)...),
+				storedRoot(w2, chain(2, 1, 2, 3)...),
+			},
+			ev:      removed(w1, 1002),
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 1, w2: 3},
+			wantLen: 4,
+			counter: func(c Counters) (uint64, uint64) { return c.CascadeRemoved, 1 },
+		},
+		{
+			name:    "batch listing a parent before its child reports no unknown",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1, 2, 3)...)},
+			ev:      removed(w1, 1002, 1003),
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 1},
+			wantLen: 1,
+			counter: func(c Counters) (uint64, uint64) { return c.RemoveUnknown, 0 },
+		},
+		{
+			name: "cleared empties every dp rank of the worker",
+			setup: []*kv.Event{
+				storedRoot(w1, chain(1, 1, 2)...),
+				storedRoot(w1r1, chain(1, 1, 2)...),
+				storedRoot(w2, chain(2, 1)...),
+			},
+			ev:      cleared(1),
+			query:   []uint64{1, 2},
+			want:    scores{w2: 1},
+			wantLen: 1,
+			counter: func(c Counters) (uint64, uint64) { return c.ClearedBlocks, 4 },
+		},
+		{
+			name:    "same content under a new engine hash re-keys the block",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1, 2)...)},
+			ev:      storedUnder(w1, 1001, blk(7777, 2)),
+			query:   []uint64{1, 2},
+			want:    scores{w1: 2},
+			wantLen: 2,
+			counter: func(c Counters) (uint64, uint64) { return c.Rekeyed, 1 },
+		},
+		{
+			name: "engine hash reused for other content moves it",
+			setup: []*kv.Event{
+				storedRoot(w1, chain(1, 1, 2, 3)...),
+			},
+			// 1002 named block 2 under 1; now it names block 9 at the root.
+			ev:      storedRoot(w1, blk(1002, 9)),
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 1},
+			wantLen: 2,
+			counter: func(c Counters) (uint64, uint64) { return c.Moved, 1 },
+		},
+		{
+			name:    "block naming its own parent is rejected whole",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1)...)},
+			ev:      storedUnder(w1, 1001, blk(5, 2), blk(1001, 3)),
+			wantErr: ErrInvalidBlockSequence,
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 1},
+			wantLen: 1,
+			counter: func(c Counters) (uint64, uint64) { return c.InvalidSequence, 1 },
+		},
+		{
+			name:    "engine hash repeated inside one chain is rejected whole",
+			ev:      storedRoot(w1, blk(5, 1), blk(6, 2), blk(5, 3)),
+			wantErr: ErrInvalidBlockSequence,
+			query:   []uint64{1, 2, 3},
+			want:    scores{},
+			wantLen: 0,
+		},
+		{
+			name:    "chain naming an ancestor stops there",
+			setup:   []*kv.Event{storedRoot(w1, chain(1, 1, 2)...)},
+			ev:      storedUnder(w1, 1002, blk(50, 3), blk(1001, 4)),
+			wantErr: ErrInvalidBlockSequence,
+			query:   []uint64{1, 2, 3, 4},
+			want:    scores{w1: 3},
+			wantLen: 3,
+		},
+		{
+			name:    "stored without blocks is invalid",
+			ev:      storedRoot(w1),
+			wantErr: ErrInvalidEvent,
+			want:    scores{},
+			counter: func(c Counters) (uint64, uint64) { return c.InvalidEvent, 1 },
+		},
+		{
+			name:    "unknown kind is invalid",
+			ev:      &kv.Event{Worker: w1, Kind: 77},
+			wantErr: ErrInvalidEvent,
+			want:    scores{},
+		},
+		{
+			name:    "nil event is invalid",
+			ev:      nil,
+			wantErr: ErrInvalidEvent,
+			want:    scores{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTree()
+			mustApply(t, tr, tt.setup...)
+			err := tr.Apply(tt.ev)
+			if tt.wantErr == nil && err != nil {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("error %v, want %v", err, tt.wantErr)
+			}
+			if err := tr.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			got := scoresOf(tr, tt.query...)
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("scores %v, want %v", got, tt.want)
+			}
+			if tr.Len() != tt.wantLen {
+				t.Errorf("len %d, want %d", tr.Len(), tt.wantLen)
+			}
+			if tt.counter != nil {
+				if got, want := tt.counter(tr.Counters()); got != want {
+					t.Errorf("counter %d, want %d (%+v)", got, want, tr.Counters())
+				}
+			}
+		})
+	}
+}
+
+func TestRekeyForgetsOldHash(t *testing.T) {
+	tr := NewTree()
+	mustApply(t, tr, storedRoot(w1, chain(1, 1, 2)...), storedUnder(w1, 1001, blk(7777, 2)))
+	if err := tr.Apply(removed(w1, 1002)); !errors.Is(err, ErrBlockNotFound) {
+		t.Fatalf("removing the forgotten hash: %v", err)
+	}
+	mustApply(t, tr, storedUnder(w1, 7777, blk(8888, 3)), removed(w1, 7777))
+	if got := scoresOf(tr, 1, 2, 3); !maps.Equal(got, map[kv.WorkerWithDpRank]uint32{w1: 1}) {
+		t.Fatalf("scores %v", got)
+	}
+}
+
+func TestEmptyNodesAreUnlinked(t *testing.T) {
+	tr := NewTree()
+	mustApply(t, tr,
+		storedRoot(w1, chain(1, 1, 2, 3)...),
+		storedRoot(w2, chain(2, 1, 2)...),
+	)
+	if tr.Nodes() != 3 || tr.Len() != 5 {
+		t.Fatalf("nodes %d len %d", tr.Nodes(), tr.Len())
+	}
+	mustApply(t, tr, removed(w1, 1001))
+	if tr.Nodes() != 2 || tr.Len() != 2 {
+		t.Fatalf("after w1 drops its root block: nodes %d len %d", tr.Nodes(), tr.Len())
+	}
+	mustApply(t, tr, removed(w2, 2002, 2001))
+	if tr.Nodes() != 0 || tr.Len() != 0 {
+		t.Fatalf("after everything is removed: nodes %d len %d", tr.Nodes(), tr.Len())
+	}
+}
+
+func TestClearedKeepsRanksAndRemoveWorkerForgetsThem(t *testing.T) {
+	tr := NewTree()
+	mustApply(t, tr,
+		storedRoot(w1, chain(1, 1)...),
+		storedRoot(w1r1, chain(1, 1, 2)...),
+		storedRoot(w2, chain(2, 1)...),
+		cleared(1),
+	)
+	want := map[kv.WorkerWithDpRank]uint64{w1: 0, w1r1: 0, w2: 1}
+	if got := tr.WorkerBlockCounts(); !maps.Equal(got, want) {
+		t.Fatalf("after clear: %v, want %v", got, want)
+	}
+	tr.RemoveWorker(1)
+	tr.RemoveWorker(99)
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	want = map[kv.WorkerWithDpRank]uint64{w2: 1}
+	if got := tr.WorkerBlockCounts(); !maps.Equal(got, want) {
+		t.Fatalf("after remove: %v, want %v", got, want)
+	}
+	c := tr.Counters()
+	if c.WorkersRemoved != 1 || c.UnknownWorkerRemoved != 1 || c.Cleared != 1 || c.ClearedBlocks != 3 {
+		t.Fatalf("counters %+v", c)
+	}
+	// The freed id is reused without confusing the new rank with the old.
+	mustApply(t, tr, storedRoot(w3, chain(3, 1, 2)...))
+	if got := scoresOf(tr, 1, 2); !maps.Equal(got, map[kv.WorkerWithDpRank]uint32{w2: 1, w3: 2}) {
+		t.Fatalf("scores %v", got)
+	}
+}
+
+func TestFindMatchesDropOuts(t *testing.T) {
+	tr := NewTree()
+	mustApply(t, tr,
+		storedRoot(w1, chain(1, 1, 2, 3, 4, 5)...),
+		storedRoot(w2, chain(2, 1, 2, 3)...),
+		storedRoot(w3, chain(3, 1, 2, 9)...),
+		storedRoot(w1r1, chain(4, 7)...),
+	)
+	tests := []struct {
+		name  string
+		query []uint64
+		want  map[kv.WorkerWithDpRank]uint32
+	}{
+		{"full", []uint64{1, 2, 3, 4, 5, 6}, map[kv.WorkerWithDpRank]uint32{w1: 5, w2: 3, w3: 2}},
+		{"branch", []uint64{1, 2, 9}, map[kv.WorkerWithDpRank]uint32{w1: 2, w2: 2, w3: 3}},
+		{"other root", []uint64{7, 1}, map[kv.WorkerWithDpRank]uint32{w1r1: 1}},
+		{"miss", []uint64{8, 1, 2}, map[kv.WorkerWithDpRank]uint32{}},
+		{"empty", nil, map[kv.WorkerWithDpRank]uint32{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, early := range []bool{false, true} {
+				got := tr.FindMatches(locals(tt.query...), early)
+				if !maps.Equal(got.Scores, tt.want) {
+					t.Errorf("earlyExit=%v: %v, want %v", early, got.Scores, tt.want)
+				}
+				for r := range got.Scores {
+					if got.TreeSizes[r] != tr.WorkerBlockCounts()[r] {
+						t.Errorf("tree size of %s: %d", r, got.TreeSizes[r])
+					}
+				}
+				if len(got.TreeSizes) != len(got.Scores) {
+					t.Errorf("tree sizes for %d ranks, scores for %d", len(got.TreeSizes), len(got.Scores))
+				}
+			}
+		})
+	}
+}
+
+func TestDigestAndDump(t *testing.T) {
+	a := NewTree()
+	mustApply(t, a,
+		storedRoot(w1, chain(1, 1, 2, 3)...),
+		storedRoot(w2, chain(2, 1, 2)...),
+		storedUnder(w2, 2002, chain(2, 8, 9)...),
+		storedRoot(w1r1, chain(4, 5)...),
+	)
+	// Same content, other order, other engine hashes.
+	b := NewTree()
+	mustApply(t, b,
+		storedRoot(w1r1, chain(40, 5)...),
+		storedRoot(w2, chain(20, 1, 2, 8, 9)...),
+		storedRoot(w1, chain(10, 1, 2)...),
+		storedUnder(w1, 10002, chain(10, 3)...),
+	)
+	if a.Digest() != b.Digest() {
+		t.Fatal("same content, different digests")
+	}
+	mustApply(t, b, removed(w2, 20009))
+	if a.Digest() == b.Digest() {
+		t.Fatal("different content, same digest")
+	}
+	if NewTree().Digest() != 0 {
+		t.Fatal("empty tree digest is not zero")
+	}
+
+	dump := a.Dump()
+	if len(dump) != a.Len() {
+		t.Fatalf("dump has %d events for %d entries", len(dump), a.Len())
+	}
+	seen := map[kv.WorkerWithDpRank]map[kv.ExternalBlockHash]bool{}
+	for i, ev := range dump {
+		if ev.EventID != uint64(i) || len(ev.Blocks) != 1 || ev.Kind != kv.EventStored {
+			t.Fatalf("event %d malformed: %+v", i, ev)
+		}
+		if seen[ev.Worker] == nil {
+			seen[ev.Worker] = map[kv.ExternalBlockHash]bool{}
+		}
+		if ev.HasParent && !seen[ev.Worker][ev.ParentHash] {
+			t.Fatalf("event %d comes before its parent", i)
+		}
+		seen[ev.Worker][ev.Blocks[0].BlockHash] = true
+	}
+	c := NewTree()
+	for i := range dump {
+		mustApply(t, c, &dump[i])
+	}
+	if c.Digest() != a.Digest() || !maps.Equal(c.WorkerBlockCounts(), a.WorkerBlockCounts()) {
+		t.Fatal("rebuilt tree differs")
+	}
+	// The rebuild keeps engine hashes: removing by the original name works.
+	mustApply(t, c, removed(w2, 2009))
+}
+
+func TestErrorReason(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{ErrInvalidEvent, "invalid_event"},
+		{ErrParentNotFound, "parent_not_found"},
+		{ErrBlockNotFound, "block_not_found"},
+		{ErrInvalidBlockSequence, "invalid_block_sequence"},
+		{errors.New("other"), "error"},
+	}
+	for _, tt := range tests {
+		if got := ErrorReason(tt.err); got != tt.want {
+			t.Errorf("ErrorReason(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+	tr := NewTree()
+	err := tr.Apply(storedUnder(w1, 5, chain(1, 1)...))
+	if got := ErrorReason(err); got != "parent_not_found" {
+		t.Errorf("wrapped error reason %q", got)
+	}
+}
