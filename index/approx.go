@@ -70,11 +70,16 @@ type timer struct {
 	depth uint32 // position in the prompt, 1-based
 }
 
+// expiry is a heap entry; its fields are laid out flat (24 bytes) rather
+// than embedding timerKey, which would pad it to 32.
 type expiry struct {
 	at    int64
+	ext   kv.ExternalBlockHash
+	id    uint32
 	depth uint32
-	key   timerKey
 }
+
+func (e expiry) key() timerKey { return timerKey{id: e.id, ext: e.ext} }
 
 // Approx predicts the KV cache from the router's own decisions instead of
 // engine events (Dynamo's use_kv_events=false): each routed request's
@@ -132,7 +137,7 @@ func (a *Approx) RecordDecision(worker kv.WorkerWithDpRank, local []kv.LocalBloc
 			k := timerKey{id: id, ext: b.BlockHash}
 			tm := timer{at: at, depth: uint32(i + 1)}
 			a.timers[k] = tm
-			a.push(expiry{at: tm.at, depth: tm.depth, key: k})
+			a.push(expiry{at: tm.at, ext: k.ext, id: k.id, depth: tm.depth})
 		}
 	}
 	a.compactHeap()
@@ -173,17 +178,16 @@ func (a *Approx) prune() {
 // its block (and the rank's blocks below it). It returns entries removed.
 func (a *Approx) popAndDrop() int {
 	e := a.pop()
-	tm, ok := a.timers[e.key]
+	tm, ok := a.timers[e.key()]
 	if !ok || tm.at != e.at {
 		return 0 // refreshed or already gone
 	}
-	rs := &a.tree.ranks[e.key.id]
-	n := rs.blocks[e.key.ext]
+	n := a.tree.ranks[e.id].blocks[e.ext]
 	if n == nil {
-		delete(a.timers, e.key)
+		delete(a.timers, e.key())
 		return 0
 	}
-	return a.tree.dropSubtree(n, e.key.id)
+	return a.tree.dropSubtree(n, e.id)
 }
 
 // compactHeap rebuilds the heap from the live timers once stale entries
@@ -197,7 +201,7 @@ func (a *Approx) compactHeap() {
 		a.heap = make([]expiry, 0, 2*len(a.timers)+1024)
 	}
 	for k, tm := range a.timers {
-		a.heap = append(a.heap, expiry{at: tm.at, depth: tm.depth, key: k})
+		a.heap = append(a.heap, expiry{at: tm.at, ext: k.ext, id: k.id, depth: tm.depth})
 	}
 	for i := len(a.heap)/2 - 1; i >= 0; i-- {
 		a.down(i)
@@ -217,7 +221,10 @@ func (a *Approx) FindMatches(hashes []kv.LocalBlockHash) TieredMatches {
 }
 
 // RemoveWorker forgets every rank of a worker and their deadlines.
-func (a *Approx) RemoveWorker(w kv.WorkerID) { a.tree.RemoveWorker(w) }
+func (a *Approx) RemoveWorker(w kv.WorkerID) {
+	a.tree.RemoveWorker(w)
+	a.compactHeap()
+}
 
 // WorkerBlockCounts returns the predicted block count of every rank.
 func (a *Approx) WorkerBlockCounts() map[kv.WorkerWithDpRank]uint64 {
@@ -253,8 +260,8 @@ func (a *Approx) CheckInvariants() error {
 		if i > 0 && expiryLess(e, a.heap[(i-1)/2]) {
 			return fmt.Errorf("%w: expiry heap out of order at %d", ErrCorrupt, i)
 		}
-		if tm, ok := a.timers[e.key]; ok && tm.at == e.at {
-			queued[e.key] = e.at
+		if tm, ok := a.timers[e.key()]; ok && tm.at == e.at {
+			queued[e.key()] = e.at
 		}
 	}
 	for k := range a.timers {
