@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/mockengine"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, o options)
+		wantErr string
+	}{
+		{
+			name: "defaults",
+			check: func(t *testing.T, o options) {
+				want := mockengine.DefaultConfig()
+				e := o.server.Engine
+				if o.httpAddr != "127.0.0.1:0" || o.natsURL != "" || o.kvEventsSubject != "kvrouter.kv_events" ||
+					o.workersSubject != "kvrouter.workers" || o.server.HeartbeatInterval != time.Second {
+					t.Fatalf("front-end defaults: %+v", o)
+				}
+				if e.BlockSize != want.BlockSize || e.TotalKVBlocks != want.TotalKVBlocks || e.MaxNumSeqs != 256 || e.MaxNumBatchedTokens != 8192 {
+					t.Fatalf("engine defaults: %+v", e)
+				}
+				if e.WorkerID == 0 || uint64(e.WorkerID) >= 1<<63 {
+					t.Fatalf("random worker id %d", e.WorkerID)
+				}
+			},
+		},
+		{
+			name: "environment, then flags win",
+			args: []string{"--block-size", "32", "--worker-id", "9"},
+			env: map[string]string{
+				"MOCKWORKER_BLOCK_SIZE": "64", "MOCKWORKER_DP_SIZE": "4", "MOCKWORKER_SPEEDUP": "2.5",
+				"MOCKWORKER_STEP_BASE_TIME": "3ms", "MOCKWORKER_NATS_URL": "nats://x:4222",
+			},
+			check: func(t *testing.T, o options) {
+				e := o.server.Engine
+				if e.BlockSize != 32 || e.DPSize != 4 || e.Speedup != 2.5 || e.StepBaseTime != 3*time.Millisecond ||
+					e.WorkerID != 9 || o.natsURL != "nats://x:4222" {
+					t.Fatalf("got %+v nats %q", e, o.natsURL)
+				}
+			},
+		},
+		{name: "malformed environment", env: map[string]string{"MOCKWORKER_DP_SIZE": "two"}, wantErr: "MOCKWORKER_DP_SIZE"},
+		{name: "invalid engine value", args: []string{"--total-kv-blocks", "0"}, wantErr: "total kv blocks"},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, wantErr: "log level"},
+		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
+		{name: "unknown flag", args: []string{"--gpus", "8"}, wantErr: "not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseOptions(tt.args, envOf(tt.env), io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, o)
+		})
+	}
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdoutR, stdoutW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--speedup", "100", "--shutdown-grace", "50ms"}, envOf(nil), stdoutW, io.Discard)
+		stdoutW.Close()
+	}()
+	url, err := bufio.NewReader(stdoutR).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	url = strings.TrimSpace(url)
+	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Fatalf("printed %q", url)
+	}
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":[1,2,3],"max_tokens":2}`))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("completion: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	go io.Copy(io.Discard, stdoutR)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}

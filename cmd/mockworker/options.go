@@ -1,0 +1,103 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/mockengine"
+)
+
+// envPrefix prefixes the environment variable of every flag.
+const envPrefix = "MOCKWORKER_"
+
+// envName maps a flag to its environment variable: block-size →
+// MOCKWORKER_BLOCK_SIZE.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// options is everything the command is configured with.
+type options struct {
+	httpAddr        string
+	natsURL         string
+	kvEventsSubject string
+	workersSubject  string
+	logLevel        slog.Level
+	workerID        uint64
+	server          mockengine.ServerConfig
+}
+
+// parseOptions reads flags over environment variables over defaults.
+func parseOptions(args []string, getenv func(string) string, usageOut io.Writer) (options, error) {
+	o := options{server: mockengine.DefaultServerConfig()}
+	e := &o.server.Engine
+	fs := flag.NewFlagSet("mockworker", flag.ContinueOnError)
+	fs.SetOutput(usageOut)
+	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:0", "listen address of the completions API (port 0 picks one; the URL is printed on stdout)")
+	fs.Uint64Var(&o.workerID, "worker-id", 0, "worker id in KV events and heartbeats (0 picks a random one)")
+	fs.StringVar(&o.natsURL, "nats-url", "", "NATS server for KV events and heartbeats (empty: publish nothing)")
+	fs.StringVar(&o.kvEventsSubject, "kv-events-subject", "kvrouter.kv_events", "subject of KV events")
+	fs.StringVar(&o.workersSubject, "workers-subject", "kvrouter.workers", "subject of heartbeats")
+	fs.DurationVar(&o.server.HeartbeatInterval, "heartbeat-interval", o.server.HeartbeatInterval, "period of heartbeats")
+	fs.StringVar(&o.server.PublicURL, "public-url", "", "URL announced in heartbeats (default http://<listen address>)")
+	fs.DurationVar(&o.server.ShutdownGrace, "shutdown-grace", o.server.ShutdownGrace, "how long requests in flight may finish after SIGTERM")
+	fs.StringVar(&e.ModelName, "model-name", e.ModelName, "model name reported in responses, metrics and heartbeats")
+	fs.IntVar(&e.BlockSize, "block-size", e.BlockSize, "tokens per KV block (must match the router)")
+	fs.IntVar(&e.TotalKVBlocks, "total-kv-blocks", e.TotalKVBlocks, "KV cache capacity of each dp rank, in blocks")
+	fs.IntVar(&e.DPSize, "dp-size", e.DPSize, "data-parallel ranks, each with its own cache and scheduler")
+	fs.IntVar(&e.MaxNumSeqs, "max-num-seqs", e.MaxNumSeqs, "running requests per rank")
+	fs.IntVar(&e.MaxNumBatchedTokens, "max-num-batched-tokens", e.MaxNumBatchedTokens, "tokens per step per rank (prefill chunk plus decodes)")
+	fs.Float64Var(&e.PrefillTokensPerSec, "prefill-tokens-per-s", e.PrefillTokensPerSec, "prompt tokens processed per simulated second")
+	fs.DurationVar(&e.StepBaseTime, "step-base-time", e.StepBaseTime, "fixed simulated cost of every step")
+	fs.DurationVar(&e.DecodeTimePerSeq, "decode-time-per-seq", e.DecodeTimePerSeq, "extra simulated step cost per decoding request")
+	fs.Float64Var(&e.Speedup, "speedup", e.Speedup, "simulated time runs this many times faster than real time")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.VisitAll(func(f *flag.Flag) {
+		f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, envName(f.Name))
+	})
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("environment %s=%q: %w", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return o, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := o.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return o, fmt.Errorf("log level: %w", err)
+	}
+	if o.natsURL != "" && (o.kvEventsSubject == "" || o.workersSubject == "") {
+		return o, fmt.Errorf("with --nats-url, --kv-events-subject and --workers-subject must not be empty")
+	}
+	if o.workerID == 0 {
+		o.workerID = randomWorkerID()
+	}
+	e.WorkerID = kv.WorkerID(o.workerID)
+	if err := o.server.Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// randomWorkerID is a random id below 2^63, so systems that store ids as
+// signed 64-bit integers (Dynamo's lease ids) read it unchanged.
+func randomWorkerID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return binary.LittleEndian.Uint64(b[:])>>1 | 1
+}
