@@ -241,16 +241,27 @@ func (s *ActiveSequences) remove(id string, st *requestState) {
 // not already active on this rank: the blocks it would add to ActiveBlocks.
 // With AssumeKVReuse off nothing is shared, so every block is new.
 func (s *ActiveSequences) NewBlocks(hashes []kv.SequenceHash) uint64 {
+	return CountNewBlocks(s, hashes)
+}
+
+// CountNewBlocks is NewBlocks for any uint64-shaped hash slice, so an
+// actor can pass a message's []uint64 without copying it.
+func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H) uint64 {
 	if !s.cfg.AssumeKVReuse {
 		return uint64(len(hashes))
 	}
-	var n uint64
-	for _, h := range hashes {
-		if _, ok := s.blocks[h]; !ok {
-			n++
+	// Sequence hashes are chained: hash i names the whole prefix up to
+	// block i, and an active request holds every block of its prompt. So
+	// the active blocks of a chain form a prefix of it, and the first
+	// miss ends the count. This keeps a load query O(shared prefix)
+	// instead of O(prompt) on every worker — the fan-out of one decision
+	// to N workers is the router's hottest loop.
+	for i, h := range hashes {
+		if _, ok := s.blocks[kv.SequenceHash(h)]; !ok {
+			return uint64(len(hashes) - i)
 		}
 	}
-	return n
+	return 0
 }
 
 // Load returns the rank's current load in O(1).

@@ -1,0 +1,67 @@
+package actors
+
+import (
+	"context"
+
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// BenchmarkScheduleActor measures one full routing decision through the
+// actors: hash a 4k-token prompt, fan out to the shards and to 64 sequence
+// actors, aggregate, select. Each of the 64 workers holds a 2k-token
+// system-prompt prefix of one of 8 groups, so scores are non-trivial.
+func BenchmarkScheduleActor(b *testing.B) {
+	r := startRouter(b, func(c *Config) { c.Shards = 0 })
+	const workers = 64
+	for id := uint64(1); id <= workers; id++ {
+		register(r, id)
+	}
+	waitWorkers(b, r, workers)
+	prompts := make([][]uint32, 8)
+	for g := range prompts {
+		prompts[g] = prompt(4096, uint32(g))
+	}
+	for id := uint64(1); id <= workers; id++ {
+		storeChain(r, kv.WorkerWithDpRank{WorkerID: kv.WorkerID(id)}, prompts[id%8][:2048])
+	}
+	eventually(b, "indexed", func() bool {
+		reply, err := r.Route(context.Background(), &messages.RouteRequest{TokenIds: prompts[0]})
+		return err == nil && reply.OverlapBlocks == 128
+	})
+	var i atomic.Int64
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, 1<<16)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		var local []time.Duration
+		for pb.Next() {
+			n := i.Add(1)
+			t0 := time.Now()
+			_, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompts[n%8]})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			local = append(local, time.Since(t0))
+		}
+		mu.Lock()
+		lat = append(lat, local...)
+		mu.Unlock()
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	sort.Slice(lat, func(a, c int) bool { return lat[a] < lat[c] })
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
+		b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "decisions/s")
+	}
+}

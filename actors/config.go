@@ -1,0 +1,114 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/sequence"
+)
+
+// IndexConfig sizes approximate mode (use_kv_events=false).
+type IndexConfig struct {
+	TTL              time.Duration // router_ttl_secs
+	MaxTreeSize      int           // router_max_tree_size
+	PruneTargetRatio float64       // router_prune_target_ratio
+}
+
+// Config is what one replica's actors need. The service's config maps
+// onto it; defaults follow Dynamo.
+type Config struct {
+	ReplicaID   string
+	BlockSize   int
+	Shards      int  // indexer shards; 0 = GOMAXPROCS
+	UseKVEvents bool // false = approximate mode
+	// TrackActiveBlocks (router_track_active_blocks): when false, decode
+	// blocks do not enter the cost.
+	TrackActiveBlocks bool
+	Index             IndexConfig
+	Scheduling        scheduling.Config
+	Sequence          sequence.Config
+
+	// DefaultMaxNumBatchedTokens is the queue-threshold unit for workers
+	// that do not announce their own (vLLM's default 8192).
+	DefaultMaxNumBatchedTokens uint64
+	// DecisionTimeout bounds how long a decision waits for shard and load
+	// replies; after it, the decision is made with what arrived (a
+	// missing shard's workers count as holding no overlap; a missing load
+	// counts as idle) and counted as degraded.
+	DecisionTimeout time.Duration
+	// MaxQueueWait bounds how long a request waits in the backpressure
+	// queue before it is rejected as overloaded.
+	MaxQueueWait time.Duration
+	// HeartbeatTimeout removes a worker whose heartbeats stopped.
+	HeartbeatTimeout time.Duration
+	// TickInterval drives housekeeping (timeouts, expiry, queue retries).
+	TickInterval time.Duration
+	// StaleCheckInterval is how often sequence actors sweep for stale
+	// requests (Dynamo's CHECK_EXPIRY_FREQUENCY, 30 s).
+	StaleCheckInterval time.Duration
+
+	Logger   *slog.Logger
+	Observer Observer
+	// Publish, when set, receives every local active-sequence change for
+	// gossip to peer replicas. It must not block.
+	Publish func(*messages.SequenceEvent)
+}
+
+// DefaultConfig returns Dynamo's defaults for one replica.
+func DefaultConfig() Config {
+	return Config{
+		ReplicaID:         "local",
+		BlockSize:         16,
+		UseKVEvents:       true,
+		TrackActiveBlocks: true,
+		Index: IndexConfig{
+			TTL:              120 * time.Second,
+			MaxTreeSize:      1 << 20,
+			PruneTargetRatio: 0.8,
+		},
+		Scheduling:                 scheduling.DefaultConfig(),
+		Sequence:                   sequence.DefaultConfig(),
+		DefaultMaxNumBatchedTokens: 8192,
+		DecisionTimeout:            250 * time.Millisecond,
+		MaxQueueWait:               60 * time.Second,
+		HeartbeatTimeout:           10 * time.Second,
+		TickInterval:               20 * time.Millisecond,
+		StaleCheckInterval:         30 * time.Second,
+	}
+}
+
+// Validate rejects settings the router cannot run with.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.BlockSize <= 0 {
+		errs = append(errs, fmt.Errorf("block size must be > 0, got %d", c.BlockSize))
+	}
+	if c.Shards < 0 {
+		errs = append(errs, fmt.Errorf("shards must be >= 0, got %d", c.Shards))
+	}
+	if c.DecisionTimeout <= 0 || c.TickInterval <= 0 {
+		errs = append(errs, errors.New("decision timeout and tick interval must be > 0"))
+	}
+	if c.Index.PruneTargetRatio <= 0 || c.Index.PruneTargetRatio > 1 {
+		errs = append(errs, fmt.Errorf("router_prune_target_ratio must be in (0,1], got %v", c.Index.PruneTargetRatio))
+	}
+	if c.Index.MaxTreeSize <= 0 {
+		errs = append(errs, fmt.Errorf("router_max_tree_size must be > 0, got %d", c.Index.MaxTreeSize))
+	}
+	if err := c.Scheduling.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) shardCount() int {
+	if c.Shards > 0 {
+		return c.Shards
+	}
+	return runtime.GOMAXPROCS(0)
+}

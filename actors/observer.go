@@ -1,0 +1,34 @@
+package actors
+
+import "time"
+
+// Observer receives what the actors see, for metrics. Calls come from
+// actor goroutines and must be cheap and non-blocking.
+type Observer interface {
+	// DecisionPhase records the duration of a phase of one routing
+	// decision: "hash", "score" (fan-out until all replies), "select",
+	// "total".
+	DecisionPhase(phase string, d time.Duration)
+	// Decision records a decision's outcome ("routed", "query",
+	// "no_worker", "overloaded", "queued", "bad_request") and, when
+	// routed, the overlap found and the prompt's block count.
+	Decision(outcome string, overlapBlocks uint32, requestBlocks int)
+	DecisionDegraded(reason string)
+	EventApplied(kind string)
+	EventDropped(reason string)
+	ShardRestarted(shard uint32, intact bool)
+	WorkerRejected(reason string)
+	QueueDepth(n int)
+}
+
+// NopObserver discards everything.
+type NopObserver struct{}
+
+func (NopObserver) DecisionPhase(string, time.Duration) {}
+func (NopObserver) Decision(string, uint32, int)        {}
+func (NopObserver) DecisionDegraded(string)             {}
+func (NopObserver) EventApplied(string)                 {}
+func (NopObserver) EventDropped(string)                 {}
+func (NopObserver) ShardRestarted(uint32, bool)         {}
+func (NopObserver) WorkerRejected(string)               {}
+func (NopObserver) QueueDepth(int)                      {}

@@ -1,0 +1,169 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+type pendingKind uint8
+
+const (
+	kindRoute pendingKind = iota
+	kindOverlaps
+	kindLoads
+	kindRequests
+)
+
+// pending is one fan-out in flight: the replies gathered so far and what
+// to do once they are all in (or the deadline passes).
+type pending struct {
+	id       uint64
+	kind     pendingKind
+	replyTo  *actor.PID
+	started  time.Time
+	deadline time.Time
+
+	shardsLeft int
+	ranksLeft  int
+	overlaps   map[kv.WorkerWithDpRank]*messages.WorkerOverlap
+	loads      map[kv.WorkerWithDpRank]*messages.LoadReply
+	requests   []*messages.SequenceEvent
+
+	// Route and load queries.
+	req      *messages.RouteRequest
+	local    []kv.LocalBlockHash
+	seqs     []kv.SequenceHash
+	eligible []kv.WorkerWithDpRank
+	hashed   time.Time
+	scored   time.Time
+
+	// Backpressure.
+	queued     bool
+	enqueued   time.Time
+	bestCached uint64 // wspt orders by uncached prompt tokens
+}
+
+func (s *schedulerActor) newPending(ctx actor.Context, kind pendingKind) *pending {
+	s.nextID++
+	now := time.Now()
+	p := &pending{
+		id: s.nextID, kind: kind, replyTo: ctx.Sender(), started: now,
+		deadline: now.Add(s.cfg.DecisionTimeout),
+	}
+	s.pending[p.id] = p
+	return p
+}
+
+// askShards fans a score request out to every shard.
+func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
+	hashes := make([]uint64, len(p.local))
+	for i, h := range p.local {
+		hashes[i] = uint64(h)
+	}
+	p.overlaps = make(map[kv.WorkerWithDpRank]*messages.WorkerOverlap)
+	p.shardsLeft = len(s.shards)
+	q := &messages.ScoreRequest{QueryId: p.id, LocalHashes: hashes}
+	for _, sh := range s.shards {
+		ctx.Request(sh, q)
+	}
+}
+
+// askLoads fans a load query out to the sequence actors of p.eligible.
+func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
+	hashes := make([]uint64, len(p.seqs))
+	for i, h := range p.seqs {
+		hashes[i] = uint64(h)
+	}
+	p.loads = make(map[kv.WorkerWithDpRank]*messages.LoadReply, len(p.eligible))
+	p.ranksLeft = 0
+	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: hashes}
+	for _, w := range p.eligible {
+		if r, ok := s.ranks[w]; ok {
+			ctx.Request(r.pid, q)
+			p.ranksLeft++
+		}
+	}
+}
+
+func (s *schedulerActor) onOverlap(ctx actor.Context, m *messages.OverlapReply) {
+	p, ok := s.pending[m.QueryId]
+	if !ok || p.shardsLeft == 0 {
+		return // late reply of a decision already made
+	}
+	for _, o := range m.Overlaps {
+		p.overlaps[rankOf(o.Worker)] = o
+	}
+	p.shardsLeft--
+	s.maybeFinish(ctx, p)
+}
+
+func (s *schedulerActor) onLoad(ctx actor.Context, m *messages.LoadReply) {
+	p, ok := s.pending[m.QueryId]
+	if !ok || p.ranksLeft == 0 {
+		return
+	}
+	p.loads[rankOf(m.Worker)] = m
+	p.ranksLeft--
+	s.maybeFinish(ctx, p)
+}
+
+func (s *schedulerActor) onRequests(ctx actor.Context, m *messages.ActiveRequestsReply) {
+	p, ok := s.pending[m.QueryId]
+	if !ok || p.ranksLeft == 0 {
+		return
+	}
+	p.requests = append(p.requests, m.Events...)
+	p.ranksLeft--
+	s.maybeFinish(ctx, p)
+}
+
+func (s *schedulerActor) maybeFinish(ctx actor.Context, p *pending) {
+	if p.shardsLeft > 0 || p.ranksLeft > 0 {
+		return
+	}
+	s.finish(ctx, p)
+}
+
+// timeout decides with the replies that arrived; what is missing counts
+// as no overlap (shard) or an idle worker (load), and is reported.
+func (s *schedulerActor) timeout(ctx actor.Context, p *pending) {
+	if p.shardsLeft > 0 {
+		s.obs.DecisionDegraded("shard_timeout")
+		s.log.Warn("decision made without all shards", "missing", p.shardsLeft, "timeout", s.cfg.DecisionTimeout)
+	}
+	if p.ranksLeft > 0 {
+		s.obs.DecisionDegraded("load_timeout")
+		s.log.Warn("decision made without all load replies", "missing", p.ranksLeft, "timeout", s.cfg.DecisionTimeout)
+	}
+	p.shardsLeft, p.ranksLeft = 0, 0
+	s.finish(ctx, p)
+}
+
+func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
+	switch p.kind {
+	case kindRoute:
+		s.decide(ctx, p)
+		return
+	case kindOverlaps:
+		delete(s.pending, p.id)
+		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local))}
+		for _, w := range s.rankList {
+			if o, ok := p.overlaps[w]; ok {
+				reply.Overlaps = append(reply.Overlaps, o)
+			} else {
+				reply.Overlaps = append(reply.Overlaps, &messages.WorkerOverlap{Worker: rankMsg(w)})
+			}
+		}
+		ctx.Send(p.replyTo, reply)
+	case kindLoads:
+		delete(s.pending, p.id)
+		ctx.Send(p.replyTo, s.potentialLoads(p))
+	case kindRequests:
+		delete(s.pending, p.id)
+		ctx.Send(p.replyTo, &messages.ActiveRequestsReply{Events: p.requests})
+	}
+}

@@ -1,0 +1,357 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvrouter/kvrouter/hashing"
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
+)
+
+func routeErr(code messages.RouteErrorCode, format string, args ...any) *messages.RouteError {
+	return &messages.RouteError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// startRoute hashes the prompt once and fans it out to every shard and to
+// the sequence actors of every eligible worker rank.
+func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest) {
+	if len(m.TokenIds) == 0 {
+		s.obs.Decision("bad_request", 0, 0)
+		ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST, "token_ids must not be empty"))
+		return
+	}
+	if m.UpdateStates {
+		if _, dup := s.owners[m.RequestId]; dup {
+			s.obs.Decision("bad_request", 0, 0)
+			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST,
+				"request_id %q is already active; free it first or use a new id", m.RequestId))
+			return
+		}
+	}
+	eligible, rerr := s.eligible(m.PinnedWorker, m.AllowedWorkerIds)
+	if rerr != nil {
+		s.obs.Decision("no_worker", 0, 0)
+		ctx.Respond(rerr)
+		return
+	}
+	p := s.newPending(ctx, kindRoute)
+	p.req = m
+	p.eligible = eligible
+	s.hash(p, m.TokenIds, m.LoraName, s.cfg.Scheduling.WithOverride(overrideOf(m.RouterConfigOverride)).AssumeKVReuse)
+	s.askShards(ctx, p)
+	s.askLoads(ctx, p)
+	s.maybeFinish(ctx, p) // no shards and no workers cannot happen, but stay safe
+}
+
+func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeReuse bool) {
+	p.local = hashing.BlockHashes(tokens, s.cfg.BlockSize, hashing.Options{LoraName: lora})
+	if assumeReuse {
+		p.seqs = hashing.SequenceHashes(p.local)
+	} else {
+		// Dynamo's router_assume_kv_reuse=false: every block is unique,
+		// so nothing is deduplicated in the active-block count.
+		p.seqs = make([]kv.SequenceHash, len(p.local))
+		for i := range p.seqs {
+			p.seqs[i] = kv.SequenceHash(s.rng.Uint64())
+		}
+	}
+	p.hashed = time.Now()
+	s.obs.DecisionPhase("hash", p.hashed.Sub(p.started))
+}
+
+// eligible applies the pinned-worker and allowed-workers constraints.
+func (s *schedulerActor) eligible(pinned *messages.WorkerRank, allowed []uint64) ([]kv.WorkerWithDpRank, *messages.RouteError) {
+	if len(s.rankList) == 0 {
+		return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "no workers are registered")
+	}
+	if pinned != nil {
+		w := rankOf(pinned)
+		if _, ok := s.ranks[w]; !ok {
+			return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER,
+				"pinned worker %d dp_rank %d is not registered", w.WorkerID, w.DpRank)
+		}
+		if len(allowed) > 0 && !containsID(allowed, w.WorkerID) {
+			return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER,
+				"pinned worker %d is not in allowed_worker_ids", w.WorkerID)
+		}
+		return []kv.WorkerWithDpRank{w}, nil
+	}
+	if len(allowed) == 0 {
+		return append([]kv.WorkerWithDpRank(nil), s.rankList...), nil
+	}
+	var out []kv.WorkerWithDpRank
+	for _, w := range s.rankList {
+		if containsID(allowed, w.WorkerID) {
+			out = append(out, w)
+		}
+	}
+	if len(out) == 0 {
+		return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER,
+			"none of allowed_worker_ids %v is registered", allowed)
+	}
+	return out, nil
+}
+
+func containsID(ids []uint64, id kv.WorkerID) bool {
+	for _, v := range ids {
+		if kv.WorkerID(v) == id {
+			return true
+		}
+	}
+	return false
+}
+
+func overrideOf(o *messages.RouterConfigOverride) *scheduling.Override {
+	if o == nil {
+		return nil
+	}
+	return &scheduling.Override{
+		OverlapScoreWeight: o.OverlapScoreWeight,
+		RouterTemperature:  o.RouterTemperature,
+		OverlapScoreCredit: o.OverlapScoreCredit,
+		PrefillLoadScale:   o.PrefillLoadScale,
+		TrackPrefillTokens: o.TrackPrefillTokens,
+		AssumeKVReuse:      o.AssumeKvReuse,
+	}
+}
+
+// candidates joins overlaps and loads for the eligible ranks.
+func (s *schedulerActor) candidates(p *pending) []scheduling.Candidate {
+	cands := make([]scheduling.Candidate, 0, len(p.eligible))
+	for _, w := range p.eligible {
+		c := scheduling.Candidate{Worker: w, NewBlocks: uint64(len(p.seqs))}
+		if o := p.overlaps[w]; o != nil {
+			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.DeviceBlocks, o.HostBlocks, o.DiskBlocks
+		}
+		if l := p.loads[w]; l != nil {
+			c.HasLoad = true
+			c.ActivePrefillTokens = l.ActivePrefillTokens
+			c.ActiveBlocks = l.ActiveBlocks
+			c.NewBlocks = l.NewBlocks
+			c.ActiveRequests = int(l.ActiveRequests)
+		}
+		if !s.cfg.TrackActiveBlocks {
+			c.ActiveBlocks, c.NewBlocks = 0, 0
+		}
+		cands = append(cands, c)
+	}
+	return cands
+}
+
+// decide selects a worker rank for a route request whose replies are in,
+// or queues it when every eligible worker is over the queue threshold.
+func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
+	now := time.Now()
+	if p.scored.IsZero() {
+		p.scored = now
+		s.obs.DecisionPhase("score", now.Sub(p.hashed))
+	}
+	cfg := s.cfg.Scheduling.WithOverride(overrideOf(p.req.RouterConfigOverride))
+	cands := s.candidates(p)
+	for _, c := range cands {
+		_, cached := scheduling.CacheHitEstimate(cfg, s.cfg.BlockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
+		p.bestCached = max(p.bestCached, cached)
+	}
+	if p.req.UpdateStates && s.allOverloaded(cfg, cands) {
+		s.enqueue(ctx, p, now)
+		return
+	}
+	delete(s.pending, p.id)
+	if s.recheck == p {
+		s.recheck = nil
+	}
+	isl := len(p.req.TokenIds)
+	d, err := scheduling.Select(cfg, s.cfg.BlockSize, isl, len(p.local), cands, s.rng)
+	s.obs.DecisionPhase("select", time.Since(now))
+	if err != nil {
+		s.obs.Decision("no_worker", 0, len(p.local))
+		ctx.Send(p.replyTo, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "%v", err))
+		return
+	}
+	if p.req.UpdateStates {
+		s.record(ctx, p, d, cfg)
+		s.obs.Decision("routed", d.OverlapBlocks, len(p.local))
+	} else {
+		s.obs.Decision("query", d.OverlapBlocks, len(p.local))
+	}
+	s.obs.DecisionPhase("total", time.Since(p.started))
+	ctx.Send(p.replyTo, &messages.RouteReply{
+		Worker: rankMsg(d.Worker), OverlapBlocks: d.OverlapBlocks, CachedTokens: d.CachedTokens,
+	})
+}
+
+// record adds the routed request to its worker's active sequences (and,
+// in approximate mode, predicts its blocks as cached there), and gossips.
+func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Decision, cfg scheduling.Config) {
+	isl := uint64(len(p.req.TokenIds))
+	prefill := isl - min(d.CachedTokens, isl)
+	hashes := make([]uint64, len(p.seqs))
+	for i, h := range p.seqs {
+		hashes[i] = uint64(h)
+	}
+	add := &messages.AddRequest{
+		RequestId: p.req.RequestId, Worker: rankMsg(d.Worker), SequenceHashes: hashes,
+		PrefillTokens: prefill, ExpectedOutputTokens: p.req.ExpectedOutputTokens,
+		TrackPrefillTokens: cfg.TrackPrefillTokens, Isl: isl,
+	}
+	s.owners[p.req.RequestId] = owner{worker: d.Worker, origin: s.cfg.ReplicaID}
+	if r, ok := s.ranks[d.Worker]; ok {
+		ctx.Send(r.pid, add)
+	}
+	if !s.cfg.UseKVEvents {
+		local := make([]uint64, len(p.local))
+		for i, h := range p.local {
+			local[i] = uint64(h)
+		}
+		ctx.Send(s.shards[shardOf(d.Worker.WorkerID, len(s.shards))],
+			&messages.RoutingDecision{Worker: rankMsg(d.Worker), LocalHashes: local})
+	}
+	s.gossip(&messages.SequenceEvent{Data: &messages.SequenceEvent_Add{Add: add}})
+}
+
+func (s *schedulerActor) allOverloaded(cfg scheduling.Config, cands []scheduling.Candidate) bool {
+	if !cfg.RouterQueueEnabled || len(cands) == 0 {
+		return false
+	}
+	for _, c := range cands {
+		if !scheduling.Overloaded(cfg, c, s.maxBatched(c.Worker)) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *schedulerActor) maxBatched(w kv.WorkerWithDpRank) uint64 {
+	if r, ok := s.ranks[w]; ok {
+		return r.maxBatchedToken
+	}
+	return s.cfg.DefaultMaxNumBatchedTokens
+}
+
+// enqueue parks a request until some worker drops under the threshold.
+func (s *schedulerActor) enqueue(ctx actor.Context, p *pending, now time.Time) {
+	if s.recheck == p {
+		s.recheck = nil
+	}
+	if !p.queued {
+		p.enqueued = now
+	}
+	err := s.queue.Push(scheduling.Waiting[uint64]{
+		ID: strconv.FormatUint(p.id, 10), PriorityJump: p.req.PriorityJump,
+		ISL: uint64(len(p.req.TokenIds)), CachedTokens: p.bestCached, Payload: p.id,
+	}, p.enqueued)
+	if err != nil {
+		delete(s.pending, p.id)
+		var oe *scheduling.OverloadError
+		rerr := routeErr(messages.RouteErrorCode_ROUTE_ERROR_OVERLOADED, "%v", err)
+		if errors.As(err, &oe) {
+			rerr.QueueDepth, rerr.QueueLimit = uint32(oe.QueueDepth), uint32(oe.Limit)
+		}
+		s.obs.Decision("overloaded", 0, len(p.local))
+		ctx.Send(p.replyTo, rerr)
+		return
+	}
+	if !p.queued {
+		s.obs.Decision("queued", 0, len(p.local))
+	}
+	p.queued = true
+}
+
+// tryDequeue re-reads the loads for the head of the queue; decide() then
+// either routes it or puts it back.
+func (s *schedulerActor) tryDequeue(ctx actor.Context) {
+	if s.recheck != nil || s.queue.Len() == 0 {
+		return
+	}
+	w, ok := s.queue.Pop()
+	if !ok {
+		return
+	}
+	p, ok := s.pending[w.Payload]
+	if !ok {
+		return
+	}
+	s.recheck = p
+	p.deadline = time.Now().Add(s.cfg.DecisionTimeout)
+	eligible, rerr := s.eligible(p.req.PinnedWorker, p.req.AllowedWorkerIds)
+	if rerr != nil {
+		delete(s.pending, p.id)
+		s.recheck = nil
+		ctx.Send(p.replyTo, rerr)
+		return
+	}
+	p.eligible = eligible
+	p.queued = false
+	s.askLoads(ctx, p)
+	s.maybeFinish(ctx, p)
+}
+
+// expireQueue rejects requests that waited longer than MaxQueueWait.
+func (s *schedulerActor) expireQueue(ctx actor.Context, now time.Time) {
+	if s.cfg.MaxQueueWait <= 0 {
+		return
+	}
+	for id, p := range s.pending {
+		if p.queued && now.Sub(p.enqueued) > s.cfg.MaxQueueWait {
+			s.queue.Remove(strconv.FormatUint(id, 10))
+			delete(s.pending, id)
+			rerr := routeErr(messages.RouteErrorCode_ROUTE_ERROR_OVERLOADED,
+				"waited %s in the queue and every eligible worker is still over the queue threshold", s.cfg.MaxQueueWait)
+			rerr.QueueDepth, rerr.QueueLimit = uint32(s.queue.Len()), uint32(s.cfg.Scheduling.MaxQueueLength)
+			s.obs.Decision("overloaded", 0, len(p.local))
+			ctx.Send(p.replyTo, rerr)
+		}
+	}
+}
+
+// ---- introspection fan-outs ----
+
+func (s *schedulerActor) startOverlapQuery(ctx actor.Context, m *messages.OverlapScoresQuery) {
+	p := s.newPending(ctx, kindOverlaps)
+	s.hash(p, m.TokenIds, m.LoraName, true)
+	s.askShards(ctx, p)
+	s.maybeFinish(ctx, p)
+}
+
+func (s *schedulerActor) startLoadsQuery(ctx actor.Context, m *messages.PotentialLoadsQuery) {
+	p := s.newPending(ctx, kindLoads)
+	p.req = &messages.RouteRequest{TokenIds: m.TokenIds}
+	p.eligible = append([]kv.WorkerWithDpRank(nil), s.rankList...)
+	s.hash(p, m.TokenIds, m.LoraName, s.cfg.Scheduling.AssumeKVReuse)
+	s.askShards(ctx, p)
+	s.askLoads(ctx, p)
+	s.maybeFinish(ctx, p)
+}
+
+func (s *schedulerActor) startRequestsQuery(ctx actor.Context, m *messages.ActiveRequestsQuery) {
+	p := s.newPending(ctx, kindRequests)
+	q := &messages.ActiveRequestsQuery{Origin: m.Origin, QueryId: p.id}
+	for _, w := range s.rankList {
+		ctx.Request(s.ranks[w].pid, q)
+		p.ranksLeft++
+	}
+	s.maybeFinish(ctx, p)
+}
+
+// potentialLoads is Dynamo's get_potential_loads: what each worker's
+// prefill tokens and decode blocks would be with the prospective prompt.
+func (s *schedulerActor) potentialLoads(p *pending) *messages.PotentialLoadsReply {
+	reply := &messages.PotentialLoadsReply{}
+	isl := uint64(len(p.req.TokenIds))
+	for _, c := range s.candidates(p) {
+		_, cached := scheduling.CacheHitEstimate(s.cfg.Scheduling, s.cfg.BlockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
+		reply.Loads = append(reply.Loads, &messages.PotentialLoad{
+			Worker:                 rankMsg(c.Worker),
+			PotentialPrefillTokens: c.ActivePrefillTokens + isl - min(cached, isl),
+			PotentialDecodeBlocks:  c.ActiveBlocks + float64(c.NewBlocks),
+			ActiveRequests:         uint32(c.ActiveRequests),
+		})
+	}
+	return reply
+}

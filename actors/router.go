@@ -1,0 +1,296 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// Router is one replica's routing engine: the actor system and the
+// entry points the service calls. All methods are safe for concurrent use.
+type Router struct {
+	cfg       Config
+	system    *actor.ActorSystem
+	shards    []*actor.PID
+	scheduler *actor.PID
+	log       *slog.Logger
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+	stopped  atomic.Bool
+}
+
+// Errors returned by Router methods; the HTTP layer maps them to codes.
+var (
+	ErrNoEligibleWorker = errors.New("no eligible worker")
+	ErrOverloaded       = errors.New("all eligible workers are overloaded")
+	ErrUnknownRequest   = errors.New("unknown request")
+	ErrBadRequest       = errors.New("bad request")
+	ErrTimeout          = errors.New("router did not answer in time")
+	ErrStopped          = errors.New("router stopped")
+)
+
+// RouteError is a failed routing decision with its queue figures.
+type RouteError struct {
+	Kind       error // one of the Err* sentinels
+	Message    string
+	QueueDepth int
+	QueueLimit int
+}
+
+func (e *RouteError) Error() string { return e.Message }
+func (e *RouteError) Unwrap() error { return e.Kind }
+
+// Start builds the actor system: K shard actors under a restarting
+// guardian and the scheduler, which spawns one sequence actor per worker
+// rank as workers register.
+func Start(cfg Config) (*Router, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = NopObserver{}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("router config: %w", err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return cfg.Logger.With("component", "protoactor")
+	}))
+	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	guardian := sys.Root.WithGuardian(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider))
+	for i := 0; i < cfg.shardCount(); i++ {
+		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: cfg.Index, log: cfg.Logger, obs: cfg.Observer}
+		r.shards = append(r.shards, guardian.Spawn(newShardProps(st)))
+	}
+	r.scheduler = sys.Root.Spawn(newSchedulerProps(cfg, r.shards))
+	go r.ticker()
+	return r, nil
+}
+
+func (r *Router) ticker() {
+	defer close(r.done)
+	t := time.NewTicker(r.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case now := <-t.C:
+			r.system.Root.Send(r.scheduler, &messages.Tick{UnixNano: now.UnixNano()})
+		}
+	}
+}
+
+// Stop stops the actors. Pending calls fail with ErrStopped or time out.
+func (r *Router) Stop() {
+	r.stopOnce.Do(func() {
+		r.stopped.Store(true)
+		close(r.stop)
+		<-r.done
+		_ = r.system.Root.StopFuture(r.scheduler).Wait()
+		for _, sh := range r.shards {
+			_ = r.system.Root.StopFuture(sh).Wait()
+		}
+		r.system.Shutdown()
+	})
+}
+
+// Config returns the router's configuration.
+func (r *Router) Config() Config { return r.cfg }
+
+// ApplyEvent hands a KV-cache event to the shard that owns its worker.
+// It never blocks.
+func (r *Router) ApplyEvent(ev *kv.Event) {
+	if r.stopped.Load() {
+		return
+	}
+	r.system.Root.Send(r.shards[shardOf(ev.Worker.WorkerID, len(r.shards))], events.ToProto(ev))
+}
+
+// RegisterWorker adds or refreshes a worker (a heartbeat, or a static
+// registration that never expires).
+func (r *Router) RegisterWorker(hb *messages.WorkerHeartbeat, static bool) {
+	r.system.Root.Send(r.scheduler, &messages.WorkerUp{Worker: hb, Static: static, SeenUnixNano: time.Now().UnixNano()})
+}
+
+// RemoveWorker drops a worker's candidates, requests and indexed blocks.
+func (r *Router) RemoveWorker(id kv.WorkerID) {
+	r.system.Root.Send(r.scheduler, &messages.RemoveWorker{WorkerId: uint64(id)})
+	// A worker that was never registered may still have indexed blocks
+	// (events can arrive before the first heartbeat).
+	r.system.Root.Send(r.shards[shardOf(id, len(r.shards))], &messages.RemoveWorker{WorkerId: uint64(id)})
+}
+
+// ask sends a request to an actor and waits for the reply or ctx.
+func (r *Router) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
+	if r.stopped.Load() {
+		return nil, ErrStopped
+	}
+	timeout := 30 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			return nil, ErrTimeout
+		}
+	}
+	f := r.system.Root.RequestFuture(pid, msg, timeout)
+	res, err := f.Result()
+	if err != nil {
+		if errors.Is(err, actor.ErrTimeout) {
+			return nil, ErrTimeout
+		}
+		return nil, fmt.Errorf("ask %T: %w", msg, err)
+	}
+	if rerr, ok := res.(*messages.RouteError); ok {
+		return nil, toRouteError(rerr)
+	}
+	return res, nil
+}
+
+func toRouteError(e *messages.RouteError) *RouteError {
+	kind := ErrBadRequest
+	switch e.Code {
+	case messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER:
+		kind = ErrNoEligibleWorker
+	case messages.RouteErrorCode_ROUTE_ERROR_OVERLOADED:
+		kind = ErrOverloaded
+	case messages.RouteErrorCode_ROUTE_ERROR_UNKNOWN_REQUEST:
+		kind = ErrUnknownRequest
+	case messages.RouteErrorCode_ROUTE_ERROR_TIMEOUT:
+		kind = ErrTimeout
+	}
+	return &RouteError{Kind: kind, Message: e.Message, QueueDepth: int(e.QueueDepth), QueueLimit: int(e.QueueLimit)}
+}
+
+// Route picks a (worker, dp rank) for a request. With UpdateStates the
+// decision is recorded as an active request (free it with Free).
+func (r *Router) Route(ctx context.Context, req *messages.RouteRequest) (*messages.RouteReply, error) {
+	res, err := r.ask(ctx, r.scheduler, req)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*messages.RouteReply), nil
+}
+
+func (r *Router) lifecycle(ctx context.Context, m *messages.RequestLifecycle) error {
+	res, err := r.ask(ctx, r.scheduler, m)
+	if err != nil {
+		return err
+	}
+	if !res.(*messages.LifecycleReply).Found {
+		return &RouteError{Kind: ErrUnknownRequest, Message: fmt.Sprintf("request %q is not active", m.RequestId)}
+	}
+	return nil
+}
+
+// MarkPrefillCompleted says a request produced its first token.
+func (r *Router) MarkPrefillCompleted(ctx context.Context, id string) error {
+	return r.lifecycle(ctx, &messages.RequestLifecycle{RequestId: id,
+		Step: &messages.RequestLifecycle_PrefillCompleted{PrefillCompleted: &messages.MarkPrefillCompleted{RequestId: id}}})
+}
+
+// Free says a request finished (or failed); its blocks stop counting.
+func (r *Router) Free(ctx context.Context, id string) error {
+	return r.lifecycle(ctx, &messages.RequestLifecycle{RequestId: id,
+		Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: id}}})
+}
+
+// AddOutputBlock says a request generated another full block.
+func (r *Router) AddOutputBlock(ctx context.Context, id string, decayFrac float64) error {
+	return r.lifecycle(ctx, &messages.RequestLifecycle{RequestId: id,
+		Step: &messages.RequestLifecycle_OutputBlock{OutputBlock: &messages.AddOutputBlock{RequestId: id, DecayFrac: decayFrac}}})
+}
+
+// OverlapScores reports every registered worker rank's cached prefix.
+func (r *Router) OverlapScores(ctx context.Context, tokens []uint32, lora string) (*messages.OverlapScoresReply, error) {
+	res, err := r.ask(ctx, r.scheduler, &messages.OverlapScoresQuery{TokenIds: tokens, LoraName: lora})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*messages.OverlapScoresReply), nil
+}
+
+// PotentialLoads is Dynamo's get_potential_loads for a prospective prompt.
+func (r *Router) PotentialLoads(ctx context.Context, tokens []uint32, lora string) (*messages.PotentialLoadsReply, error) {
+	res, err := r.ask(ctx, r.scheduler, &messages.PotentialLoadsQuery{TokenIds: tokens, LoraName: lora})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*messages.PotentialLoadsReply), nil
+}
+
+// Registry lists registered workers.
+func (r *Router) Registry(ctx context.Context) (*messages.RegistryReply, error) {
+	res, err := r.ask(ctx, r.scheduler, &messages.RegistryQuery{})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*messages.RegistryReply), nil
+}
+
+// ShardStats asks every shard for its blocks, counters and digest.
+func (r *Router) ShardStats(ctx context.Context) ([]*messages.ShardStatsReply, error) {
+	futures := make([]*actor.Future, len(r.shards))
+	for i, sh := range r.shards {
+		futures[i] = r.system.Root.RequestFuture(sh, &messages.ShardStatsQuery{}, r.cfg.DecisionTimeout*4)
+	}
+	out := make([]*messages.ShardStatsReply, 0, len(futures))
+	for i, f := range futures {
+		res, err := f.Result()
+		if err != nil {
+			return nil, fmt.Errorf("shard %d stats: %w", i, err)
+		}
+		out = append(out, res.(*messages.ShardStatsReply))
+	}
+	return out, nil
+}
+
+// IndexDigest combines every shard's digest: two replicas that applied
+// the same events report the same value.
+func (r *Router) IndexDigest(ctx context.Context) (uint64, error) {
+	stats, err := r.ShardStats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var d uint64
+	for _, s := range stats {
+		d += s.Digest // shards hold disjoint workers: a sum is order-free
+	}
+	return d, nil
+}
+
+// ActiveRequests lists active requests, of one origin replica or all.
+func (r *Router) ActiveRequests(ctx context.Context, origin *string) ([]*messages.SequenceEvent, error) {
+	res, err := r.ask(ctx, r.scheduler, &messages.ActiveRequestsQuery{Origin: origin})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*messages.ActiveRequestsReply).Events, nil
+}
+
+// ApplyRemote applies a peer replica's active-sequence change.
+func (r *Router) ApplyRemote(ev *messages.SequenceEvent) {
+	r.system.Root.Send(r.scheduler, ev)
+}
+
+// DropOrigin forgets every request a departed replica owned.
+func (r *Router) DropOrigin(origin string) {
+	r.system.Root.Send(r.scheduler, &messages.DropOrigin{Origin: origin})
+}
+
+// ReplaceOrigin swaps what we hold for a replica with its full state.
+func (r *Router) ReplaceOrigin(origin string, evs []*messages.SequenceEvent) {
+	r.system.Root.Send(r.scheduler, &messages.ReplaceOrigin{Origin: origin, Events: evs})
+}

@@ -1,0 +1,398 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/hashing"
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+const testBlockSize = 16
+
+func startRouter(t testing.TB, mutate func(*Config)) *Router {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.BlockSize = testBlockSize
+	cfg.Shards = 2
+	cfg.TickInterval = 5 * time.Millisecond
+	if !testing.Verbose() {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	r, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+func register(r *Router, ids ...uint64) {
+	for _, id := range ids {
+		r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: id, Url: fmt.Sprintf("http://w%d", id), DataParallelSize: 1}, true)
+	}
+}
+
+func prompt(n int, salt uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = salt*100000 + uint32(i)
+	}
+	return out
+}
+
+// storeChain publishes a Stored event for the prompt's full blocks.
+func storeChain(r *Router, w kv.WorkerWithDpRank, tokens []uint32) {
+	local := hashing.BlockHashes(tokens, testBlockSize, hashing.Options{})
+	seq := hashing.SequenceHashes(local)
+	ev := &kv.Event{Worker: w, Kind: kv.EventStored}
+	for i := range local {
+		ev.Blocks = append(ev.Blocks, kv.StoredBlock{BlockHash: kv.ExternalBlockHash(seq[i]), TokensHash: local[i]})
+	}
+	r.ApplyEvent(ev)
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitWorkers(t testing.TB, r *Router, n int) {
+	eventually(t, "workers registered", func() bool {
+		reg, err := r.Registry(context.Background())
+		return err == nil && len(reg.Workers) == n
+	})
+}
+
+func TestRouteFollowsCachedPrefix(t *testing.T) {
+	r := startRouter(t, nil)
+	register(r, 1, 2)
+	waitWorkers(t, r, 2)
+	tokens := prompt(160, 1) // 10 blocks
+	storeChain(r, kv.WorkerWithDpRank{WorkerID: 2}, tokens[:128])
+	eventually(t, "blocks indexed", func() bool {
+		st, err := r.Status(context.Background())
+		return err == nil && st.Workers[1].Ranks[0].IndexedBlocks == 8
+	})
+	for i := 0; i < 5; i++ {
+		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens, UpdateStates: false})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.Worker.WorkerId != 2 || reply.OverlapBlocks != 8 || reply.CachedTokens != 128 {
+			t.Fatalf("got worker %d overlap %d cached %d, want 2/8/128", reply.Worker.WorkerId, reply.OverlapBlocks, reply.CachedTokens)
+		}
+	}
+	// A removal of block 4 cuts the prefix to 4 blocks.
+	local := hashing.BlockHashes(tokens, testBlockSize, hashing.Options{})
+	seq := hashing.SequenceHashes(local)
+	r.ApplyEvent(&kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: 2}, Kind: kv.EventRemoved,
+		Removed: []kv.ExternalBlockHash{kv.ExternalBlockHash(seq[4])}})
+	eventually(t, "overlap drops to 4", func() bool {
+		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
+		return err == nil && reply.OverlapBlocks == 4 && reply.Worker.WorkerId == 2
+	})
+}
+
+func TestLoadSpreadsUncachedRequests(t *testing.T) {
+	r := startRouter(t, nil)
+	register(r, 1, 2, 3)
+	waitWorkers(t, r, 3)
+	counts := map[uint64]int{}
+	for i := 0; i < 30; i++ {
+		reply, err := r.Route(ctxT(t), &messages.RouteRequest{
+			RequestId: fmt.Sprintf("r%d", i), TokenIds: prompt(256, uint32(100+i)), UpdateStates: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[reply.Worker.WorkerId]++
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if counts[id] != 10 {
+			t.Fatalf("equal unique prompts must spread evenly by load, got %v", counts)
+		}
+	}
+	loads, err := r.PotentialLoads(ctxT(t), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range loads.Loads {
+		if l.ActiveRequests != 10 || l.PotentialPrefillTokens != 10*256 {
+			t.Fatalf("load of %v = %+v", l.Worker, l)
+		}
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	r := startRouter(t, nil)
+	register(r, 1)
+	waitWorkers(t, r, 1)
+	ctx := ctxT(t)
+	if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: "a", TokenIds: prompt(64, 1), UpdateStates: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: "a", TokenIds: prompt(64, 1), UpdateStates: true}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("duplicate active id: got %v, want ErrBadRequest", err)
+	}
+	load := func() *messages.PotentialLoad {
+		l, err := r.PotentialLoads(ctx, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Loads[0]
+	}
+	if l := load(); l.PotentialPrefillTokens != 64 || l.ActiveRequests != 1 || l.PotentialDecodeBlocks != 4 {
+		t.Fatalf("after route: %+v", l)
+	}
+	if err := r.MarkPrefillCompleted(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if l := load(); l.PotentialPrefillTokens != 0 || l.ActiveRequests != 1 {
+		t.Fatalf("after prefill done: %+v", l)
+	}
+	if err := r.Free(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if l := load(); l.ActiveRequests != 0 || l.PotentialDecodeBlocks != 0 {
+		t.Fatalf("after free: %+v", l)
+	}
+	if err := r.Free(ctx, "a"); !errors.Is(err, ErrUnknownRequest) {
+		t.Fatalf("second free: got %v, want ErrUnknownRequest", err)
+	}
+	if err := r.MarkPrefillCompleted(ctx, "nope"); !errors.Is(err, ErrUnknownRequest) {
+		t.Fatalf("unknown prefill: got %v", err)
+	}
+}
+
+func TestQueryOnlyChangesNothing(t *testing.T) {
+	r := startRouter(t, nil)
+	register(r, 1, 2)
+	waitWorkers(t, r, 2)
+	for i := 0; i < 10; i++ {
+		if _, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: prompt(64, 7)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loads, err := r.PotentialLoads(ctxT(t), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range loads.Loads {
+		if l.ActiveRequests != 0 {
+			t.Fatalf("query-only routing recorded load: %+v", l)
+		}
+	}
+}
+
+func TestConstraints(t *testing.T) {
+	r := startRouter(t, nil)
+	ctx := ctxT(t)
+	if _, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompt(32, 1)}); !errors.Is(err, ErrNoEligibleWorker) {
+		t.Fatalf("no workers: got %v", err)
+	}
+	r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 1, DataParallelSize: 1}, true)
+	r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 2, DataParallelStartRank: 0, DataParallelSize: 4}, true)
+	waitWorkers(t, r, 2)
+	reply, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompt(32, 1), PinnedWorker: &messages.WorkerRank{WorkerId: 2, DpRank: 3}})
+	if err != nil || reply.Worker.WorkerId != 2 || reply.Worker.DpRank != 3 {
+		t.Fatalf("pinned: %v %v", reply, err)
+	}
+	if _, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompt(32, 1), PinnedWorker: &messages.WorkerRank{WorkerId: 2, DpRank: 9}}); !errors.Is(err, ErrNoEligibleWorker) {
+		t.Fatalf("pinned to an unknown rank: %v", err)
+	}
+	for i := 0; i < 20; i++ {
+		reply, err := r.Route(ctx, &messages.RouteRequest{RequestId: fmt.Sprint(i), UpdateStates: true,
+			TokenIds: prompt(32, uint32(i)), AllowedWorkerIds: []uint64{2}})
+		if err != nil || reply.Worker.WorkerId != 2 {
+			t.Fatalf("allowed: %v %v", reply, err)
+		}
+	}
+	loads, _ := r.PotentialLoads(ctx, nil, "")
+	for _, l := range loads.Loads {
+		if l.Worker.WorkerId == 2 && l.ActiveRequests != 5 {
+			t.Fatalf("dp ranks are candidates of their own and share load: %+v", l)
+		}
+	}
+	if _, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompt(32, 1), AllowedWorkerIds: []uint64{42}}); !errors.Is(err, ErrNoEligibleWorker) {
+		t.Fatalf("allowed unknown: %v", err)
+	}
+	if _, err := r.Route(ctx, &messages.RouteRequest{TokenIds: nil}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("empty tokens: %v", err)
+	}
+}
+
+func TestBackpressureQueuesThenRejects(t *testing.T) {
+	r := startRouter(t, func(c *Config) {
+		c.Scheduling.RouterQueueEnabled = true
+		c.Scheduling.RouterQueueThreshold = 1
+		c.Scheduling.MaxQueueLength = 1
+		c.DefaultMaxNumBatchedTokens = 100
+		c.MaxQueueWait = 10 * time.Second
+	})
+	register(r, 1)
+	waitWorkers(t, r, 1)
+	ctx := ctxT(t)
+	// 200 prefill tokens > 1 x 100: the only worker is now overloaded.
+	if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: "big", TokenIds: prompt(200, 1), UpdateStates: true}); err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan error, 1)
+	go func() {
+		_, err := r.Route(ctx, &messages.RouteRequest{RequestId: "waits", TokenIds: prompt(50, 2), UpdateStates: true})
+		queued <- err
+	}()
+	eventually(t, "second request queued", func() bool {
+		reg, err := r.Registry(ctx)
+		return err == nil && reg.QueueDepth == 1
+	})
+	_, err := r.Route(ctx, &messages.RouteRequest{RequestId: "rejected", TokenIds: prompt(50, 3), UpdateStates: true})
+	var re *RouteError
+	if !errors.As(err, &re) || !errors.Is(err, ErrOverloaded) || re.QueueDepth != 1 || re.QueueLimit != 1 {
+		t.Fatalf("full queue: got %v, want ErrOverloaded with depth 1 limit 1", err)
+	}
+	select {
+	case err := <-queued:
+		t.Fatalf("queued request answered before capacity freed: %v", err)
+	default:
+	}
+	if err := r.MarkPrefillCompleted(ctx, "big"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-queued:
+		if err != nil {
+			t.Fatalf("queued request: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("queued request not routed after capacity freed")
+	}
+}
+
+func TestApproximateModePredictsFromDecisions(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.UseKVEvents = false })
+	register(r, 1, 2, 3, 4)
+	waitWorkers(t, r, 4)
+	tokens := prompt(320, 5)
+	first, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "x", TokenIds: tokens, UpdateStates: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Free(ctxT(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "decision predicted as cached", func() bool {
+		again, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
+		return err == nil && again.Worker.WorkerId == first.Worker.WorkerId && again.OverlapBlocks == 20
+	})
+	// Engine events are not mixed into the prediction.
+	storeChain(r, kv.WorkerWithDpRank{WorkerID: 4}, prompt(320, 6))
+	reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: prompt(320, 6)})
+	if err != nil || reply.OverlapBlocks != 0 {
+		t.Fatalf("approximate mode must ignore engine events: %v %v", reply, err)
+	}
+}
+
+func TestGossipedLoadAndDeadOrigin(t *testing.T) {
+	var published []*messages.SequenceEvent
+	pub := make(chan *messages.SequenceEvent, 16)
+	r := startRouter(t, func(c *Config) {
+		c.ReplicaID = "A"
+		c.Publish = func(ev *messages.SequenceEvent) { pub <- ev }
+	})
+	register(r, 1)
+	waitWorkers(t, r, 1)
+	ctx := ctxT(t)
+	add := &messages.AddRequest{RequestId: "peer-1", Worker: &messages.WorkerRank{WorkerId: 1}, PrefillTokens: 500, Isl: 500,
+		TrackPrefillTokens: true, SequenceHashes: []uint64{1, 2, 3}}
+	r.ApplyRemote(&messages.SequenceEvent{Origin: "B", Data: &messages.SequenceEvent_Add{Add: add}})
+	r.ApplyRemote(&messages.SequenceEvent{Origin: "A", Data: &messages.SequenceEvent_Add{Add: &messages.AddRequest{
+		RequestId: "echo", Worker: &messages.WorkerRank{WorkerId: 1}, PrefillTokens: 7, Isl: 7}}})
+	eventually(t, "peer's request visible", func() bool {
+		l, err := r.PotentialLoads(ctx, nil, "")
+		return err == nil && l.Loads[0].ActiveRequests == 1 && l.Loads[0].PotentialPrefillTokens == 500
+	})
+	if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: "mine", TokenIds: prompt(32, 1), UpdateStates: true}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-pub:
+		published = append(published, ev)
+	case <-time.After(2 * time.Second):
+		t.Fatal("local decision not published for gossip")
+	}
+	if published[0].Origin != "A" || published[0].GetAdd().GetRequestId() != "mine" {
+		t.Fatalf("published %+v", published[0])
+	}
+	r.DropOrigin("B")
+	eventually(t, "dead replica's requests dropped", func() bool {
+		l, err := r.PotentialLoads(ctx, nil, "")
+		return err == nil && l.Loads[0].ActiveRequests == 1 // only "mine" is left
+	})
+	origin := "A"
+	own, err := r.ActiveRequests(ctx, &origin)
+	if err != nil || len(own) != 1 || own[0].GetAdd().GetRequestId() != "mine" {
+		t.Fatalf("own requests: %v %v", own, err)
+	}
+}
+
+func TestShardRestartKeepsIntactIndex(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.Shards = 1 })
+	register(r, 1)
+	waitWorkers(t, r, 1)
+	tokens := prompt(64, 9)
+	storeChain(r, kv.WorkerWithDpRank{WorkerID: 1}, tokens)
+	eventually(t, "indexed", func() bool {
+		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
+		return err == nil && reply.OverlapBlocks == 4
+	})
+	r.system.Root.Send(r.shards[0], &crashShard{})
+	eventually(t, "shard restarted with its index", func() bool {
+		stats, err := r.ShardStats(ctxT(t))
+		return err == nil && stats[0].Restarts == 1 && len(stats[0].Blocks) == 1 && stats[0].Blocks[0].Blocks == 4
+	})
+	reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
+	if err != nil || reply.OverlapBlocks != 4 {
+		t.Fatalf("after restart: %v %v", reply, err)
+	}
+}
+
+func TestHeartbeatTimeoutRemovesWorker(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.HeartbeatTimeout = 50 * time.Millisecond })
+	r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 5, DataParallelSize: 1}, false)
+	waitWorkers(t, r, 1)
+	storeChain(r, kv.WorkerWithDpRank{WorkerID: 5}, prompt(64, 1))
+	eventually(t, "worker expired", func() bool {
+		reg, err := r.Registry(context.Background())
+		return err == nil && len(reg.Workers) == 0
+	})
+	eventually(t, "its blocks removed", func() bool {
+		st, err := r.ShardStats(context.Background())
+		n := 0
+		for _, s := range st {
+			n += len(s.Blocks)
+		}
+		return err == nil && n == 0
+	})
+}

@@ -1,0 +1,198 @@
+package actors
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/index"
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// shardState is the index of one shard. It lives outside the actor
+// instance so that a restart after a panic keeps it: the restarted actor
+// checks the invariants and keeps the index if it is intact, or resets it
+// and reports the loss (never silently empty).
+type shardState struct {
+	id       uint32
+	approx   bool
+	idx      *index.Indexer
+	pred     *index.Approx
+	restarts uint64
+	resets   uint64
+	cfg      IndexConfig
+	log      *slog.Logger
+	obs      Observer
+}
+
+type shardActor struct{ st *shardState }
+
+func newShardProps(st *shardState) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &shardActor{st: st} })
+}
+
+func (a *shardActor) Receive(ctx actor.Context) {
+	st := a.st
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.ensureIndex()
+	case *actor.Restarting:
+		st.restarts++
+	case *messages.KvEvent:
+		a.apply(m)
+	case *messages.KvEventBatch:
+		for _, ev := range m.Events {
+			a.apply(ev)
+		}
+	case *messages.RemoveWorker:
+		a.tree().RemoveWorker(kv.WorkerID(m.WorkerId))
+	case *messages.ScoreRequest:
+		ctx.Respond(a.score(m))
+	case *messages.RoutingDecision:
+		if st.approx {
+			w := kv.WorkerWithDpRank{WorkerID: kv.WorkerID(m.Worker.GetWorkerId()), DpRank: m.Worker.GetDpRank()}
+			st.pred.RecordDecision(w, toLocal(m.LocalHashes), time.Now())
+		}
+	case *messages.Tick:
+		if st.approx {
+			st.pred.Expire(time.Unix(0, m.UnixNano))
+		}
+	case *messages.ShardStatsQuery:
+		ctx.Respond(a.stats())
+	case *crashShard:
+		panic("shard crash requested")
+	}
+}
+
+// ensureIndex builds the index on first start and validates it after a
+// restart.
+func (a *shardActor) ensureIndex() {
+	st := a.st
+	if st.idx == nil && st.pred == nil {
+		a.reset()
+		return
+	}
+	if err := a.tree().CheckInvariants(); err != nil {
+		st.resets++
+		st.log.Error("shard index corrupt after restart; reset, workers must resync",
+			"shard", st.id, "err", err)
+		st.obs.ShardRestarted(st.id, false)
+		a.reset()
+		return
+	}
+	st.log.Warn("shard restarted; index intact", "shard", st.id, "restarts", st.restarts)
+	st.obs.ShardRestarted(st.id, true)
+}
+
+func (a *shardActor) reset() {
+	st := a.st
+	if st.approx {
+		st.pred = index.NewApprox(index.ApproxConfig{
+			TTL: st.cfg.TTL, MaxTreeSize: st.cfg.MaxTreeSize, PruneTargetRatio: st.cfg.PruneTargetRatio,
+		})
+		st.idx = nil
+		return
+	}
+	st.idx = index.New()
+}
+
+// tree is the structure the shard answers from in either mode.
+func (a *shardActor) tree() indexView {
+	if a.st.approx {
+		return a.st.pred
+	}
+	return a.st.idx
+}
+
+func (a *shardActor) apply(m *messages.KvEvent) {
+	ev, err := events.FromProto(m)
+	if err != nil {
+		a.st.obs.EventDropped("invalid")
+		return
+	}
+	if a.st.approx {
+		// Approximate mode predicts the cache from routing decisions;
+		// engine events are not expected and would mix two truths.
+		a.st.obs.EventDropped("approx_mode")
+		return
+	}
+	if err := a.st.idx.Apply(&ev); err != nil {
+		a.st.obs.EventDropped(index.ErrorReason(err))
+		return
+	}
+	a.st.obs.EventApplied(ev.Kind.String())
+}
+
+func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
+	matches := a.tree().FindMatches(toLocal(m.LocalHashes))
+	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id}
+	reply.Overlaps = make([]*messages.WorkerOverlap, 0, len(matches))
+	for w, t := range matches {
+		reply.Overlaps = append(reply.Overlaps, &messages.WorkerOverlap{
+			Worker:       rankMsg(w),
+			DeviceBlocks: t.Device,
+			HostBlocks:   t.Host,
+			DiskBlocks:   t.Disk,
+			TreeSize:     t.TreeSize,
+		})
+	}
+	return reply
+}
+
+func (a *shardActor) stats() *messages.ShardStatsReply {
+	t := a.tree()
+	reply := &messages.ShardStatsReply{
+		Shard:    a.st.id,
+		Digest:   t.Digest(),
+		Restarts: a.st.restarts,
+		Counters: t.CounterMap(),
+	}
+	reply.Counters["shard_resets"] = a.st.resets
+	for w, n := range t.WorkerBlockCounts() {
+		reply.Blocks = append(reply.Blocks, &messages.WorkerBlocks{Worker: rankMsg(w), Blocks: n})
+	}
+	return reply
+}
+
+// indexView is what a shard needs from either index flavour.
+type indexView interface {
+	FindMatches([]kv.LocalBlockHash) map[kv.WorkerWithDpRank]index.TierMatch
+	RemoveWorker(kv.WorkerID)
+	WorkerBlockCounts() map[kv.WorkerWithDpRank]uint64
+	Digest() uint64
+	CounterMap() map[string]uint64
+	CheckInvariants() error
+}
+
+func toLocal(h []uint64) []kv.LocalBlockHash {
+	out := make([]kv.LocalBlockHash, len(h))
+	for i, v := range h {
+		out[i] = kv.LocalBlockHash(v)
+	}
+	return out
+}
+
+func rankMsg(w kv.WorkerWithDpRank) *messages.WorkerRank {
+	return &messages.WorkerRank{WorkerId: uint64(w.WorkerID), DpRank: w.DpRank}
+}
+
+func rankOf(m *messages.WorkerRank) kv.WorkerWithDpRank {
+	return kv.WorkerWithDpRank{WorkerID: kv.WorkerID(m.GetWorkerId()), DpRank: m.GetDpRank()}
+}
+
+// shardOf maps a worker to its shard. Every dp rank of a worker lands on
+// the same shard because a Cleared event clears all of them at once.
+func shardOf(w kv.WorkerID, shards int) int {
+	x := uint64(w)
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return int(x % uint64(shards))
+}
+
+// crashShard makes a shard panic. It is unexported: only this package's
+// tests send it, to exercise supervision.
+type crashShard struct{}

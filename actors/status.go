@@ -1,0 +1,115 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// RankStatus is one worker rank as the replica sees it.
+type RankStatus struct {
+	DpRank              uint32  `json:"dp_rank"`
+	IndexedBlocks       uint64  `json:"indexed_blocks"`
+	ActiveRequests      uint32  `json:"active_requests"`
+	ActivePrefillTokens uint64  `json:"active_prefill_tokens"`
+	ActiveDecodeBlocks  float64 `json:"active_decode_blocks"`
+}
+
+// WorkerStatus is one registered worker with its ranks.
+type WorkerStatus struct {
+	WorkerID              uint64       `json:"worker_id"`
+	URL                   string       `json:"url,omitempty"`
+	ModelName             string       `json:"model_name,omitempty"`
+	DataParallelStartRank uint32       `json:"data_parallel_start_rank"`
+	DataParallelSize      uint32       `json:"data_parallel_size"`
+	TotalKVBlocks         uint64       `json:"total_kv_blocks,omitempty"`
+	Static                bool         `json:"static"`
+	LastSeenUnixNano      int64        `json:"last_seen_unix_nano"`
+	Ranks                 []RankStatus `json:"ranks"`
+}
+
+// Status is the replica's view of the fleet.
+type Status struct {
+	Workers         []WorkerStatus    `json:"workers"`
+	QueueDepth      uint32            `json:"queue_depth"`
+	TrackedRequests uint64            `json:"tracked_requests"`
+	IndexCounters   map[string]uint64 `json:"index_counters"`
+	IndexDigest     uint64            `json:"index_digest"`
+	// UnregisteredIndexed counts blocks indexed for workers that never
+	// registered (events can precede the first heartbeat).
+	UnregisteredIndexed map[string]uint64 `json:"unregistered_indexed,omitempty"`
+}
+
+// Status gathers the registry, each shard's blocks and counters, and
+// each rank's load.
+func (r *Router) Status(ctx context.Context) (*Status, error) {
+	reg, err := r.Registry(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	shards, err := r.ShardStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	loads, err := r.PotentialLoads(ctx, nil, "")
+	if err != nil {
+		return nil, fmt.Errorf("loads: %w", err)
+	}
+	blocks := map[kv.WorkerWithDpRank]uint64{}
+	st := &Status{QueueDepth: reg.QueueDepth, TrackedRequests: reg.TrackedRequests, IndexCounters: map[string]uint64{}}
+	for _, sh := range shards {
+		for _, b := range sh.Blocks {
+			blocks[rankOf(b.Worker)] = b.Blocks
+		}
+		for k, v := range sh.Counters {
+			st.IndexCounters[k] += v
+		}
+		st.IndexDigest += sh.Digest
+	}
+	load := map[kv.WorkerWithDpRank]*messages.PotentialLoad{}
+	for _, l := range loads.Loads {
+		load[rankOf(l.Worker)] = l
+	}
+	registered := map[kv.WorkerWithDpRank]bool{}
+	for _, w := range reg.Workers {
+		hb := w.Worker
+		ws := WorkerStatus{
+			WorkerID: hb.WorkerId, URL: hb.Url, ModelName: hb.ModelName,
+			DataParallelStartRank: hb.DataParallelStartRank, DataParallelSize: max(hb.DataParallelSize, 1),
+			TotalKVBlocks: hb.TotalKvBlocks, Static: w.Static, LastSeenUnixNano: w.LastSeenUnixNano,
+		}
+		for rk := hb.DataParallelStartRank; rk < hb.DataParallelStartRank+ws.DataParallelSize; rk++ {
+			key := kv.WorkerWithDpRank{WorkerID: kv.WorkerID(hb.WorkerId), DpRank: rk}
+			registered[key] = true
+			rs := RankStatus{DpRank: rk, IndexedBlocks: blocks[key]}
+			if l := load[key]; l != nil {
+				rs.ActiveRequests = l.ActiveRequests
+				rs.ActivePrefillTokens = l.PotentialPrefillTokens
+				rs.ActiveDecodeBlocks = l.PotentialDecodeBlocks
+			}
+			ws.Ranks = append(ws.Ranks, rs)
+		}
+		st.Workers = append(st.Workers, ws)
+	}
+	for w, n := range blocks {
+		if !registered[w] && n > 0 {
+			if st.UnregisteredIndexed == nil {
+				st.UnregisteredIndexed = map[string]uint64{}
+			}
+			st.UnregisteredIndexed[w.String()] = n
+		}
+	}
+	slices.SortFunc(st.Workers, func(a, b WorkerStatus) int {
+		switch {
+		case a.WorkerID < b.WorkerID:
+			return -1
+		case a.WorkerID > b.WorkerID:
+			return 1
+		}
+		return 0
+	})
+	return st, nil
+}

@@ -1,0 +1,184 @@
+// Package config is the one place the router's settings are defined. Each
+// field of Config is a kebab-case flag and an environment variable
+// KVROUTER_<UPPER_SNAKE>; flags win over the environment, the environment
+// over the defaults. Knobs that Dynamo exposes keep Dynamo's name (the flag
+// is its kebab-case form) and default.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/sequence"
+)
+
+// Config is every setting of one router replica.
+type Config struct {
+	// ---- process ----
+	HTTPAddr        string        `flag:"http-addr" help:"HTTP listen address for the API, proxy and metrics"`
+	DataDir         string        `flag:"data-dir" help:"directory for the embedded NATS JetStream store"`
+	LogLevel        string        `flag:"log-level" help:"debug, info, warn or error"`
+	ReplicaID       string        `flag:"replica-id" help:"this replica's id in the cluster (default: hostname + boot nonce)"`
+	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"how long to drain HTTP and actors on SIGTERM"`
+	MaxBodyBytes    int64         `flag:"max-body-bytes" help:"largest accepted HTTP request body (413 above)"`
+	Proxy           bool          `flag:"proxy" help:"serve OpenAI-compatible /v1/completions by routing and forwarding to workers"`
+
+	// ---- NATS ----
+	NATSURL          string        `flag:"nats-url" help:"external NATS URL; empty starts an embedded NATS server"`
+	NATSListen       string        `flag:"nats-listen" help:"embedded NATS listen address (host:port; port 0 = random)"`
+	KVEventsSubject  string        `flag:"kv-events-subject" help:"subject KV events are published on"`
+	WorkersSubject   string        `flag:"workers-subject" help:"subject worker heartbeats are published on"`
+	JetStream        bool          `flag:"jetstream" help:"keep KV events in a JetStream stream so late replicas replay them"`
+	KVEventsStream   string        `flag:"kv-events-stream" help:"JetStream stream name for KV events"`
+	KVEventsMaxAge   time.Duration `flag:"kv-events-max-age" help:"how long the stream keeps KV events"`
+	HeartbeatTimeout time.Duration `flag:"heartbeat-timeout" help:"remove a worker whose heartbeats stopped for this long"`
+	StaticWorkers    []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size] workers registered without heartbeats"`
+
+	// ---- routing (Dynamo names) ----
+	BlockSize                  int           `flag:"block-size" help:"KV block size in tokens; workers must match"`
+	OverlapScoreWeight         float64       `flag:"overlap-score-weight" help:"Dynamo's deprecated weight of prefill blocks; when >= 0 it sets prefill_load_scale (and 0 also zeroes overlap_score_credit); negative = unset"`
+	OverlapScoreCredit         float64       `flag:"overlap-score-credit" help:"credit per device-cached prefix block, 0..1"`
+	PrefillLoadScale           float64       `flag:"prefill-load-scale" help:"scale of adjusted prefill blocks in the cost"`
+	HostCacheHitWeight         float64       `flag:"host-cache-hit-weight" help:"credit per host-pinned cached block"`
+	DiskCacheHitWeight         float64       `flag:"disk-cache-hit-weight" help:"credit per disk cached block"`
+	RouterTemperature          float64       `flag:"router-temperature" help:"softmax temperature; 0 = argmin"`
+	UseKVEvents                bool          `flag:"use-kv-events" help:"index workers' KV events; false = approximate mode from routing decisions"`
+	RouterTrackActiveBlocks    bool          `flag:"router-track-active-blocks" help:"count active (decode) blocks per worker"`
+	RouterTrackOutputBlocks    bool          `flag:"router-track-output-blocks" help:"count generated blocks as they grow"`
+	RouterTrackPrefillTokens   bool          `flag:"router-track-prefill-tokens" help:"count prompt tokens still to prefill as load"`
+	RouterAssumeKVReuse        bool          `flag:"router-assume-kv-reuse" help:"deduplicate shared prefix blocks in the active-block count"`
+	RouterTTLSecs              float64       `flag:"router-ttl-secs" help:"approximate mode: TTL of predicted blocks"`
+	RouterMaxTreeSize          int           `flag:"router-max-tree-size" help:"approximate mode: max predicted blocks before pruning"`
+	RouterPruneTargetRatio     float64       `flag:"router-prune-target-ratio" help:"approximate mode: prune down to this fraction of the max"`
+	RouterQueueThreshold       float64       `flag:"router-queue-threshold" help:"queue when every worker's prefill tokens exceed this x max_num_batched_tokens; negative disables"`
+	RouterQueuePolicy          string        `flag:"router-queue-policy" help:"fcfs or wspt"`
+	RouterMaxQueueLength       int           `flag:"router-max-queue-length" help:"requests that may wait; more are rejected with 429"`
+	RouterMaxQueueWait         time.Duration `flag:"router-max-queue-wait" help:"longest wait in the queue before 429"`
+	MaxNumBatchedTokens        uint64        `flag:"max-num-batched-tokens" help:"queue-threshold unit for workers that do not announce theirs"`
+	IndexerShards              int           `flag:"indexer-shards" help:"indexer shard actors; 0 = GOMAXPROCS"`
+	DecisionTimeout            time.Duration `flag:"decision-timeout" help:"longest wait for shard and load replies before deciding with what arrived"`
+	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" help:"free requests never freed after this long"`
+	ProxyOutputBlockDecayFloor float64       `flag:"proxy-output-block-decay-floor" help:"proxy: smallest weight of a generated block when the expected output is exceeded"`
+
+	// ---- cluster ----
+	ClusterBind      string   `flag:"cluster-bind" help:"memberlist bind host:port; empty runs a single replica"`
+	ClusterJoin      []string `flag:"cluster-join" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
+	ClusterAdvertise string   `flag:"cluster-advertise" help:"address peers reach this replica at (default: bind address)"`
+}
+
+// Default returns the defaults (Dynamo's where Dynamo has the knob).
+func Default() Config {
+	sc := scheduling.DefaultConfig()
+	return Config{
+		HTTPAddr:        "127.0.0.1:8080",
+		DataDir:         "./data",
+		LogLevel:        "info",
+		ShutdownTimeout: 10 * time.Second,
+		MaxBodyBytes:    8 << 20,
+		Proxy:           true,
+
+		NATSListen:       "127.0.0.1:4222",
+		KVEventsSubject:  "kvrouter.kv_events",
+		WorkersSubject:   "kvrouter.workers",
+		JetStream:        true,
+		KVEventsStream:   "KVROUTER_KV_EVENTS",
+		KVEventsMaxAge:   time.Hour,
+		HeartbeatTimeout: 10 * time.Second,
+
+		BlockSize:                  16,
+		OverlapScoreWeight:         -1,
+		OverlapScoreCredit:         sc.OverlapScoreCredit,
+		PrefillLoadScale:           sc.PrefillLoadScale,
+		HostCacheHitWeight:         sc.HostCacheHitWeight,
+		DiskCacheHitWeight:         sc.DiskCacheHitWeight,
+		RouterTemperature:          sc.RouterTemperature,
+		UseKVEvents:                true,
+		RouterTrackActiveBlocks:    true,
+		RouterTrackOutputBlocks:    false,
+		RouterTrackPrefillTokens:   sc.TrackPrefillTokens,
+		RouterAssumeKVReuse:        sc.AssumeKVReuse,
+		RouterTTLSecs:              120,
+		RouterMaxTreeSize:          1 << 20,
+		RouterPruneTargetRatio:     0.8,
+		RouterQueueThreshold:       sc.RouterQueueThreshold,
+		RouterQueuePolicy:          string(sc.RouterQueuePolicy),
+		RouterMaxQueueLength:       sc.MaxQueueLength,
+		RouterMaxQueueWait:         60 * time.Second,
+		MaxNumBatchedTokens:        8192,
+		DecisionTimeout:            250 * time.Millisecond,
+		StaleRequestExpiry:         time.Hour,
+		ProxyOutputBlockDecayFloor: 0.1,
+	}
+}
+
+// Validate checks what can be checked without starting anything.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.HTTPAddr == "" {
+		errs = append(errs, errors.New("http-addr must be set"))
+	}
+	if c.MaxBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
+	}
+	if _, err := scheduling.ParseQueuePolicy(c.RouterQueuePolicy); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := ParseStaticWorkers(c.StaticWorkers); err != nil {
+		errs = append(errs, err)
+	}
+	ac := c.Actors()
+	if err := ac.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Scheduling maps the routing knobs onto the selector's config.
+func (c *Config) Scheduling() scheduling.Config {
+	sc := scheduling.DefaultConfig()
+	if c.OverlapScoreWeight >= 0 {
+		w := c.OverlapScoreWeight
+		sc.OverlapScoreWeight = &w
+	}
+	sc.OverlapScoreCredit = c.OverlapScoreCredit
+	sc.PrefillLoadScale = c.PrefillLoadScale
+	sc.HostCacheHitWeight = c.HostCacheHitWeight
+	sc.DiskCacheHitWeight = c.DiskCacheHitWeight
+	sc.RouterTemperature = c.RouterTemperature
+	sc.TrackPrefillTokens = c.RouterTrackPrefillTokens
+	sc.AssumeKVReuse = c.RouterAssumeKVReuse
+	sc.RouterQueueEnabled = c.RouterQueueThreshold >= 0
+	sc.RouterQueueThreshold = max(c.RouterQueueThreshold, 0)
+	sc.RouterQueuePolicy = scheduling.QueuePolicy(c.RouterQueuePolicy)
+	sc.MaxQueueLength = c.RouterMaxQueueLength
+	return sc.Normalized()
+}
+
+// Actors maps the config onto one replica's actor config.
+func (c *Config) Actors() actors.Config {
+	ac := actors.DefaultConfig()
+	ac.ReplicaID = c.ReplicaID
+	ac.BlockSize = c.BlockSize
+	ac.Shards = c.IndexerShards
+	ac.UseKVEvents = c.UseKVEvents
+	ac.Index = actors.IndexConfig{
+		TTL:              time.Duration(c.RouterTTLSecs * float64(time.Second)),
+		MaxTreeSize:      c.RouterMaxTreeSize,
+		PruneTargetRatio: c.RouterPruneTargetRatio,
+	}
+	ac.Scheduling = c.Scheduling()
+	ac.TrackActiveBlocks = c.RouterTrackActiveBlocks
+	ac.Sequence = sequence.Config{
+		TrackOutputBlocks: c.RouterTrackOutputBlocks && c.RouterTrackActiveBlocks,
+		AssumeKVReuse:     c.RouterAssumeKVReuse,
+		ExpiryDuration:    c.StaleRequestExpiry,
+	}
+	ac.DefaultMaxNumBatchedTokens = c.MaxNumBatchedTokens
+	ac.DecisionTimeout = c.DecisionTimeout
+	ac.MaxQueueWait = c.RouterMaxQueueWait
+	ac.HeartbeatTimeout = c.HeartbeatTimeout
+	return ac
+}

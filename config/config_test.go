@@ -1,0 +1,82 @@
+package config
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLoadPrecedence(t *testing.T) {
+	env := map[string]string{
+		"KVROUTER_BLOCK_SIZE":         "32",
+		"KVROUTER_ROUTER_TEMPERATURE": "0.5",
+		"KVROUTER_NATS_URL":           "nats://example:4222",
+		"KVROUTER_USE_KV_EVENTS":      "false",
+	}
+	cfg, err := Load([]string{"--block-size", "64", "--http-addr", "127.0.0.1:9999", "--static-workers", "1=http://a,2=http://b@0:2"},
+		func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.BlockSize != 64 {
+		t.Errorf("flag must win over env: block size %d", cfg.BlockSize)
+	}
+	if cfg.RouterTemperature != 0.5 || cfg.NATSURL != "nats://example:4222" || cfg.UseKVEvents {
+		t.Errorf("env not applied: %+v", cfg)
+	}
+	if cfg.HTTPAddr != "127.0.0.1:9999" || len(cfg.StaticWorkers) != 2 {
+		t.Errorf("flags not applied: %+v", cfg)
+	}
+	if d := Default(); d.RouterTTLSecs != 120 || d.RouterMaxTreeSize != 1<<20 || d.RouterPruneTargetRatio != 0.8 || d.BlockSize != 16 {
+		t.Errorf("Dynamo defaults changed: %+v", d)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, args := range [][]string{
+		{"--block-size", "x"},
+		{"--block-size", "0"},
+		{"--decision-timeout", "soon"},
+		{"--static-workers", "nope"},
+		{"--router-prune-target-ratio", "1.5"},
+		{"stray"},
+	} {
+		if _, err := Load(args, none); err == nil {
+			t.Errorf("%v: want an error", args)
+		}
+	}
+	if _, err := Load(nil, func(k string) string {
+		if k == "KVROUTER_BLOCK_SIZE" {
+			return "sixteen"
+		}
+		return ""
+	}); err == nil {
+		t.Error("a malformed environment value must be an error")
+	}
+}
+
+func TestBoolFlagForms(t *testing.T) {
+	none := func(string) string { return "" }
+	cfg, err := Load([]string{"--use-kv-events=false", "--router-track-output-blocks"}, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.UseKVEvents || !cfg.RouterTrackOutputBlocks {
+		t.Errorf("bool flags: %+v", cfg)
+	}
+	if cfg.Actors().Index.TTL != 120*time.Second {
+		t.Errorf("ttl mapping: %v", cfg.Actors().Index.TTL)
+	}
+}
+
+func TestParseStaticWorkers(t *testing.T) {
+	ws, err := ParseStaticWorkers([]string{"7=http://h:1@2:4"})
+	if err != nil || len(ws) != 1 || ws[0].ID != 7 || ws[0].URL != "http://h:1" || ws[0].DpStart != 2 || ws[0].DpSize != 4 {
+		t.Fatalf("got %+v, %v", ws, err)
+	}
+	for _, bad := range []string{"x=http://h", "7=http://h@2", "7=http://h@a:b", "7=http://h@0:0"} {
+		if _, err := ParseStaticWorkers([]string{bad}); err == nil {
+			t.Errorf("%q: want error", bad)
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// StaticWorker is a worker registered by configuration, for setups
+// without heartbeats: "id=url" or "id=url@dp_start:dp_size".
+type StaticWorker struct {
+	ID      uint64
+	URL     string
+	DpStart uint32
+	DpSize  uint32
+}
+
+// ParseStaticWorkers parses the --static-workers entries.
+func ParseStaticWorkers(specs []string) ([]StaticWorker, error) {
+	var out []StaticWorker
+	for _, spec := range specs {
+		id, rest, ok := strings.Cut(spec, "=")
+		if !ok {
+			return nil, fmt.Errorf("static worker %q: want id=url[@dp_start:dp_size]", spec)
+		}
+		n, err := strconv.ParseUint(id, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("static worker %q: id: %w", spec, err)
+		}
+		w := StaticWorker{ID: n, URL: rest, DpSize: 1}
+		if url, dp, ok := strings.Cut(rest, "@"); ok {
+			w.URL = url
+			start, size, ok := strings.Cut(dp, ":")
+			if !ok {
+				return nil, fmt.Errorf("static worker %q: dp ranks: want dp_start:dp_size", spec)
+			}
+			s, err1 := strconv.ParseUint(start, 10, 32)
+			z, err2 := strconv.ParseUint(size, 10, 32)
+			if err1 != nil || err2 != nil || z == 0 {
+				return nil, fmt.Errorf("static worker %q: dp ranks: want two integers, size > 0", spec)
+			}
+			w.DpStart, w.DpSize = uint32(s), uint32(z)
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}

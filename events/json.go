@@ -1,0 +1,245 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+// ErrMalformed wraps every decoding failure, so callers can count them.
+var ErrMalformed = errors.New("malformed event")
+
+// routerEventJSON is Dynamo's RouterEvent:
+//
+//	{"worker_id": 1, "storage_tier": "device",
+//	 "event": {"event_id": 42, "dp_rank": 0,
+//	   "data": {"stored": {"parent_hash": null, "blocks": [{"block_hash": 1, "tokens_hash": 2}]}}}}
+//
+// data is {"removed": {"block_hashes": [...]}} or "cleared" otherwise.
+type routerEventJSON struct {
+	WorkerID    *hashNum     `json:"worker_id"`
+	StorageTier string       `json:"storage_tier,omitempty"`
+	DpRank      *hashNum     `json:"dp_rank,omitempty"` // some publishers put it at the top
+	Event       *kvEventJSON `json:"event"`
+}
+
+type kvEventJSON struct {
+	EventID *hashNum        `json:"event_id"`
+	DpRank  *hashNum        `json:"dp_rank,omitempty"`
+	Data    json.RawMessage `json:"data"`
+}
+
+type storedJSON struct {
+	ParentHash *hashNum          `json:"parent_hash"`
+	Blocks     []storedBlockJSON `json:"blocks"`
+}
+
+type storedBlockJSON struct {
+	BlockHash  *hashNum `json:"block_hash"`
+	TokensHash *hashNum `json:"tokens_hash"`
+}
+
+type removedJSON struct {
+	BlockHashes []hashNum `json:"block_hashes"`
+}
+
+// hashNum is a u64 on the wire that engines may also send as a negative
+// i64 (reinterpreted bit for bit, as Dynamo does). It never goes through
+// float64, so no precision is lost.
+type hashNum uint64
+
+func (h *hashNum) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+		*h = hashNum(u)
+		return nil
+	}
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		*h = hashNum(uint64(i))
+		return nil
+	}
+	return fmt.Errorf("%s is not a 64-bit integer", truncate(s))
+}
+
+func (h hashNum) MarshalJSON() ([]byte, error) { return strconv.AppendUint(nil, uint64(h), 10), nil }
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+}
+
+// DecodeRouterEventJSON decodes one Dynamo RouterEvent.
+func DecodeRouterEventJSON(data []byte) (kv.Event, error) {
+	var raw routerEventJSON
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return kv.Event{}, malformed("router event JSON: %v", err)
+	}
+	return raw.toEvent()
+}
+
+// DecodeRouterEventsJSON decodes a JSON array of RouterEvents (a batch)
+// or a single RouterEvent object.
+func DecodeRouterEventsJSON(data []byte) ([]kv.Event, error) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		ev, err := DecodeRouterEventJSON(trimmed)
+		if err != nil {
+			return nil, err
+		}
+		return []kv.Event{ev}, nil
+	}
+	var raws []routerEventJSON
+	if err := json.Unmarshal(trimmed, &raws); err != nil {
+		return nil, malformed("router event batch JSON: %v", err)
+	}
+	out := make([]kv.Event, 0, len(raws))
+	for i := range raws {
+		ev, err := raws[i].toEvent()
+		if err != nil {
+			return nil, fmt.Errorf("batch entry %d: %w", i, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+func (r *routerEventJSON) toEvent() (kv.Event, error) {
+	var ev kv.Event
+	if r.WorkerID == nil {
+		return ev, malformed("worker_id is required")
+	}
+	if r.Event == nil {
+		return ev, malformed("event is required")
+	}
+	ev.Worker.WorkerID = kv.WorkerID(*r.WorkerID)
+	tier, err := kv.ParseStorageTier(r.StorageTier)
+	if err != nil {
+		return ev, malformed("storage_tier: %v", err)
+	}
+	ev.Tier = tier
+	if r.Event.EventID != nil {
+		ev.EventID = uint64(*r.Event.EventID)
+	}
+	rank := r.DpRank
+	if r.Event.DpRank != nil {
+		rank = r.Event.DpRank
+	}
+	if rank != nil {
+		if uint64(*rank) > 1<<32-1 {
+			return ev, malformed("dp_rank %d does not fit in uint32", uint64(*rank))
+		}
+		ev.Worker.DpRank = uint32(*rank)
+	}
+	if err := decodeData(r.Event.Data, &ev); err != nil {
+		return ev, err
+	}
+	if err := ev.Validate(); err != nil {
+		return ev, malformed("%v", err)
+	}
+	return ev, nil
+}
+
+func decodeData(data json.RawMessage, ev *kv.Event) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return malformed("event.data is required")
+	}
+	if data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil || (s != "cleared" && s != "Cleared") {
+			return malformed("event.data: want \"cleared\" or an object, got %s", truncate(string(data)))
+		}
+		ev.Kind = kv.EventCleared
+		return nil
+	}
+	var variants map[string]json.RawMessage
+	if err := json.Unmarshal(data, &variants); err != nil {
+		return malformed("event.data: %v", err)
+	}
+	if len(variants) != 1 {
+		return malformed("event.data must hold exactly one of stored, removed, cleared")
+	}
+	for kind, body := range variants {
+		switch kind {
+		case "stored", "Stored":
+			var s storedJSON
+			if err := json.Unmarshal(body, &s); err != nil {
+				return malformed("event.data.stored: %v", err)
+			}
+			ev.Kind = kv.EventStored
+			if s.ParentHash != nil {
+				ev.HasParent, ev.ParentHash = true, kv.ExternalBlockHash(*s.ParentHash)
+			}
+			ev.Blocks = make([]kv.StoredBlock, len(s.Blocks))
+			for i, b := range s.Blocks {
+				if b.BlockHash == nil || b.TokensHash == nil {
+					return malformed("event.data.stored.blocks[%d]: block_hash and tokens_hash are required", i)
+				}
+				ev.Blocks[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(*b.BlockHash), TokensHash: kv.LocalBlockHash(*b.TokensHash)}
+			}
+		case "removed", "Removed":
+			var r removedJSON
+			if err := json.Unmarshal(body, &r); err != nil {
+				return malformed("event.data.removed: %v", err)
+			}
+			ev.Kind = kv.EventRemoved
+			ev.Removed = make([]kv.ExternalBlockHash, len(r.BlockHashes))
+			for i, h := range r.BlockHashes {
+				ev.Removed[i] = kv.ExternalBlockHash(h)
+			}
+		case "cleared", "Cleared":
+			ev.Kind = kv.EventCleared
+		default:
+			return malformed("event.data: unknown event %q", truncate(kind))
+		}
+	}
+	return nil
+}
+
+// EncodeRouterEventJSON writes ev in Dynamo's RouterEvent shape.
+func EncodeRouterEventJSON(ev *kv.Event) ([]byte, error) {
+	if err := ev.Validate(); err != nil {
+		return nil, fmt.Errorf("encode router event: %w", err)
+	}
+	var data any
+	switch ev.Kind {
+	case kv.EventStored:
+		s := storedJSON{Blocks: make([]storedBlockJSON, len(ev.Blocks))}
+		if ev.HasParent {
+			p := hashNum(ev.ParentHash)
+			s.ParentHash = &p
+		}
+		for i, b := range ev.Blocks {
+			bh, th := hashNum(b.BlockHash), hashNum(b.TokensHash)
+			s.Blocks[i] = storedBlockJSON{BlockHash: &bh, TokensHash: &th}
+		}
+		data = map[string]any{"stored": s}
+	case kv.EventRemoved:
+		r := removedJSON{BlockHashes: make([]hashNum, len(ev.Removed))}
+		for i, h := range ev.Removed {
+			r.BlockHashes[i] = hashNum(h)
+		}
+		data = map[string]any{"removed": r}
+	case kv.EventCleared:
+		data = "cleared"
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("encode router event data: %w", err)
+	}
+	wid, eid, rank := hashNum(ev.Worker.WorkerID), hashNum(ev.EventID), hashNum(ev.Worker.DpRank)
+	return json.Marshal(routerEventJSON{
+		WorkerID: &wid, StorageTier: ev.Tier.String(),
+		Event: &kvEventJSON{EventID: &eid, DpRank: &rank, Data: raw},
+	})
+}

@@ -1,0 +1,115 @@
+package events
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// ToProto converts an event to its protobuf message.
+func ToProto(ev *kv.Event) *messages.KvEvent {
+	m := &messages.KvEvent{
+		Worker:  &messages.WorkerRank{WorkerId: uint64(ev.Worker.WorkerID), DpRank: ev.Worker.DpRank},
+		EventId: ev.EventID,
+		Tier:    messages.StorageTier(ev.Tier),
+	}
+	switch ev.Kind {
+	case kv.EventStored:
+		s := &messages.BlockStored{Blocks: make([]*messages.StoredBlock, len(ev.Blocks))}
+		if ev.HasParent {
+			p := uint64(ev.ParentHash)
+			s.ParentHash = &p
+		}
+		for i, b := range ev.Blocks {
+			s.Blocks[i] = &messages.StoredBlock{BlockHash: uint64(b.BlockHash), TokensHash: uint64(b.TokensHash)}
+		}
+		m.Data = &messages.KvEvent_Stored{Stored: s}
+	case kv.EventRemoved:
+		r := &messages.BlockRemoved{BlockHashes: make([]uint64, len(ev.Removed))}
+		for i, h := range ev.Removed {
+			r.BlockHashes[i] = uint64(h)
+		}
+		m.Data = &messages.KvEvent_Removed{Removed: r}
+	case kv.EventCleared:
+		m.Data = &messages.KvEvent_Cleared{Cleared: &messages.AllBlocksCleared{}}
+	}
+	return m
+}
+
+// FromProto converts and validates a protobuf event.
+func FromProto(m *messages.KvEvent) (kv.Event, error) {
+	var ev kv.Event
+	if m == nil || m.Worker == nil {
+		return ev, malformed("protobuf event has no worker")
+	}
+	ev.Worker = kv.WorkerWithDpRank{WorkerID: kv.WorkerID(m.Worker.WorkerId), DpRank: m.Worker.DpRank}
+	ev.EventID = m.EventId
+	if m.Tier < 0 || kv.StorageTier(m.Tier) >= kv.NumTiers {
+		return ev, malformed("protobuf event: unknown storage tier %d", m.Tier)
+	}
+	ev.Tier = kv.StorageTier(m.Tier)
+	switch d := m.Data.(type) {
+	case *messages.KvEvent_Stored:
+		ev.Kind = kv.EventStored
+		if d.Stored.ParentHash != nil {
+			ev.HasParent, ev.ParentHash = true, kv.ExternalBlockHash(*d.Stored.ParentHash)
+		}
+		ev.Blocks = make([]kv.StoredBlock, len(d.Stored.Blocks))
+		for i, b := range d.Stored.Blocks {
+			if b == nil {
+				return ev, malformed("protobuf stored event: block %d is empty", i)
+			}
+			ev.Blocks[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(b.BlockHash), TokensHash: kv.LocalBlockHash(b.TokensHash)}
+		}
+	case *messages.KvEvent_Removed:
+		ev.Kind = kv.EventRemoved
+		ev.Removed = make([]kv.ExternalBlockHash, len(d.Removed.BlockHashes))
+		for i, h := range d.Removed.BlockHashes {
+			ev.Removed[i] = kv.ExternalBlockHash(h)
+		}
+	case *messages.KvEvent_Cleared:
+		ev.Kind = kv.EventCleared
+	default:
+		return ev, malformed("protobuf event for worker %s carries no data", ev.Worker)
+	}
+	if err := ev.Validate(); err != nil {
+		return ev, malformed("%v", err)
+	}
+	return ev, nil
+}
+
+// DecodeProto decodes a KvEventBatch (a single event is a batch of one).
+func DecodeProto(data []byte) ([]kv.Event, error) {
+	var batch messages.KvEventBatch
+	if err := proto.Unmarshal(data, &batch); err != nil {
+		return nil, malformed("protobuf batch: %v", err)
+	}
+	out := make([]kv.Event, 0, len(batch.Events))
+	for i, m := range batch.Events {
+		ev, err := FromProto(m)
+		if err != nil {
+			return nil, fmt.Errorf("batch entry %d: %w", i, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// EncodeProtoBatch encodes events as one KvEventBatch.
+func EncodeProtoBatch(evs []kv.Event) ([]byte, error) {
+	batch := &messages.KvEventBatch{Events: make([]*messages.KvEvent, len(evs))}
+	for i := range evs {
+		if err := evs[i].Validate(); err != nil {
+			return nil, fmt.Errorf("encode event %d: %w", i, err)
+		}
+		batch.Events[i] = ToProto(&evs[i])
+	}
+	data, err := proto.Marshal(batch)
+	if err != nil {
+		return nil, fmt.Errorf("encode protobuf batch: %w", err)
+	}
+	return data, nil
+}

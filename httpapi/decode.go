@@ -1,0 +1,129 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// TokenIDs decodes a JSON array of token ids without going through
+// interface values or float64: prompts are thousands of integers and this
+// is the routing hot path. Anything but non-negative integers that fit in
+// uint32 is an error naming the offending element.
+type TokenIDs []uint32
+
+func (t *TokenIDs) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		*t = nil
+		return nil
+	}
+	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
+		return errors.New("token_ids must be an array of integers")
+	}
+	body := b[1 : len(b)-1]
+	out := make([]uint32, 0, len(body)/5+1)
+	i, n := 0, len(body)
+	for {
+		for i < n && isSpace(body[i]) {
+			i++
+		}
+		if i == n {
+			if len(out) > 0 {
+				return errors.New("token_ids: trailing comma")
+			}
+			break
+		}
+		start := i
+		var v uint64
+		for i < n && body[i] >= '0' && body[i] <= '9' {
+			v = v*10 + uint64(body[i]-'0')
+			if v > 1<<32-1 {
+				return fmt.Errorf("token_ids[%d]: value does not fit in uint32", len(out))
+			}
+			i++
+		}
+		if i == start {
+			return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out))
+		}
+		out = append(out, uint32(v))
+		for i < n && isSpace(body[i]) {
+			i++
+		}
+		if i == n {
+			break
+		}
+		if body[i] != ',' {
+			return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out)-1)
+		}
+		i++
+	}
+	*t = out
+	return nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
+
+// errorBody is every error response: {"error": "..."} plus optional
+// queue figures on 429.
+type errorBody struct {
+	Error      string `json:"error"`
+	QueueDepth *int   `json:"queue_depth,omitempty"`
+	QueueLimit *int   `json:"queue_limit,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	writeJSON(w, code, errorBody{Error: fmt.Sprintf(format, args...)})
+}
+
+// decodeBody reads a JSON object into dst with a size limit. It answers
+// the client itself on failure (413 or 400) and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", limit)
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "read body: %v", err)
+		return false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		writeError(w, http.StatusBadRequest, "empty body: want a JSON object")
+		return false
+	}
+	if err := json.Unmarshal(body, dst); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
+		return false
+	}
+	return true
+}
+
+func describeJSONError(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return fmt.Sprintf("field %q: got JSON %s, want %s", field, typeErr.Value, typeErr.Type)
+	}
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) {
+		return fmt.Sprintf("%v (at byte %d)", syntaxErr, syntaxErr.Offset)
+	}
+	return err.Error()
+}
+
+func parseUint(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }

@@ -1,0 +1,88 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestTokenIDs(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []uint32
+		wantErr string
+	}{
+		{`[]`, []uint32{}, ""},
+		{`[1,2,3]`, []uint32{1, 2, 3}, ""},
+		{` [ 0 , 4294967295 ] `, []uint32{0, 4294967295}, ""},
+		{"[1,\n2]", []uint32{1, 2}, ""},
+		{`null`, nil, ""},
+		{`[4294967296]`, nil, "token_ids[0]: value does not fit in uint32"},
+		{`[1,-2]`, nil, "token_ids[1]: want a non-negative integer"},
+		{`[1.5]`, nil, "token_ids[0]: want a non-negative integer"},
+		{`[1,]`, nil, "trailing comma"},
+		{`["a"]`, nil, "token_ids[0]"},
+		{`{"a":1}`, nil, "must be an array"},
+		{`[1 2]`, nil, "token_ids[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var got TokenIDs
+			err := got.UnmarshalJSON([]byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// The decoder must agree with encoding/json on every valid token array
+// and never panic on anything else.
+func FuzzTokenIDs(f *testing.F) {
+	for _, s := range []string{`[1,2,3]`, `[]`, `[4294967295]`, `[-1]`, `[1e3]`, `[1,,2]`, `[`, `]`, `null`, `[ 7 ]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast TokenIDs
+		fastErr := fast.UnmarshalJSON(data)
+		var ref []uint32
+		refErr := json.Unmarshal(data, &ref)
+		if fastErr == nil && refErr != nil {
+			t.Fatalf("accepted %q that encoding/json rejects: %v", data, refErr)
+		}
+		if fastErr == nil && refErr == nil && !slices.Equal([]uint32(fast), ref) {
+			t.Fatalf("%q: got %v, encoding/json %v", data, fast, ref)
+		}
+	})
+}
+
+func BenchmarkTokenIDs4k(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteByte('[')
+	for i := 0; i < 4096; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(strconv.Itoa(i * 37 % 128000))
+	}
+	sb.WriteByte(']')
+	data := []byte(sb.String())
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		var t TokenIDs
+		if err := t.UnmarshalJSON(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

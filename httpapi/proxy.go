@@ -1,0 +1,345 @@
+package httpapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// The proxy is Dynamo's KvPushRouter over HTTP: route, forward to the
+// chosen worker with its dp rank, stream back, mark prefill done on the
+// first token, grow output blocks, and always free — on completion, on a
+// worker error and on client disconnect (the deferred free is the drop
+// guard; nothing stays in the load view).
+
+// completionPrompt accepts vLLM's token-id prompt forms: [1,2,3] or
+// [[1,2,3]] (one prompt).
+func completionPrompt(raw json.RawMessage) ([]uint32, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, errors.New("prompt is required")
+	}
+	if raw[0] == '"' {
+		return nil, errors.New("text prompts need a tokenizer, which kvrouter does not have yet: send prompt as a list of token ids")
+	}
+	var ids TokenIDs
+	if err := ids.UnmarshalJSON(raw); err == nil {
+		if len(ids) == 0 {
+			return nil, errors.New("prompt must not be empty")
+		}
+		return ids, nil
+	}
+	var batch []TokenIDs
+	if err := json.Unmarshal(raw, &batch); err != nil || len(batch) != 1 || len(batch[0]) == 0 {
+		return nil, errors.New("prompt must be a non-empty list of token ids (or a list holding exactly one such list)")
+	}
+	return batch[0], nil
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, _ *http.Request) {
+	writeError(w, http.StatusBadRequest,
+		"/v1/chat/completions needs a tokenizer and chat template, which kvrouter does not have yet; send token ids to /v1/completions")
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", s.opts.MaxBodyBytes)
+			return
+		}
+		writeError(w, http.StatusBadRequest, "read body: %v", err)
+		return
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
+		return
+	}
+	tokens, err := completionPrompt(fields["prompt"])
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var maxTokens uint64
+	if raw, ok := fields["max_tokens"]; ok {
+		if err := json.Unmarshal(raw, &maxTokens); err != nil {
+			writeError(w, http.StatusBadRequest, "max_tokens must be a non-negative integer")
+			return
+		}
+	}
+	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens}
+	p.serve(w, r)
+}
+
+// proxied is one completion in flight through the proxy.
+type proxied struct {
+	s         *Server
+	tokens    []uint32
+	fields    map[string]json.RawMessage
+	maxTokens uint64
+	requestID string
+	started   time.Time
+}
+
+func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
+	s := p.s
+	p.started = time.Now()
+	var exclude []uint64
+	for attempt := 0; attempt < 2; attempt++ {
+		resp, workerID, err := p.attempt(r.Context(), exclude)
+		if err == nil {
+			p.relay(w, r, resp)
+			return
+		}
+		var re *routeFailure
+		if errors.As(err, &re) {
+			s.outcome("route_error")
+			s.writeRouterError(w, re.err)
+			return
+		}
+		if r.Context().Err() != nil {
+			s.outcome("client_gone")
+			return
+		}
+		s.log.Warn("worker unreachable; retrying on another worker", "worker", workerID, "err", err)
+		exclude = append(exclude, workerID)
+	}
+	s.outcome("worker_unreachable")
+	writeError(w, http.StatusBadGateway, "no worker could be reached after a retry")
+}
+
+type routeFailure struct{ err error }
+
+func (e *routeFailure) Error() string { return e.err.Error() }
+
+// attempt routes and connects to the chosen worker. On a connection
+// failure the routed request is freed before returning.
+func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response, uint64, error) {
+	s := p.s
+	p.requestID = newRequestID()
+	req := &messages.RouteRequest{
+		RequestId: p.requestID, TokenIds: p.tokens, UpdateStates: true, ExpectedOutputTokens: p.maxTokens,
+	}
+	if len(exclude) > 0 {
+		allowed, err := s.workersExcept(ctx, exclude)
+		if err != nil {
+			return nil, 0, err // no other worker: the caller answers 502
+		}
+		req.AllowedWorkerIds = allowed
+	}
+	reply, err := s.opts.Router.Route(ctx, req)
+	if err != nil {
+		return nil, 0, &routeFailure{err}
+	}
+	workerID, rank := reply.Worker.GetWorkerId(), reply.Worker.GetDpRank()
+	base, err := s.workerURL(ctx, workerID)
+	if err != nil {
+		s.freeQuietly(p.requestID)
+		return nil, workerID, err
+	}
+	fields := make(map[string]json.RawMessage, len(p.fields)+1)
+	for k, v := range p.fields {
+		fields[k] = v
+	}
+	fields["dp_rank"] = json.RawMessage(strconv.FormatUint(uint64(rank), 10))
+	out, err := json.Marshal(fields)
+	if err != nil {
+		s.freeQuietly(p.requestID)
+		return nil, workerID, fmt.Errorf("encode forwarded body: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(out))
+	if err != nil {
+		s.freeQuietly(p.requestID)
+		return nil, workerID, fmt.Errorf("build forwarded request: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("X-Dp-Rank", strconv.FormatUint(uint64(rank), 10))
+	hreq.Header.Set("X-Request-Id", p.requestID)
+	resp, err := s.opts.Client.Do(hreq)
+	if err != nil {
+		s.freeQuietly(p.requestID)
+		return nil, workerID, fmt.Errorf("forward to worker %d at %s: %w", workerID, base, err)
+	}
+	return resp, workerID, nil
+}
+
+// relay streams the worker's response to the client, tracking the
+// request's lifecycle; the deferred free runs whatever happens.
+func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Response) {
+	s := p.s
+	defer resp.Body.Close()
+	defer s.freeQuietly(p.requestID)
+	for _, h := range []string{"Content-Type", "Cache-Control"} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.Header().Set("X-Request-Id", p.requestID)
+	w.WriteHeader(resp.StatusCode)
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(w, resp.Body)
+		s.outcome("worker_error")
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	reader := bufio.NewReaderSize(resp.Body, 32<<10)
+	first := true
+	var tokens uint64
+	for {
+		line, err := reader.ReadBytes('\n')
+		if len(line) > 0 {
+			if first {
+				first = false
+				s.markPrefill(p.requestID)
+				if s.opts.Metrics != nil {
+					s.opts.Metrics.ProxyTTFT.Observe(time.Since(p.started).Seconds())
+				}
+			}
+			if _, werr := w.Write(line); werr != nil {
+				s.outcome("client_gone")
+				return
+			}
+			if bytes.HasPrefix(line, []byte("data: {")) {
+				tokens++
+				p.maybeOutputBlock(tokens)
+			}
+			if flusher != nil && (line[0] == '\n' || len(line) == 1) {
+				flusher.Flush()
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if flusher != nil {
+					flusher.Flush()
+				}
+				s.outcome("ok")
+				return
+			}
+			if r.Context().Err() != nil {
+				s.outcome("client_gone")
+			} else {
+				s.outcome("worker_stream_error")
+			}
+			return
+		}
+	}
+}
+
+// maybeOutputBlock grows the request by one block every block_size
+// generated tokens. The block's weight decays linearly as generation
+// approaches max_tokens (the request will free its blocks soon), down to
+// a floor once max_tokens is unknown or exceeded.
+func (p *proxied) maybeOutputBlock(tokens uint64) {
+	s := p.s
+	bs := uint64(s.opts.BlockSize)
+	if !s.opts.TrackOutputBlocks || bs == 0 || tokens%bs != 0 {
+		return
+	}
+	frac := 1.0
+	if p.maxTokens > 0 {
+		frac = max(1-float64(tokens)/float64(p.maxTokens), s.opts.OutputBlockDecayFloor)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = s.opts.Router.AddOutputBlock(ctx, p.requestID, frac)
+}
+
+func (s *Server) markPrefill(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.opts.Router.MarkPrefillCompleted(ctx, id); err != nil {
+		s.log.Debug("mark prefill failed", "request", id, "err", err)
+	}
+}
+
+// freeQuietly frees with its own context: the client's may be gone.
+func (s *Server) freeQuietly(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.opts.Router.Free(ctx, id); err != nil {
+		s.log.Debug("free failed", "request", id, "err", err)
+	}
+}
+
+func (s *Server) outcome(o string) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.ProxyRequests.WithLabelValues(o).Inc()
+	}
+}
+
+// workerURL returns a worker's base URL from a cached registry copy,
+// refreshed at most once a second or on a miss.
+func (s *Server) workerURL(ctx context.Context, id uint64) (string, error) {
+	s.urlsMu.Lock()
+	u, ok := s.urls[id]
+	fresh := time.Since(s.urlsRefresh) < time.Second
+	s.urlsMu.Unlock()
+	if ok && fresh {
+		return u, nil
+	}
+	if err := s.refreshURLs(ctx); err != nil {
+		return "", err
+	}
+	s.urlsMu.Lock()
+	defer s.urlsMu.Unlock()
+	if u, ok := s.urls[id]; ok && u != "" {
+		return u, nil
+	}
+	return "", fmt.Errorf("worker %d has no URL registered", id)
+}
+
+func (s *Server) refreshURLs(ctx context.Context) error {
+	reg, err := s.opts.Router.Registry(ctx)
+	if err != nil {
+		return fmt.Errorf("read worker registry: %w", err)
+	}
+	urls := make(map[uint64]string, len(reg.Workers))
+	for _, w := range reg.Workers {
+		urls[w.Worker.WorkerId] = w.Worker.Url
+	}
+	s.urlsMu.Lock()
+	s.urls, s.urlsRefresh = urls, time.Now()
+	s.urlsMu.Unlock()
+	return nil
+}
+
+func (s *Server) forgetURLs() {
+	s.urlsMu.Lock()
+	s.urlsRefresh = time.Time{}
+	s.urlsMu.Unlock()
+}
+
+// workersExcept lists registered worker ids minus the excluded ones.
+func (s *Server) workersExcept(ctx context.Context, exclude []uint64) ([]uint64, error) {
+	reg, err := s.opts.Router.Registry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, w := range reg.Workers {
+		skip := false
+		for _, x := range exclude {
+			skip = skip || w.Worker.WorkerId == x
+		}
+		if !skip {
+			out = append(out, w.Worker.WorkerId)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: every worker failed", errNoOtherWorker)
+	}
+	return out, nil
+}
+
+var errNoOtherWorker = errors.New("no other worker to retry on")

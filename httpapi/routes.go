@@ -1,0 +1,264 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+
+	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// WorkerRef names a worker rank in JSON.
+type WorkerRef struct {
+	WorkerID uint64 `json:"worker_id"`
+	DpRank   uint32 `json:"dp_rank"`
+}
+
+// ConfigOverride is router_config_override (Dynamo's names).
+type ConfigOverride struct {
+	OverlapScoreWeight *float64 `json:"overlap_score_weight"`
+	RouterTemperature  *float64 `json:"router_temperature"`
+	OverlapScoreCredit *float64 `json:"overlap_score_credit"`
+	PrefillLoadScale   *float64 `json:"prefill_load_scale"`
+	TrackPrefillTokens *bool    `json:"track_prefill_tokens"`
+	AssumeKVReuse      *bool    `json:"assume_kv_reuse"`
+}
+
+// RouteBody is POST /route.
+type RouteBody struct {
+	RequestID            string          `json:"request_id"`
+	TokenIDs             *TokenIDs       `json:"token_ids"`
+	LoraName             string          `json:"lora_name"`
+	UpdateStates         *bool           `json:"update_states"`
+	PinnedWorker         *WorkerRef      `json:"pinned_worker"`
+	AllowedWorkerIDs     []uint64        `json:"allowed_worker_ids"`
+	ExpectedOutputTokens uint64          `json:"expected_output_tokens"`
+	PriorityJump         float64         `json:"priority_jump"`
+	RouterConfigOverride *ConfigOverride `json:"router_config_override"`
+}
+
+// RouteResult is the answer to POST /route.
+type RouteResult struct {
+	RequestID     string `json:"request_id,omitempty"`
+	WorkerID      uint64 `json:"worker_id"`
+	DpRank        uint32 `json:"dp_rank"`
+	OverlapBlocks uint32 `json:"overlap_blocks"`
+	CachedTokens  uint64 `json:"cached_tokens"`
+}
+
+func (b *RouteBody) toMessage() (*messages.RouteRequest, error) {
+	if b.TokenIDs == nil {
+		return nil, errors.New("token_ids is required")
+	}
+	if len(*b.TokenIDs) == 0 {
+		return nil, errors.New("token_ids must not be empty")
+	}
+	update := b.UpdateStates == nil || *b.UpdateStates
+	m := &messages.RouteRequest{
+		RequestId: b.RequestID, TokenIds: *b.TokenIDs, LoraName: b.LoraName, UpdateStates: update,
+		AllowedWorkerIds: b.AllowedWorkerIDs, ExpectedOutputTokens: b.ExpectedOutputTokens,
+		PriorityJump: b.PriorityJump,
+	}
+	if update && m.RequestId == "" {
+		m.RequestId = newRequestID()
+	}
+	if b.PinnedWorker != nil {
+		m.PinnedWorker = &messages.WorkerRank{WorkerId: b.PinnedWorker.WorkerID, DpRank: b.PinnedWorker.DpRank}
+	}
+	if o := b.RouterConfigOverride; o != nil {
+		m.RouterConfigOverride = &messages.RouterConfigOverride{
+			OverlapScoreWeight: o.OverlapScoreWeight, RouterTemperature: o.RouterTemperature,
+			OverlapScoreCredit: o.OverlapScoreCredit, PrefillLoadScale: o.PrefillLoadScale,
+			TrackPrefillTokens: o.TrackPrefillTokens, AssumeKvReuse: o.AssumeKVReuse,
+		}
+		if err := validateOverride(o); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func validateOverride(o *ConfigOverride) error {
+	check := func(name string, v *float64, lo, hi float64) error {
+		if v != nil && (*v < lo || *v > hi || *v != *v) {
+			return errors.New("router_config_override." + name + " is out of range")
+		}
+		return nil
+	}
+	return errors.Join(
+		check("overlap_score_weight", o.OverlapScoreWeight, 0, 1e9),
+		check("router_temperature", o.RouterTemperature, 0, 1e9),
+		check("overlap_score_credit", o.OverlapScoreCredit, 0, 1),
+		check("prefill_load_scale", o.PrefillLoadScale, 0, 1e9),
+	)
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	var body RouteBody
+	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	msg, err := body.toMessage()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	reply, err := s.opts.Router.Route(r.Context(), msg)
+	if err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
+	res := RouteResult{
+		WorkerID: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
+		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens,
+	}
+	if msg.UpdateStates {
+		res.RequestID = msg.RequestId
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// writeRouterError maps the router's typed errors to status codes.
+func (s *Server) writeRouterError(w http.ResponseWriter, err error) {
+	var re *actors.RouteError
+	switch {
+	case errors.As(err, &re) && errors.Is(err, actors.ErrOverloaded):
+		depth, limit := re.QueueDepth, re.QueueLimit
+		writeJSON(w, http.StatusTooManyRequests, errorBody{Error: re.Message, QueueDepth: &depth, QueueLimit: &limit})
+	case errors.Is(err, actors.ErrNoEligibleWorker):
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case errors.Is(err, actors.ErrUnknownRequest):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, actors.ErrBadRequest):
+		writeError(w, http.StatusBadRequest, "%v", err)
+	case errors.Is(err, actors.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, "%v", err)
+	case errors.Is(err, actors.ErrStopped):
+		writeError(w, http.StatusServiceUnavailable, "router is shutting down")
+	default:
+		s.log.Error("router call failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "%v", err)
+	}
+}
+
+type requestIDBody struct {
+	RequestID string `json:"request_id"`
+}
+
+func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, call func(context.Context, string) error) {
+	var body requestIDBody
+	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	if body.RequestID == "" {
+		writeError(w, http.StatusBadRequest, "request_id is required")
+		return
+	}
+	if err := call(r.Context(), body.RequestID); err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"request_id": body.RequestID, "ok": true})
+}
+
+func (s *Server) prefillDone(w http.ResponseWriter, r *http.Request) {
+	s.lifecycle(w, r, s.opts.Router.MarkPrefillCompleted)
+}
+
+func (s *Server) free(w http.ResponseWriter, r *http.Request) {
+	s.lifecycle(w, r, s.opts.Router.Free)
+}
+
+type tokensBody struct {
+	TokenIDs *TokenIDs `json:"token_ids"`
+	LoraName string    `json:"lora_name"`
+}
+
+func (s *Server) decodeTokens(w http.ResponseWriter, r *http.Request) (tokensBody, bool) {
+	var body tokensBody
+	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
+		return body, false
+	}
+	if body.TokenIDs == nil || len(*body.TokenIDs) == 0 {
+		writeError(w, http.StatusBadRequest, "token_ids is required and must not be empty")
+		return body, false
+	}
+	return body, true
+}
+
+// OverlapRow is one worker rank's row of POST /overlap_scores.
+type OverlapRow struct {
+	WorkerID     uint64  `json:"worker_id"`
+	DpRank       uint32  `json:"dp_rank"`
+	DeviceBlocks uint32  `json:"device_blocks"`
+	HostBlocks   uint32  `json:"host_blocks"`
+	DiskBlocks   uint32  `json:"disk_blocks"`
+	Credit       float64 `json:"credit"`
+	CachedTokens uint64  `json:"cached_tokens"`
+	TreeSize     uint64  `json:"tree_size"`
+}
+
+func (s *Server) overlapScores(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.decodeTokens(w, r)
+	if !ok {
+		return
+	}
+	reply, err := s.opts.Router.OverlapScores(r.Context(), *body.TokenIDs, body.LoraName)
+	if err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
+	cfg := s.opts.Router.Config().Scheduling
+	rows := make([]OverlapRow, 0, len(reply.Overlaps))
+	for _, o := range reply.Overlaps {
+		credit, cached := scheduleCredit(cfg, s.opts.BlockSize, o)
+		rows = append(rows, OverlapRow{
+			WorkerID: o.Worker.GetWorkerId(), DpRank: o.Worker.GetDpRank(),
+			DeviceBlocks: o.DeviceBlocks, HostBlocks: o.HostBlocks, DiskBlocks: o.DiskBlocks,
+			Credit: credit, CachedTokens: cached, TreeSize: o.TreeSize,
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"request_blocks": reply.RequestBlocks, "scores": rows})
+}
+
+// LoadRow is one worker rank's row of POST /potential_loads.
+type LoadRow struct {
+	WorkerID               uint64  `json:"worker_id"`
+	DpRank                 uint32  `json:"dp_rank"`
+	PotentialPrefillTokens uint64  `json:"potential_prefill_tokens"`
+	PotentialDecodeBlocks  float64 `json:"potential_decode_blocks"`
+	ActiveRequests         uint32  `json:"active_requests"`
+}
+
+func (s *Server) potentialLoads(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.decodeTokens(w, r)
+	if !ok {
+		return
+	}
+	reply, err := s.opts.Router.PotentialLoads(r.Context(), *body.TokenIDs, body.LoraName)
+	if err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
+	rows := make([]LoadRow, 0, len(reply.Loads))
+	for _, l := range reply.Loads {
+		rows = append(rows, LoadRow{
+			WorkerID: l.Worker.GetWorkerId(), DpRank: l.Worker.GetDpRank(),
+			PotentialPrefillTokens: l.PotentialPrefillTokens, PotentialDecodeBlocks: l.PotentialDecodeBlocks,
+			ActiveRequests: l.ActiveRequests,
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"loads": rows})
+}
+
+func sortRanks(ws []kv.WorkerWithDpRank) {
+	sort.Slice(ws, func(i, j int) bool {
+		if ws[i].WorkerID != ws[j].WorkerID {
+			return ws[i].WorkerID < ws[j].WorkerID
+		}
+		return ws[i].DpRank < ws[j].DpRank
+	})
+}

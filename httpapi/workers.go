@@ -1,0 +1,95 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
+)
+
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	st, err := s.opts.Router.Status(r.Context())
+	if err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// AddWorkerBody is POST /workers: a static registration for setups
+// without heartbeats. It does not expire; DELETE /workers/{id} removes it.
+type AddWorkerBody struct {
+	WorkerID              *uint64 `json:"worker_id"`
+	URL                   string  `json:"url"`
+	DataParallelStartRank uint32  `json:"data_parallel_start_rank"`
+	DataParallelSize      *uint32 `json:"data_parallel_size"`
+	TotalKVBlocks         uint64  `json:"total_kv_blocks"`
+	BlockSize             uint32  `json:"block_size"`
+	ModelName             string  `json:"model_name"`
+	MaxNumBatchedTokens   uint64  `json:"max_num_batched_tokens"`
+}
+
+// maxDpSize bounds a registration so a typo cannot spawn a million actors.
+const maxDpSize = 1024
+
+func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
+	var body AddWorkerBody
+	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
+		return
+	}
+	if body.WorkerID == nil {
+		writeError(w, http.StatusBadRequest, "worker_id is required")
+		return
+	}
+	size := uint32(1)
+	if body.DataParallelSize != nil {
+		size = *body.DataParallelSize
+	}
+	if size == 0 || size > maxDpSize {
+		writeError(w, http.StatusBadRequest, "data_parallel_size must be in 1..%d, got %d", maxDpSize, size)
+		return
+	}
+	if body.BlockSize != 0 && int(body.BlockSize) != s.opts.BlockSize {
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.WorkerRejected("block_size_mismatch")
+		}
+		writeError(w, http.StatusBadRequest, "worker block_size %d differs from the router's %d", body.BlockSize, s.opts.BlockSize)
+		return
+	}
+	s.opts.Router.RegisterWorker(&messages.WorkerHeartbeat{
+		WorkerId: *body.WorkerID, Url: body.URL, DataParallelStartRank: body.DataParallelStartRank,
+		DataParallelSize: size, TotalKvBlocks: body.TotalKVBlocks, BlockSize: uint32(s.opts.BlockSize),
+		ModelName: body.ModelName, MaxNumBatchedTokens: body.MaxNumBatchedTokens,
+	}, true)
+	s.forgetURLs()
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": *body.WorkerID, "registered": true})
+}
+
+func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request) {
+	id, err := parseUint(r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "worker id %q is not an unsigned integer", r.PathValue("id"))
+		return
+	}
+	st, err := s.opts.Router.Registry(r.Context())
+	if err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
+	found := false
+	for _, wk := range st.Workers {
+		found = found || wk.Worker.WorkerId == id
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, "worker %d is not registered", id)
+		return
+	}
+	s.opts.Router.RemoveWorker(kv.WorkerID(id))
+	s.forgetURLs()
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": id, "removed": true})
+}
+
+func scheduleCredit(cfg scheduling.Config, blockSize int, o *messages.WorkerOverlap) (float64, uint64) {
+	return scheduling.CacheHitEstimate(cfg, blockSize, o.DeviceBlocks, o.HostBlocks, o.DiskBlocks)
+}

@@ -1,0 +1,119 @@
+// Package metrics defines the router's Prometheus metrics (prefix
+// kvrouter_) on a private registry. Hot-path values are pushed through the
+// actors.Observer interface; state that lives inside actors (indexed
+// blocks, per-worker load, event counters) is pulled at scrape time by
+// collectors, so scrapes cost nothing between them.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Router holds the metrics of one replica.
+type Router struct {
+	Registry *prometheus.Registry
+
+	decisionLatency *prometheus.HistogramVec
+	decisions       *prometheus.CounterVec
+	overlapBlocks   prometheus.Histogram
+	hitRate         prometheus.Histogram
+	degraded        *prometheus.CounterVec
+	eventsApplied   *prometheus.CounterVec
+	eventsDropped   *prometheus.CounterVec
+	shardRestarts   *prometheus.CounterVec
+	workerRejected  *prometheus.CounterVec
+	queueDepth      prometheus.Gauge
+	HTTPRequests    *prometheus.CounterVec
+	ProxyRequests   *prometheus.CounterVec
+	ProxyTTFT       prometheus.Histogram
+}
+
+// New registers the metrics on a fresh registry (plus Go and process
+// collectors).
+func New() *Router {
+	reg := prometheus.NewRegistry()
+	m := &Router{
+		Registry: reg,
+		decisionLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kvrouter_decision_duration_seconds", Help: "Routing decision latency by phase (hash, score, select, total).",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 18),
+		}, []string{"phase"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_decisions_total", Help: "Routing decisions by outcome.",
+		}, []string{"outcome"}),
+		overlapBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvrouter_decision_overlap_blocks", Help: "Cached prefix blocks on the chosen worker.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		hitRate: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvrouter_decision_kv_hit_rate", Help: "Predicted cache hit rate (overlap blocks / prompt blocks) of routed requests.",
+			Buckets: prometheus.LinearBuckets(0, 0.1, 11),
+		}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_decisions_degraded_total", Help: "Decisions made without every reply (shard or load timeout).",
+		}, []string{"reason"}),
+		eventsApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_kv_events_applied_total", Help: "KV events applied to the index by kind.",
+		}, []string{"kind"}),
+		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_kv_events_dropped_total", Help: "KV events not applied (or partly applied) by reason.",
+		}, []string{"reason"}),
+		shardRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_shard_restarts_total", Help: "Indexer shard restarts after a panic; intact=false means the shard was reset.",
+		}, []string{"intact"}),
+		workerRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_workers_rejected_total", Help: "Worker registrations refused, by reason.",
+		}, []string{"reason"}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvrouter_queue_depth", Help: "Requests waiting because every eligible worker is over the queue threshold.",
+		}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint and status code.",
+		}, []string{"endpoint", "code"}),
+		ProxyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_proxy_requests_total", Help: "Proxied completions by outcome.",
+		}, []string{"outcome"}),
+		ProxyTTFT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvrouter_proxy_time_to_first_token_seconds", Help: "Time to first token of proxied completions.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
+		}),
+	}
+	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded,
+		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.queueDepth,
+		m.HTTPRequests, m.ProxyRequests, m.ProxyTTFT,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// The actors.Observer implementation.
+
+func (m *Router) DecisionPhase(phase string, d time.Duration) {
+	m.decisionLatency.WithLabelValues(phase).Observe(d.Seconds())
+}
+
+func (m *Router) Decision(outcome string, overlap uint32, requestBlocks int) {
+	m.decisions.WithLabelValues(outcome).Inc()
+	if outcome == "routed" {
+		m.overlapBlocks.Observe(float64(overlap))
+		if requestBlocks > 0 {
+			m.hitRate.Observe(float64(overlap) / float64(requestBlocks))
+		}
+	}
+}
+
+func (m *Router) DecisionDegraded(reason string) { m.degraded.WithLabelValues(reason).Inc() }
+func (m *Router) EventApplied(kind string)       { m.eventsApplied.WithLabelValues(kind).Inc() }
+func (m *Router) EventDropped(reason string)     { m.eventsDropped.WithLabelValues(reason).Inc() }
+func (m *Router) WorkerRejected(reason string)   { m.workerRejected.WithLabelValues(reason).Inc() }
+func (m *Router) QueueDepth(n int)               { m.queueDepth.Set(float64(n)) }
+
+func (m *Router) ShardRestarted(_ uint32, intact bool) {
+	if intact {
+		m.shardRestarts.WithLabelValues("true").Inc()
+	} else {
+		m.shardRestarts.WithLabelValues("false").Inc()
+	}
+}
