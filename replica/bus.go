@@ -1,0 +1,128 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/metrics"
+	"github.com/kvrouter/kvrouter/natsbus"
+)
+
+// bus is the replica's NATS side: the embedded server (if any), the
+// connection, and the two ingestion sources.
+type bus struct {
+	url        string
+	embedded   *natsbus.Embedded
+	nc         *nats.Conn
+	events     *natsbus.EventSource
+	heartbeats *natsbus.HeartbeatSource
+	rejected   map[string]uint64
+}
+
+func startBus(ctx context.Context, cfg config.Config, id string, router *actors.Router, m *metrics.Router, log *slog.Logger) (b *bus, err error) {
+	b = &bus{url: cfg.NATSURL}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	if b.url == "" {
+		b.embedded, err = natsbus.StartEmbedded(natsbus.EmbeddedConfig{
+			Listen: cfg.NATSListen, StoreDir: filepath.Join(cfg.DataDir, "nats-"+id), JetStream: cfg.JetStream,
+		})
+		if err != nil {
+			return nil, err
+		}
+		b.url = b.embedded.ClientURL()
+		log.Info("embedded NATS started", "url", b.url)
+	}
+	if b.nc, err = natsbus.Connect(ctx, b.url, "kvrouter-"+id, log); err != nil {
+		return nil, err
+	}
+	stream := ""
+	if cfg.JetStream {
+		stream = cfg.KVEventsStream
+	}
+	b.events, err = natsbus.StartEventSource(ctx, b.nc, natsbus.EventSourceConfig{
+		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, Log: log,
+	}, router.ApplyEvent)
+	if err != nil {
+		return nil, err
+	}
+	b.heartbeats, err = natsbus.StartHeartbeatSource(b.nc, cfg.WorkersSubject, log, func(hb events.Heartbeat) {
+		if hb.BlockSize != 0 && int(hb.BlockSize) != cfg.BlockSize {
+			m.WorkerRejected("block_size_mismatch")
+			log.Error("worker rejected: block size differs from the router's", "worker", hb.WorkerID,
+				"worker_block_size", hb.BlockSize, "router_block_size", cfg.BlockSize)
+			router.RemoveWorker(kv.WorkerID(hb.WorkerID))
+			return
+		}
+		router.RegisterWorker(hb.Proto(), false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Ready needs a live connection and a caught-up replay.
+func (b *bus) Ready() error {
+	if b.nc == nil || !b.nc.IsConnected() {
+		return errors.New("NATS is not connected")
+	}
+	if b.events == nil || !b.events.Ready() {
+		return errors.New("KV event replay has not caught up yet")
+	}
+	return nil
+}
+
+func (b *bus) addState(st *metrics.State) {
+	connected := 0.0
+	if b.nc != nil && b.nc.IsConnected() {
+		connected = 1
+	}
+	st.Gauges["nats_connected"] = connected
+	if b.events != nil {
+		es := b.events.Stats()
+		st.Counters = append(st.Counters,
+			metrics.Counter{Name: "kv_event_messages", Source: b.events.Mode(), Value: es.Messages},
+			metrics.Counter{Name: "kv_events_received", Source: b.events.Mode(), Value: es.Events},
+			metrics.Counter{Name: "kv_event_id_gaps", Source: "nats", Value: es.Gaps},
+			metrics.Counter{Name: "kv_event_id_reordered", Source: "nats", Value: es.Reordered},
+		)
+		for reason, n := range es.Malformed {
+			st.Counters = append(st.Counters, metrics.Counter{Name: "kv_events_malformed", Source: reason, Value: n})
+		}
+	}
+	if b.heartbeats != nil {
+		recv, bad := b.heartbeats.Stats()
+		st.Counters = append(st.Counters,
+			metrics.Counter{Name: "heartbeats_received", Source: "nats", Value: recv},
+			metrics.Counter{Name: "heartbeats_malformed", Source: "nats", Value: bad})
+	}
+}
+
+// Close stops ingestion, then the connection, then the embedded server.
+func (b *bus) Close() {
+	if b.events != nil {
+		b.events.Close()
+	}
+	if b.heartbeats != nil {
+		b.heartbeats.Close()
+	}
+	if b.nc != nil {
+		_ = b.nc.Drain()
+		b.nc.Close()
+	}
+	if b.embedded != nil {
+		b.embedded.Shutdown()
+	}
+}

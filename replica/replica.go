@@ -1,0 +1,213 @@
+// Package replica wires one router replica together: NATS (embedded or
+// external), the actors, KV-event and heartbeat ingestion, cluster
+// gossip, the HTTP API and metrics, and their orderly shutdown. cmd/kvrouter
+// is a thin main over it; tests and the bench harness start replicas
+// in-process through it.
+package replica
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/httpapi"
+	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/metrics"
+)
+
+// Version is reported in cluster metadata and by `kvrouter version`.
+const Version = "0.1.0"
+
+// Replica is one running router replica.
+type Replica struct {
+	cfg     config.Config
+	log     *slog.Logger
+	id      string
+	router  *actors.Router
+	metrics *metrics.Router
+	bus     *bus
+	cluster *clusterLink
+	http    *http.Server
+	ln      net.Listener
+
+	// publish is swapped in once the cluster node exists; the router
+	// starts before it so the node can deliver into it immediately.
+	publish atomic.Pointer[func(*messages.SequenceEvent)]
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// Start brings a replica up. On error everything already started is
+// stopped again.
+func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Replica{cfg: cfg, log: log, id: cfg.ReplicaID}
+	if r.id == "" {
+		r.id = defaultReplicaID()
+	}
+	r.log = log.With("replica", r.id)
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = r.Shutdown(sctx)
+		}
+	}()
+
+	r.metrics = metrics.New()
+	ac := cfg.Actors()
+	ac.ReplicaID = r.id
+	ac.Logger = r.log
+	ac.Observer = r.metrics
+	ac.Publish = func(ev *messages.SequenceEvent) {
+		if p := r.publish.Load(); p != nil {
+			(*p)(ev)
+		}
+	}
+	if r.router, err = actors.Start(ac); err != nil {
+		return nil, fmt.Errorf("start actors: %w", err)
+	}
+	if err = r.registerStatic(); err != nil {
+		return nil, err
+	}
+	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.log); err != nil {
+		return nil, fmt.Errorf("start NATS ingestion: %w", err)
+	}
+	if err = r.joinCluster(ctx); err != nil {
+		return nil, err
+	}
+	r.metrics.RegisterState(r.gatherState)
+	if err = r.serveHTTP(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func defaultReplicaID() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "kvrouter"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	// A boot nonce: memberlist refuses a known name at a new address.
+	return host + "-" + hex.EncodeToString(b[:])
+}
+
+func (r *Replica) registerStatic() error {
+	workers, err := config.ParseStaticWorkers(r.cfg.StaticWorkers)
+	if err != nil {
+		return err
+	}
+	for _, w := range workers {
+		r.router.RegisterWorker(&messages.WorkerHeartbeat{
+			WorkerId: w.ID, Url: w.URL, DataParallelStartRank: w.DpStart, DataParallelSize: w.DpSize,
+			BlockSize: uint32(r.cfg.BlockSize),
+		}, true)
+	}
+	return nil
+}
+
+func (r *Replica) serveHTTP() error {
+	api := httpapi.New(httpapi.Options{
+		Router: r.router, Metrics: r.metrics, BlockSize: r.cfg.BlockSize, MaxBodyBytes: r.cfg.MaxBodyBytes,
+		Ready: r.Ready, Proxy: r.cfg.Proxy, TrackOutputBlocks: r.cfg.RouterTrackOutputBlocks,
+		OutputBlockDecayFloor: r.cfg.ProxyOutputBlockDecayFloor, Log: r.log,
+	})
+	ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", r.cfg.HTTPAddr, err)
+	}
+	r.ln = ln
+	r.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := r.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			r.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// ID is the replica's cluster id.
+func (r *Replica) ID() string { return r.id }
+
+// HTTPAddr is the address the API listens on (resolved if port 0).
+func (r *Replica) HTTPAddr() string {
+	if r.ln == nil {
+		return ""
+	}
+	return r.ln.Addr().String()
+}
+
+// NATSURL is the NATS server this replica uses.
+func (r *Replica) NATSURL() string {
+	if r.bus == nil {
+		return ""
+	}
+	return r.bus.url
+}
+
+// Router exposes the actors' façade (for tests and the bench harness).
+func (r *Replica) Router() *actors.Router { return r.router }
+
+// ClusterAddr is the memberlist address ("" without a cluster).
+func (r *Replica) ClusterAddr() string {
+	if r.cluster == nil {
+		return ""
+	}
+	return r.cluster.Addr()
+}
+
+// Ready says why the replica should not get traffic yet (nil = ready):
+// NATS disconnected or the KV-event replay not caught up.
+func (r *Replica) Ready() error {
+	if r.bus == nil {
+		return errors.New("NATS ingestion not started")
+	}
+	return r.bus.Ready()
+}
+
+// Shutdown stops taking requests, leaves the cluster, stops ingestion
+// and the actors, and closes NATS — in that order, so no request is
+// routed on a half-stopped replica.
+func (r *Replica) Shutdown(ctx context.Context) error {
+	r.shutdownOnce.Do(func() {
+		var errs []error
+		if r.http != nil {
+			if err := r.http.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("drain HTTP: %w", err))
+			}
+		}
+		if r.cluster != nil {
+			r.publish.Store(nil)
+			if err := r.cluster.Leave(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("leave cluster: %w", err))
+			}
+		}
+		if r.bus != nil {
+			r.bus.Close()
+		}
+		if r.router != nil {
+			r.router.Stop()
+		}
+		r.shutdownErr = errors.Join(errs...)
+	})
+	return r.shutdownErr
+}

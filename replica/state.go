@@ -1,0 +1,43 @@
+package replica
+
+import (
+	"context"
+
+	"github.com/kvrouter/kvrouter/metrics"
+)
+
+// gatherState feeds the scrape-time collector: per-worker state from the
+// actors, index counters, ingestion and gossip counters, readiness.
+func (r *Replica) gatherState(ctx context.Context) (*metrics.State, error) {
+	st, err := r.router.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &metrics.State{Gauges: map[string]float64{}}
+	for _, w := range st.Workers {
+		for _, rk := range w.Ranks {
+			out.Workers = append(out.Workers, metrics.WorkerState{
+				WorkerID: w.WorkerID, DpRank: rk.DpRank, IndexedBlocks: rk.IndexedBlocks,
+				ActiveRequests: rk.ActiveRequests, ActivePrefillTokens: rk.ActivePrefillTokens,
+				ActiveDecodeBlocks: rk.ActiveDecodeBlocks,
+			})
+		}
+	}
+	for name, v := range st.IndexCounters {
+		out.Counters = append(out.Counters, metrics.Counter{Name: "index_" + name, Source: "index", Value: v})
+	}
+	out.Gauges["registered_workers"] = float64(len(st.Workers))
+	out.Gauges["tracked_requests"] = float64(st.TrackedRequests)
+	ready := 1.0
+	if r.Ready() != nil {
+		ready = 0
+	}
+	out.Gauges["ready"] = ready
+	if r.bus != nil {
+		r.bus.addState(out)
+	}
+	if r.cluster != nil {
+		r.cluster.addState(out)
+	}
+	return out, nil
+}
