@@ -1,0 +1,82 @@
+package events
+
+import (
+	"reflect"
+	"testing"
+)
+
+var jsonSeeds = []string{
+	`{"worker_id":123,"storage_tier":"device","event":{"event_id":42,"dp_rank":0,"data":{"stored":{"parent_hash":987,"blocks":[{"block_hash":111,"tokens_hash":222}]}}}}`,
+	`{"worker_id":1,"event":{"event_id":5,"dp_rank":3,"data":{"removed":{"block_hashes":[111,-112]}}}}`,
+	`{"worker_id":1,"event":{"event_id":9,"data":"cleared"}}`,
+	`[{"worker_id":1,"event":{"data":"cleared"}}]`,
+	`{"worker_id":1,"event":{"data":{"stored":{"blocks":[]}}}}`,
+	`{`, ``, `null`,
+}
+
+// Whatever decodes must re-encode and decode to the same event; nothing
+// may panic.
+func FuzzDecodeRouterEventJSON(f *testing.F) {
+	for _, s := range jsonSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		evs, err := DecodeRouterEventsJSON(data)
+		if err != nil {
+			return
+		}
+		for i := range evs {
+			out, err := EncodeRouterEventJSON(&evs[i])
+			if err != nil {
+				t.Fatalf("decoded event does not re-encode: %+v: %v", evs[i], err)
+			}
+			again, err := DecodeRouterEventJSON(out)
+			if err != nil || !reflect.DeepEqual(again, evs[i]) {
+				t.Fatalf("round trip changed %+v into %+v (%v)", evs[i], again, err)
+			}
+		}
+	})
+}
+
+func FuzzDecodeProto(f *testing.F) {
+	for _, s := range jsonSeeds[:3] {
+		evs, err := DecodeRouterEventsJSON([]byte(s))
+		if err != nil {
+			f.Fatal(err)
+		}
+		data, err := EncodeProtoBatch(evs)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte{0xff, 0x01})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		evs, err := DecodeProto(data)
+		if err != nil {
+			return
+		}
+		out, err := EncodeProtoBatch(evs)
+		if err != nil {
+			t.Fatalf("decoded events do not re-encode: %v", err)
+		}
+		again, err := DecodeProto(out)
+		if err != nil || !reflect.DeepEqual(again, evs) {
+			t.Fatalf("round trip changed events: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeHeartbeat(f *testing.F) {
+	f.Add([]byte(`{"worker_id":7,"url":"http://h","data_parallel_size":2}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		hb, err := DecodeHeartbeat(data)
+		if err != nil {
+			return
+		}
+		if hb.DataParallelSize == 0 || hb.DataParallelSize > MaxDataParallelSize {
+			t.Fatalf("accepted dp size %d", hb.DataParallelSize)
+		}
+	})
+}
