@@ -87,8 +87,9 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 }
 
 // decodeBody reads a JSON object into dst with a size limit. It answers
-// the client itself on failure (413 or 400) and returns false.
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) bool {
+// the client itself on failure (413 or 400) and returns false. When
+// tokens is non-nil, the body's "token_ids" go there by the fast path.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any, tokens ...**TokenIDs) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -103,7 +104,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) bo
 		writeError(w, http.StatusBadRequest, "empty body: want a JSON object")
 		return false
 	}
-	if err := json.Unmarshal(body, dst); err != nil {
+	if len(tokens) == 1 {
+		err = unmarshalWithTokens(body, dst, tokens[0])
+	} else {
+		err = json.Unmarshal(body, dst)
+	}
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
 		return false
 	}

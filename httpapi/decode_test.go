@@ -86,3 +86,32 @@ func BenchmarkTokenIDs4k(b *testing.B) {
 		}
 	}
 }
+
+// The fast path must decode exactly what encoding/json decodes, and
+// reject what it rejects.
+func FuzzRouteBodyFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"request_id":"a","token_ids":[1,2,3],"lora_name":"x"}`,
+		`{"token_ids":[1],"pinned_worker":{"worker_id":1,"dp_rank":2},"router_config_override":{"router_temperature":0.5}}`,
+		`{"a":"]\"token_ids\"","token_ids":[5]}`, `{"nested":{"token_ids":[9]},"token_ids":[1]}`,
+		`{"token_ids":"x"}`, `{"token_ids":[1,]}`, `{"token_ids":[1]`, `{} `, `[]`, `{"token_ids":[1]}x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast RouteBody
+		fastErr := unmarshalWithTokens(data, &fast, &fast.TokenIDs)
+		var ref RouteBody
+		refErr := json.Unmarshal(data, &ref)
+		if fastErr == nil && refErr != nil {
+			t.Fatalf("fast path accepted %q; encoding/json: %v", data, refErr)
+		}
+		if refErr == nil && fastErr == nil {
+			a, _ := json.Marshal(fast)
+			b, _ := json.Marshal(ref)
+			if string(a) != string(b) {
+				t.Fatalf("%q: fast %s, encoding/json %s", data, a, b)
+			}
+		}
+	})
+}

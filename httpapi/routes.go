@@ -98,7 +98,7 @@ func validateOverride(o *ConfigOverride) error {
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	var body RouteBody
-	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
+	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body, &body.TokenIDs) {
 		return
 	}
 	msg, err := body.toMessage()
@@ -179,7 +179,7 @@ type tokensBody struct {
 
 func (s *Server) decodeTokens(w http.ResponseWriter, r *http.Request) (tokensBody, bool) {
 	var body tokensBody
-	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
+	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body, &body.TokenIDs) {
 		return body, false
 	}
 	if body.TokenIDs == nil || len(*body.TokenIDs) == 0 {
