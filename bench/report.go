@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -127,10 +128,20 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// WriteRatios prints Ratios in words.
+// WriteRatios prints Ratios in words, leaving out comparisons whose
+// other policy was not measured.
 func (r *Report) WriteRatios(w io.Writer) {
 	for _, ra := range r.Ratios() {
-		fmt.Fprintf(w, "qps %.2f: kvrouter/round_robin hit rate %.2fx, TTFT p90 %.2fx, throughput %.2fx; kvrouter/oracle hit rate %.3f\n",
-			ra.QPS, ra.HitRate, ra.TTFTP90, ra.Throughput, ra.HitVsOracle)
+		var parts []string
+		if ra.Throughput != 0 || ra.HitRate != 0 || ra.TTFTP90 != 0 {
+			parts = append(parts, fmt.Sprintf("kvrouter/round_robin hit rate %.2fx, TTFT p90 %.2fx, throughput %.2fx",
+				ra.HitRate, ra.TTFTP90, ra.Throughput))
+		}
+		if ra.HitVsOracle != 0 {
+			parts = append(parts, fmt.Sprintf("kvrouter/oracle hit rate %.3f", ra.HitVsOracle))
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "qps %.2f: %s\n", ra.QPS, strings.Join(parts, "; "))
+		}
 	}
 }

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/kvrouter/kvrouter/bench"
+)
+
+// sweepFlags are the flags of run (and the knobs demo presets).
+type sweepFlags struct {
+	workload bench.WorkloadOptions
+	qps      string
+	policies string
+	fleet    bench.FleetOptions
+	out      string
+	timeout  time.Duration
+	logLevel string
+}
+
+func (f *sweepFlags) register(fs *flag.FlagSet) {
+	w := &f.workload
+	fs.StringVar(&w.Kind, "workload", bench.WorkloadSharedPrefix, "shared-prefix, multi-turn, random or mooncake")
+	fs.IntVar(&w.SharedPrefix.Groups, "groups", 150, "shared-prefix: number of system prompts")
+	fs.IntVar(&w.SharedPrefix.PromptsPerGroup, "prompts-per-group", 5, "shared-prefix: questions per system prompt")
+	fs.IntVar(&w.SharedPrefix.SystemTokens, "system-tokens", 6000, "shared-prefix, multi-turn: system prompt tokens")
+	fs.IntVar(&w.SharedPrefix.QuestionTokens, "question-tokens", 1200, "shared-prefix: question tokens")
+	fs.IntVar(&w.MultiTurn.Conversations, "conversations", 32, "multi-turn: conversations in flight at a time")
+	fs.IntVar(&w.MultiTurn.Turns, "turns", 5, "multi-turn: turns per conversation")
+	fs.IntVar(&w.MultiTurn.UserTokens, "user-tokens", 200, "multi-turn: tokens of each user message")
+	fs.IntVar(&w.Random.InputTokens, "input-tokens", 2000, "random: prompt tokens")
+	fs.IntVar(&w.SharedPrefix.OutputTokens, "output-tokens", 100, "tokens generated per request (every synthetic workload)")
+	fs.StringVar(&w.TracePath, "trace", "/work/shared/data/mooncake/conversation_trace.jsonl", "mooncake: trace file")
+	fs.Float64Var(&w.TimeScale, "time-scale", 1, "mooncake without --qps: replay this many times faster than recorded")
+	fs.IntVar(&w.Requests, "requests", 0, "requests per point (mooncake: trace lines to replay; 0 = all)")
+	fs.DurationVar(&w.Duration, "duration", 20*time.Second, "synthetic workloads without --requests: arrivals span this long per point")
+	fs.Uint64Var(&w.Seed, "seed", 1, "seed of every random choice")
+	fs.StringVar(&f.qps, "qps", "2,4,8", "comma-separated offered loads (requests/s); mooncake may leave it empty")
+	fs.StringVar(&f.policies, "policies", "kvrouter,round_robin,random,least_loaded,oracle", "comma-separated policies")
+	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
+	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded fleet and the sweep")
+	f.fleet.Register(fs)
+}
+
+// finish copies the shared output length into every synthetic workload.
+func (f *sweepFlags) finish() {
+	w := &f.workload
+	w.MultiTurn.SystemTokens = w.SharedPrefix.SystemTokens
+	w.MultiTurn.OutputTokens = w.SharedPrefix.OutputTokens
+	w.Random.OutputTokens = w.SharedPrefix.OutputTokens
+}
+
+func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f sweepFlags
+	fs := flag.NewFlagSet("kvbench run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	f.finish()
+	return execute(ctx, &f, stdout, stderr)
+}
+
+// execute runs the sweep f describes and writes the table, the ratios,
+// report.json and the plots.
+func execute(ctx context.Context, f *sweepFlags, stdout, stderr io.Writer) error {
+	log, err := newLogger(stderr, f.logLevel)
+	if err != nil {
+		return err
+	}
+	qps, err := bench.ParseQPSList(f.qps)
+	if err != nil {
+		return err
+	}
+	policies, err := bench.ParsePolicies(f.policies)
+	if err != nil {
+		return err
+	}
+	schedule, qps, err := f.workload.Build(qps)
+	if err != nil {
+		return err
+	}
+	f.fleet.Logger = log
+	factory, err := bench.EmbeddedFleetFactory(f.fleet, filepath.Join(f.out, "fleet"))
+	if err != nil {
+		return err
+	}
+	cfg := bench.SweepConfig{
+		Workload: f.workload.Kind, QPS: qps, Policies: policies, BlockSize: f.fleet.BlockSize,
+		RequestTimeout: f.timeout, Seed: f.workload.Seed, Model: f.fleet.Engine.ModelName, Logger: log,
+	}
+	start := time.Now()
+	rep, err := bench.Sweep(ctx, cfg, schedule, factory)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nworkload %s, %d workers, sweep took %s\n\n", f.workload.Kind, f.fleet.Workers, time.Since(start).Round(time.Second))
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	rep.WriteRatios(stdout)
+	path, err := rep.WriteJSON(f.out)
+	if err != nil {
+		return err
+	}
+	plots, err := rep.WritePlots(f.out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nreport: %s\n", path)
+	for _, p := range plots {
+		fmt.Fprintf(stdout, "plot:   %s\n", p)
+	}
+	return nil
+}
