@@ -32,6 +32,7 @@ type pending struct {
 	overlaps   map[kv.WorkerWithDpRank]*messages.WorkerOverlap
 	loads      map[kv.WorkerWithDpRank]*messages.LoadReply
 	requests   []*messages.SequenceEvent
+	seq        uint64 // own gossip seq when a requests query started
 
 	// Route and load queries.
 	req      *messages.RouteRequest
@@ -164,6 +165,6 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 		ctx.Send(p.replyTo, s.potentialLoads(p))
 	case kindRequests:
 		delete(s.pending, p.id)
-		ctx.Send(p.replyTo, &messages.ActiveRequestsReply{Events: p.requests})
+		ctx.Send(p.replyTo, &messages.ActiveRequestsReply{Events: p.requests, Seq: p.seq})
 	}
 }

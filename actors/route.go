@@ -331,6 +331,7 @@ func (s *schedulerActor) startLoadsQuery(ctx actor.Context, m *messages.Potentia
 
 func (s *schedulerActor) startRequestsQuery(ctx actor.Context, m *messages.ActiveRequestsQuery) {
 	p := s.newPending(ctx, kindRequests)
+	p.seq = s.seq // every change up to seq was sent to the ranks before this query
 	q := &messages.ActiveRequestsQuery{Origin: m.Origin, QueryId: p.id}
 	for _, w := range s.rankList {
 		ctx.Request(s.ranks[w].pid, q)

@@ -271,13 +271,16 @@ func (r *Router) IndexDigest(ctx context.Context) (uint64, error) {
 	return d, nil
 }
 
-// ActiveRequests lists active requests, of one origin replica or all.
-func (r *Router) ActiveRequests(ctx context.Context, origin *string) ([]*messages.SequenceEvent, error) {
+// ActiveRequests lists active requests, of one origin replica or all, as
+// the gossip events that recreate them, with this replica's own gossip
+// sequence number at the time of the snapshot.
+func (r *Router) ActiveRequests(ctx context.Context, origin *string) ([]*messages.SequenceEvent, uint64, error) {
 	res, err := r.ask(ctx, r.scheduler, &messages.ActiveRequestsQuery{Origin: origin})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return res.(*messages.ActiveRequestsReply).Events, nil
+	reply := res.(*messages.ActiveRequestsReply)
+	return reply.Events, reply.Seq, nil
 }
 
 // ApplyRemote applies a peer replica's active-sequence change.

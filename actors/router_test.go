@@ -351,9 +351,12 @@ func TestGossipedLoadAndDeadOrigin(t *testing.T) {
 		return err == nil && l.Loads[0].ActiveRequests == 1 // only "mine" is left
 	})
 	origin := "A"
-	own, err := r.ActiveRequests(ctx, &origin)
-	if err != nil || len(own) != 1 || own[0].GetAdd().GetRequestId() != "mine" {
-		t.Fatalf("own requests: %v %v", own, err)
+	own, seq, err := r.ActiveRequests(ctx, &origin)
+	if err != nil || len(own) != 1 || own[0].GetAdd().GetRequestId() != "mine" || seq != 1 {
+		t.Fatalf("own requests at seq %d: %v %v", seq, own, err)
+	}
+	if published[0].Seq != 1 {
+		t.Fatalf("published seq %d, want 1", published[0].Seq)
 	}
 }
 

@@ -37,6 +37,7 @@ type schedulerActor struct {
 	rng     *rand.Rand
 
 	lastHousekeeping time.Time
+	seq              uint64 // last gossip sequence number stamped
 }
 
 type workerEntry struct {
@@ -238,9 +239,13 @@ func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecyc
 	ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: true})
 }
 
+// gossip publishes a local change to peers, stamped with this replica's
+// next sequence number. The scheduler stamps it (not the transport) so a
+// state snapshot it takes is exact at a known sequence number.
 func (s *schedulerActor) gossip(ev *messages.SequenceEvent) {
 	if s.cfg.Publish != nil {
-		ev.Origin = s.cfg.ReplicaID
+		s.seq++
+		ev.Origin, ev.Seq = s.cfg.ReplicaID, s.seq
 		s.cfg.Publish(ev)
 	}
 }

@@ -2611,9 +2611,12 @@ func (x *ActiveRequestsQuery) GetQueryId() uint64 {
 // ActiveRequestsReply lists requests as the gossip events that would
 // recreate them: an add, followed by prefill_completed when done.
 type ActiveRequestsReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*SequenceEvent       `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	QueryId       uint64                 `protobuf:"varint,2,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Events  []*SequenceEvent       `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	QueryId uint64                 `protobuf:"varint,2,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
+	// seq is the replica's own gossip sequence number when the snapshot was
+	// taken: the snapshot reflects exactly its events up to seq.
+	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2658,6 +2661,13 @@ func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
 func (x *ActiveRequestsReply) GetQueryId() uint64 {
 	if x != nil {
 		return x.QueryId
+	}
+	return 0
+}
+
+func (x *ActiveRequestsReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
 	}
 	return 0
 }
@@ -2919,6 +2929,183 @@ func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
 	return nil
 }
 
+// ClusterDigest summarises one origin's requests at one of its sequence
+// numbers: peers that applied exactly its events up to seq must hold the
+// same request set.
+type ClusterDigest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Count         uint64                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Hash          uint64                 `protobuf:"varint,4,opt,name=hash,proto3" json:"hash,omitempty"` // xor of xxh3(request id): order-independent
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterDigest) Reset() {
+	*x = ClusterDigest{}
+	mi := &file_kvrouter_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterDigest) ProtoMessage() {}
+
+func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
+func (*ClusterDigest) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ClusterDigest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *ClusterDigest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ClusterDigest) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ClusterDigest) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+// StateRequest asks an origin for its full state.
+type StateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requester     string                 `protobuf:"bytes,1,opt,name=requester,proto3" json:"requester,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateRequest) Reset() {
+	*x = StateRequest{}
+	mi := &file_kvrouter_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateRequest) ProtoMessage() {}
+
+func (x *StateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
+func (*StateRequest) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *StateRequest) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+// StateSnapshot is an origin's full state at seq.
+type StateSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Events        []*SequenceEvent       `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateSnapshot) Reset() {
+	*x = StateSnapshot{}
+	mi := &file_kvrouter_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateSnapshot) ProtoMessage() {}
+
+func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
+func (*StateSnapshot) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *StateSnapshot) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *StateSnapshot) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StateSnapshot) GetEvents() []*SequenceEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_kvrouter_proto protoreflect.FileDescriptor
 
 const file_kvrouter_proto_rawDesc = "" +
@@ -3117,10 +3304,11 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13ActiveRequestsQuery\x12\x1b\n" +
 	"\x06origin\x18\x01 \x01(\tH\x00R\x06origin\x88\x01\x01\x12\x19\n" +
 	"\bquery_id\x18\x02 \x01(\x04R\aqueryIdB\t\n" +
-	"\a_origin\"d\n" +
+	"\a_origin\"v\n" +
 	"\x13ActiveRequestsReply\x122\n" +
 	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\x12\x19\n" +
-	"\bquery_id\x18\x02 \x01(\x04R\aqueryId\"[\n" +
+	"\bquery_id\x18\x02 \x01(\x04R\aqueryId\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"[\n" +
 	"\rReplaceOrigin\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x122\n" +
 	"\x06events\x18\x02 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"N\n" +
@@ -3134,7 +3322,18 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
 	"\tlora_name\x18\x02 \x01(\tR\bloraName\"G\n" +
 	"\x13PotentialLoadsReply\x120\n" +
-	"\x05loads\x18\x01 \x03(\v2\x1a.kvrouter.v1.PotentialLoadR\x05loads*v\n" +
+	"\x05loads\x18\x01 \x03(\v2\x1a.kvrouter.v1.PotentialLoadR\x05loads\"c\n" +
+	"\rClusterDigest\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count\x12\x12\n" +
+	"\x04hash\x18\x04 \x01(\x04R\x04hash\",\n" +
+	"\fStateRequest\x12\x1c\n" +
+	"\trequester\x18\x01 \x01(\tR\trequester\"m\n" +
+	"\rStateSnapshot\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x122\n" +
+	"\x06events\x18\x03 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events*v\n" +
 	"\vStorageTier\x12\x17\n" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
@@ -3161,7 +3360,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
 	(RouteErrorCode)(0),          // 1: kvrouter.v1.RouteErrorCode
@@ -3210,7 +3409,10 @@ var file_kvrouter_proto_goTypes = []any{
 	(*OverlapScoresReply)(nil),   // 44: kvrouter.v1.OverlapScoresReply
 	(*PotentialLoadsQuery)(nil),  // 45: kvrouter.v1.PotentialLoadsQuery
 	(*PotentialLoadsReply)(nil),  // 46: kvrouter.v1.PotentialLoadsReply
-	nil,                          // 47: kvrouter.v1.ShardStatsReply.CountersEntry
+	(*ClusterDigest)(nil),        // 47: kvrouter.v1.ClusterDigest
+	(*StateRequest)(nil),         // 48: kvrouter.v1.StateRequest
+	(*StateSnapshot)(nil),        // 49: kvrouter.v1.StateSnapshot
+	nil,                          // 50: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	3,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
@@ -3241,17 +3443,18 @@ var file_kvrouter_proto_depIdxs = []int32{
 	32, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
 	2,  // 26: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
 	35, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	47, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	50, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
 	2,  // 29: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
 	22, // 30: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
 	22, // 31: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
 	11, // 32: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
 	37, // 33: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	22, // 34: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -3283,7 +3486,7 @@ func file_kvrouter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   46,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
