@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 
 	"sort"
 	"sync"
@@ -14,8 +15,8 @@ import (
 )
 
 // BenchmarkScheduleActor measures one full routing decision through the
-// actors: hash a 4k-token prompt, fan out to the shards and to 64 sequence
-// actors, aggregate, select. Each of the 64 workers holds a 2k-token
+// actors: hash a 4k-token prompt, fan out to the shards and to 64 busy
+// sequence actors, aggregate, select. Each of the 64 workers holds a 2k-token
 // system-prompt prefix of one of 8 groups, so scores are non-trivial.
 func BenchmarkScheduleActor(b *testing.B) {
 	r := startRouter(b, func(c *Config) { c.Shards = 0 })
@@ -30,6 +31,16 @@ func BenchmarkScheduleActor(b *testing.B) {
 	}
 	for id := uint64(1); id <= workers; id++ {
 		storeChain(r, kv.WorkerWithDpRank{WorkerID: kv.WorkerID(id)}, prompts[id%8][:2048])
+	}
+	// Every rank is busy (4 requests in flight each), the worst case for
+	// the fan-out: no rank can be skipped as idle.
+	for i := 0; i < workers*4; i++ {
+		_, err := r.Route(context.Background(), &messages.RouteRequest{
+			RequestId: fmt.Sprintf("busy-%d", i), TokenIds: prompt(1024, uint32(1000+i)), UpdateStates: true,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 	eventually(b, "indexed", func() bool {
 		reply, err := r.Route(context.Background(), &messages.RouteRequest{TokenIds: prompts[0]})

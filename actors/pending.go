@@ -83,10 +83,17 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 	p.ranksLeft = 0
 	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: hashes}
 	for _, w := range p.eligible {
-		if r, ok := s.ranks[w]; ok {
-			ctx.Request(r.pid, q)
-			p.ranksLeft++
+		r, ok := s.ranks[w]
+		if !ok {
+			continue
 		}
+		if s.active[w] == 0 {
+			// Idle rank: no prefill, no active blocks, every block new.
+			p.loads[w] = &messages.LoadReply{QueryId: p.id, Worker: rankMsg(w), NewBlocks: uint64(len(p.seqs))}
+			continue
+		}
+		ctx.Request(r.pid, q)
+		p.ranksLeft++
 	}
 }
 

@@ -200,7 +200,7 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		PrefillTokens: prefill, ExpectedOutputTokens: p.req.ExpectedOutputTokens,
 		TrackPrefillTokens: cfg.TrackPrefillTokens, Isl: isl,
 	}
-	s.owners[p.req.RequestId] = owner{worker: d.Worker, origin: s.cfg.ReplicaID}
+	s.track(p.req.RequestId, owner{worker: d.Worker, origin: s.cfg.ReplicaID})
 	if r, ok := s.ranks[d.Worker]; ok {
 		ctx.Send(r.pid, add)
 	}

@@ -28,6 +28,10 @@ type schedulerActor struct {
 	rankList []kv.WorkerWithDpRank // sorted: stable candidate order
 
 	owners  map[string]owner // routed request → where it runs
+	// active counts owners per rank. A rank with none answers a load
+	// query with zeros, so the scheduler skips asking it: with many
+	// workers most decisions then fan out only to the busy ones.
+	active map[kv.WorkerWithDpRank]int
 	pending map[uint64]*pending
 	nextID  uint64
 	queue   *scheduling.Queue[uint64] // payload: pending id
@@ -66,6 +70,7 @@ func newSchedulerProps(cfg Config, shards []*actor.PID) *actor.Props {
 			workers: map[kv.WorkerID]*workerEntry{},
 			ranks:   map[kv.WorkerWithDpRank]*rankEntry{},
 			owners:  map[string]owner{},
+			active:  map[kv.WorkerWithDpRank]int{},
 			pending: map[uint64]*pending{},
 			queue:   mustQueue(cfg.Scheduling),
 			rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
@@ -102,7 +107,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		}
 	case *messages.StaleRequestsFreed:
 		for _, id := range m.RequestIds {
-			delete(s.owners, id)
+			s.untrack(id)
 		}
 	case *messages.WorkerUp:
 		s.workerUp(ctx, m)
@@ -173,7 +178,7 @@ func (s *schedulerActor) dropRanks(ctx actor.Context, id kv.WorkerID) {
 	}
 	for rid, o := range s.owners {
 		if o.worker.WorkerID == id {
-			delete(s.owners, rid)
+			s.untrack(rid)
 		}
 	}
 }
@@ -217,7 +222,7 @@ func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecyc
 	}
 	r, ok := s.ranks[o.worker]
 	if !ok {
-		delete(s.owners, m.RequestId)
+		s.untrack(m.RequestId)
 		ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: false})
 		return
 	}
@@ -228,7 +233,7 @@ func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecyc
 		s.tryDequeue(ctx)
 	case *messages.RequestLifecycle_Free:
 		ctx.Send(r.pid, st.Free)
-		delete(s.owners, m.RequestId)
+		s.untrack(m.RequestId)
 		s.gossip(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: st.Free}})
 		s.tryDequeue(ctx)
 	case *messages.RequestLifecycle_OutputBlock:
@@ -260,14 +265,17 @@ func (s *schedulerActor) remote(ctx actor.Context, ev *messages.SequenceEvent) {
 	switch d := ev.Data.(type) {
 	case *messages.SequenceEvent_Add:
 		id, w = d.Add.RequestId, rankOf(d.Add.Worker)
-		s.owners[id] = owner{worker: w, origin: ev.Origin}
+		if _, known := s.ranks[w]; !known {
+			return // a worker we do not know (yet): nothing to load
+		}
+		s.track(id, owner{worker: w, origin: ev.Origin})
 	case *messages.SequenceEvent_PrefillCompleted:
 		id = d.PrefillCompleted.RequestId
 		w = s.owners[id].worker
 	case *messages.SequenceEvent_Free:
 		id = d.Free.RequestId
 		w = s.owners[id].worker
-		delete(s.owners, id)
+		s.untrack(id)
 	default:
 		return
 	}
@@ -282,7 +290,7 @@ func (s *schedulerActor) dropOrigin(ctx actor.Context, origin string) {
 	}
 	for id, o := range s.owners {
 		if o.origin == origin {
-			delete(s.owners, id)
+			s.untrack(id)
 		}
 	}
 	for _, r := range s.ranks {
@@ -330,4 +338,23 @@ func mustQueue(cfg scheduling.Config) *scheduling.Queue[uint64] {
 		panic(fmt.Sprintf("queue config passed validation but was refused: %v", err))
 	}
 	return q
+}
+
+// track and untrack are the only writers of owners, keeping active in
+// step with it.
+func (s *schedulerActor) track(id string, o owner) {
+	s.untrack(id)
+	s.owners[id] = o
+	s.active[o.worker]++
+}
+
+func (s *schedulerActor) untrack(id string) {
+	o, ok := s.owners[id]
+	if !ok {
+		return
+	}
+	delete(s.owners, id)
+	if s.active[o.worker]--; s.active[o.worker] <= 0 {
+		delete(s.active, o.worker)
+	}
 }
