@@ -257,6 +257,28 @@ func (r *Router) ShardStats(ctx context.Context) ([]*messages.ShardStatsReply, e
 	return out, nil
 }
 
+// Barrier waits until every shard has applied the events sent before it.
+func (r *Router) Barrier(ctx context.Context) error {
+	futures := make([]*actor.Future, len(r.shards))
+	for i, sh := range r.shards {
+		futures[i] = r.system.Root.RequestFuture(sh, &messages.Barrier{}, r.askTimeout(ctx))
+	}
+	for i, f := range futures {
+		if _, err := f.Result(); err != nil {
+			return fmt.Errorf("shard %d barrier: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// askTimeout is the context's remaining time, or 30 s without a deadline.
+func (r *Router) askTimeout(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return max(time.Until(dl), time.Millisecond)
+	}
+	return 30 * time.Second
+}
+
 // IndexDigest combines every shard's digest: two replicas that applied
 // the same events report the same value.
 func (r *Router) IndexDigest(ctx context.Context) (uint64, error) {

@@ -75,7 +75,8 @@ func newSchedulerProps(cfg Config, shards []*actor.PID) *actor.Props {
 			queue:   mustQueue(cfg.Scheduling),
 			rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		}
-	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)))
+	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
+		actor.WithMailbox(actor.UnboundedPriority()))
 }
 
 func (s *schedulerActor) Receive(ctx actor.Context) {

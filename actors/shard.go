@@ -31,7 +31,8 @@ type shardState struct {
 type shardActor struct{ st *shardState }
 
 func newShardProps(st *shardState) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &shardActor{st: st} })
+	return actor.PropsFromProducer(func() actor.Actor { return &shardActor{st: st} },
+		actor.WithMailbox(actor.UnboundedPriority()))
 }
 
 func (a *shardActor) Receive(ctx actor.Context) {
@@ -62,6 +63,8 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		}
 	case *messages.ShardStatsQuery:
 		ctx.Respond(a.stats())
+	case *messages.Barrier:
+		ctx.Respond(m)
 	case *crashShard:
 		panic("shard crash requested")
 	}

@@ -195,7 +195,7 @@ func replay(ctx context.Context, router *actors.Router, steps [][]*kv.Event, syn
 			if err := ctx.Err(); err != nil {
 				return events, err
 			}
-			if _, err := router.ShardStats(ctx); err != nil {
+			if err := router.Barrier(ctx); err != nil {
 				return events, fmt.Errorf("wait for shards: %w", err)
 			}
 		}

@@ -3106,6 +3106,44 @@ func (x *StateSnapshot) GetEvents() []*SequenceEvent {
 	return nil
 }
 
+// Barrier is answered by a shard once it has processed every event sent
+// before it (a cheap "caught up" check; it has the default priority).
+type Barrier struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Barrier) Reset() {
+	*x = Barrier{}
+	mi := &file_kvrouter_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Barrier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Barrier) ProtoMessage() {}
+
+func (x *Barrier) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
+func (*Barrier) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+}
+
 var File_kvrouter_proto protoreflect.FileDescriptor
 
 const file_kvrouter_proto_rawDesc = "" +
@@ -3333,7 +3371,8 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\rStateSnapshot\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x122\n" +
-	"\x06events\x18\x03 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events*v\n" +
+	"\x06events\x18\x03 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"\t\n" +
+	"\aBarrier*v\n" +
 	"\vStorageTier\x12\x17\n" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
@@ -3360,7 +3399,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
 	(RouteErrorCode)(0),          // 1: kvrouter.v1.RouteErrorCode
@@ -3412,7 +3451,8 @@ var file_kvrouter_proto_goTypes = []any{
 	(*ClusterDigest)(nil),        // 47: kvrouter.v1.ClusterDigest
 	(*StateRequest)(nil),         // 48: kvrouter.v1.StateRequest
 	(*StateSnapshot)(nil),        // 49: kvrouter.v1.StateSnapshot
-	nil,                          // 50: kvrouter.v1.ShardStatsReply.CountersEntry
+	(*Barrier)(nil),              // 50: kvrouter.v1.Barrier
+	nil,                          // 51: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	3,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
@@ -3443,7 +3483,7 @@ var file_kvrouter_proto_depIdxs = []int32{
 	32, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
 	2,  // 26: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
 	35, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	50, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	51, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
 	2,  // 29: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
 	22, // 30: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
 	22, // 31: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
@@ -3486,7 +3526,7 @@ func file_kvrouter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
