@@ -27,11 +27,11 @@ type schedulerActor struct {
 	ranks    map[kv.WorkerWithDpRank]*rankEntry
 	rankList []kv.WorkerWithDpRank // sorted: stable candidate order
 
-	owners  map[string]owner // routed request → where it runs
+	owners map[string]owner // routed request → where it runs
 	// active counts owners per rank. A rank with none answers a load
 	// query with zeros, so the scheduler skips asking it: with many
 	// workers most decisions then fan out only to the busy ones.
-	active map[kv.WorkerWithDpRank]int
+	active  map[kv.WorkerWithDpRank]int
 	pending map[uint64]*pending
 	nextID  uint64
 	queue   *scheduling.Queue[uint64] // payload: pending id
