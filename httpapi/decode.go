@@ -47,7 +47,8 @@ func (t *TokenIDs) UnmarshalJSON(b []byte) error {
 			}
 			i++
 		}
-		if i == start {
+		if i == start || (body[start] == '0' && i-start > 1) {
+			// JSON forbids leading zeros ("007"); so do we.
 			return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out))
 		}
 		out = append(out, uint32(v))
