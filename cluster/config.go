@@ -1,0 +1,330 @@
+package cluster
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Ceilings on configuration values. They keep a typo (an extra zero, a
+// Duration given as a bare number of nanoseconds) from turning into a
+// runaway allocation or a silent no-op.
+const (
+	// MaxBatchEvents matches the largest batch a peer is willing to apply in
+	// one go; Dynamo uses 256.
+	MaxBatchEvents = 65_536
+	// MaxQueueSize bounds the local publish queue (Dynamo: 100,000).
+	MaxQueueSize = 10_000_000
+	// MinBatchInterval stops a 1000 (meaning 1 µs) from spinning the batcher.
+	MinBatchInterval = 10 * time.Microsecond
+	// udpOverhead is what memberlist adds around a user message in a
+	// packet: a type byte and a CRC header (5 bytes), plus headroom. We never
+	// configure encryption or labels, which would add more.
+	udpOverhead = 16
+	// minUDPBufferSize keeps room for a digest after the overhead.
+	minUDPBufferSize = 512
+)
+
+// ErrInvalidConfig is wrapped by every Validate error.
+var ErrInvalidConfig = errors.New("cluster: invalid config")
+
+// Config configures a Node. Start from DefaultConfig (production, memberlist
+// LAN timings) or LocalTestConfig (fast timings for in-process tests).
+type Config struct {
+	// ReplicaID is the memberlist node name and the Origin stamped on every
+	// published event. It must be unique for the life of the process:
+	// memberlist rejects a known name arriving from a new address, so the
+	// default is the hostname plus a random boot nonce, which a restarted
+	// pod (same hostname, new IP) does not collide with.
+	ReplicaID string
+
+	// BindAddr and BindPort are where memberlist listens (UDP and TCP).
+	// BindPort 0 picks a free port; Node.LocalAddr reports the chosen one.
+	BindAddr string
+	BindPort int
+
+	// AdvertiseAddr and AdvertisePort are what peers dial; empty/0 means
+	// the bound address and port.
+	AdvertiseAddr string
+	AdvertisePort int
+
+	// Join lists peers as "host:port". A host name is resolved and every
+	// address it resolves to is joined, so a Kubernetes headless Service
+	// name joins all its ready pods. Empty starts a cluster of one.
+	Join []string
+
+	// RejoinInterval is how often Join is retried while none of the seeds
+	// is a live member. It heals a start before any peer was up and a
+	// partition outlasting memberlist's gossip-to-the-dead window. 0
+	// disables retries.
+	RejoinInterval time.Duration
+
+	// HTTPAddr and Version are advertised in node metadata so operators
+	// (and Members) can see where each replica serves and what it runs.
+	HTTPAddr string
+	Version  string
+
+	// BatchMaxEvents and BatchInterval bound a batch: it is sent when it
+	// holds BatchMaxEvents events or BatchInterval after its first event,
+	// whichever comes first (Dynamo: 256 events, 1 ms).
+	BatchMaxEvents int
+	BatchInterval  time.Duration
+
+	// QueueSize bounds the local publish queue; when full, Publish drops
+	// the newest event and counts it (Dynamo: 100,000).
+	QueueSize int
+
+	// PeerQueueSize bounds the encoded messages waiting for one peer, so a
+	// slow or dying peer cannot hold up the others.
+	PeerQueueSize int
+
+	// InboxSize bounds the received messages waiting to be applied;
+	// NotifyMsg drops (and counts) when it is full rather than stall
+	// memberlist's packet loop.
+	InboxSize int
+
+	// GapTimeout is how long a missing Seq is waited for (UDP and separate
+	// TCP streams can reorder) before it is declared lost and the origin is
+	// asked for its full state.
+	GapTimeout time.Duration
+
+	// AntiEntropyInterval is how often this replica sends the digest of its
+	// own requests to every peer.
+	AntiEntropyInterval time.Duration
+
+	// RepairTimeout abandons a full-state request with no reply, so the
+	// next digest can ask again.
+	RepairTimeout time.Duration
+
+	// SinkTimeout bounds the Sink calls that may block (OriginDigest,
+	// OwnedRequests).
+	SinkTimeout time.Duration
+
+	// LeaveSettle is how long Leave waits after the leave broadcast went
+	// out, so it spreads before the process stops answering probes.
+	LeaveSettle time.Duration
+
+	// Memberlist timings, passed through to memberlist.Config; see its
+	// documentation. DefaultConfig copies memberlist.DefaultLANConfig.
+	ProbeInterval           time.Duration
+	ProbeTimeout            time.Duration
+	SuspicionMult           int
+	SuspicionMaxTimeoutMult int
+	GossipInterval          time.Duration
+	GossipNodes             int
+	PushPullInterval        time.Duration
+	TCPTimeout              time.Duration
+	// UDPBufferSize is the largest packet sent; batches encoding larger go
+	// over TCP instead.
+	UDPBufferSize int
+
+	// Logger receives the Node's logs and memberlist's own (re-levelled
+	// from its "[LEVEL]" prefixes). Nil uses slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns production settings: memberlist's LAN timings,
+// Dynamo's batching and a hostname-plus-nonce ReplicaID.
+func DefaultConfig() Config {
+	lan := memberlist.DefaultLANConfig()
+	return Config{
+		ReplicaID:               defaultReplicaID(),
+		BindAddr:                "0.0.0.0",
+		BindPort:                7946,
+		RejoinInterval:          30 * time.Second,
+		BatchMaxEvents:          256,
+		BatchInterval:           time.Millisecond,
+		QueueSize:               100_000,
+		PeerQueueSize:           4096,
+		InboxSize:               8192,
+		GapTimeout:              100 * time.Millisecond,
+		AntiEntropyInterval:     5 * time.Second,
+		RepairTimeout:           10 * time.Second,
+		SinkTimeout:             2 * time.Second,
+		LeaveSettle:             time.Second,
+		ProbeInterval:           lan.ProbeInterval,
+		ProbeTimeout:            lan.ProbeTimeout,
+		SuspicionMult:           lan.SuspicionMult,
+		SuspicionMaxTimeoutMult: lan.SuspicionMaxTimeoutMult,
+		GossipInterval:          lan.GossipInterval,
+		GossipNodes:             lan.GossipNodes,
+		PushPullInterval:        lan.PushPullInterval,
+		TCPTimeout:              lan.TCPTimeout,
+		UDPBufferSize:           lan.UDPBufferSize,
+	}
+}
+
+// LocalTestConfig returns settings for clusters on one machine: loopback,
+// a random port and timings about ten times faster than the LAN preset,
+// yet slack enough for a loaded CI machine under -race.
+func LocalTestConfig() Config {
+	c := DefaultConfig()
+	c.BindAddr = "127.0.0.1"
+	c.BindPort = 0
+	c.RejoinInterval = time.Second
+	c.GapTimeout = 50 * time.Millisecond
+	c.AntiEntropyInterval = 200 * time.Millisecond
+	c.RepairTimeout = 2 * time.Second
+	c.LeaveSettle = 50 * time.Millisecond
+	c.ProbeInterval = 100 * time.Millisecond
+	c.ProbeTimeout = 80 * time.Millisecond
+	c.SuspicionMult = 3
+	c.SuspicionMaxTimeoutMult = 3
+	c.GossipInterval = 20 * time.Millisecond
+	c.PushPullInterval = 2 * time.Second
+	c.TCPTimeout = time.Second
+	return c
+}
+
+// FailureDetectionBound is an upper bound on how long memberlist takes to
+// declare a silently failed member dead in a cluster of n members: a probe
+// round plus its timeout, then the longest suspicion timeout (no peer
+// confirming the suspicion).
+func (c Config) FailureDetectionBound(n int) time.Duration {
+	scale := math.Max(1, math.Log10(math.Max(1, float64(n))))
+	suspicion := time.Duration(float64(c.SuspicionMult) * scale * float64(c.ProbeInterval))
+	return 2*c.ProbeInterval + c.ProbeTimeout + time.Duration(c.SuspicionMaxTimeoutMult)*suspicion
+}
+
+func defaultReplicaID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "kvrouter"
+	}
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails on supported platforms
+	return host + "-" + hex.EncodeToString(nonce[:])
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.ReplicaID == "":
+		return bad("ReplicaID is empty")
+	case !utf8.ValidString(c.ReplicaID):
+		return bad("ReplicaID is not UTF-8")
+	case len(c.ReplicaID) > maxNameLen:
+		return bad("ReplicaID is %d bytes, more than %d", len(c.ReplicaID), maxNameLen)
+	case c.BindAddr == "":
+		return bad("BindAddr is empty")
+	case net.ParseIP(c.BindAddr) == nil:
+		return bad("BindAddr %q is not an IP address", c.BindAddr)
+	case c.BindPort < 0 || c.BindPort > math.MaxUint16:
+		return bad("BindPort %d out of range", c.BindPort)
+	case c.AdvertiseAddr != "" && net.ParseIP(c.AdvertiseAddr) == nil:
+		return bad("AdvertiseAddr %q is not an IP address", c.AdvertiseAddr)
+	case c.AdvertisePort < 0 || c.AdvertisePort > math.MaxUint16:
+		return bad("AdvertisePort %d out of range", c.AdvertisePort)
+	case c.RejoinInterval < 0:
+		return bad("RejoinInterval %v is negative", c.RejoinInterval)
+	case c.BatchMaxEvents < 1 || c.BatchMaxEvents > MaxBatchEvents:
+		return bad("BatchMaxEvents %d not in [1, %d]", c.BatchMaxEvents, MaxBatchEvents)
+	case c.BatchInterval < MinBatchInterval:
+		return bad("BatchInterval %v below %v", c.BatchInterval, MinBatchInterval)
+	case c.QueueSize < 1 || c.QueueSize > MaxQueueSize:
+		return bad("QueueSize %d not in [1, %d]", c.QueueSize, MaxQueueSize)
+	case c.PeerQueueSize < 1 || c.PeerQueueSize > MaxQueueSize:
+		return bad("PeerQueueSize %d not in [1, %d]", c.PeerQueueSize, MaxQueueSize)
+	case c.InboxSize < 1 || c.InboxSize > MaxQueueSize:
+		return bad("InboxSize %d not in [1, %d]", c.InboxSize, MaxQueueSize)
+	case c.GapTimeout <= 0:
+		return bad("GapTimeout %v must be positive", c.GapTimeout)
+	case c.AntiEntropyInterval <= 0:
+		return bad("AntiEntropyInterval %v must be positive", c.AntiEntropyInterval)
+	case c.RepairTimeout <= 0:
+		return bad("RepairTimeout %v must be positive", c.RepairTimeout)
+	case c.SinkTimeout <= 0:
+		return bad("SinkTimeout %v must be positive", c.SinkTimeout)
+	case c.LeaveSettle < 0:
+		return bad("LeaveSettle %v is negative", c.LeaveSettle)
+	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0:
+		return bad("ProbeInterval %v and ProbeTimeout %v must be positive", c.ProbeInterval, c.ProbeTimeout)
+	case c.ProbeTimeout > c.ProbeInterval:
+		return bad("ProbeTimeout %v exceeds ProbeInterval %v", c.ProbeTimeout, c.ProbeInterval)
+	case c.SuspicionMult < 1 || c.SuspicionMaxTimeoutMult < 1:
+		return bad("SuspicionMult %d and SuspicionMaxTimeoutMult %d must be at least 1", c.SuspicionMult, c.SuspicionMaxTimeoutMult)
+	case c.GossipInterval <= 0 || c.GossipNodes < 1:
+		return bad("GossipInterval %v must be positive and GossipNodes %d at least 1", c.GossipInterval, c.GossipNodes)
+	case c.PushPullInterval < 0:
+		return bad("PushPullInterval %v is negative", c.PushPullInterval)
+	case c.TCPTimeout <= 0:
+		return bad("TCPTimeout %v must be positive", c.TCPTimeout)
+	case c.UDPBufferSize < minUDPBufferSize || c.UDPBufferSize > 65_000:
+		return bad("UDPBufferSize %d not in [%d, 65000]", c.UDPBufferSize, minUDPBufferSize)
+	}
+	for _, j := range c.Join {
+		if err := validateJoinEntry(j); err != nil {
+			return bad("Join: %v", err)
+		}
+	}
+	if _, err := encodeMeta(c.meta()); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+func validateJoinEntry(j string) error {
+	host, port, err := net.SplitHostPort(j)
+	if err != nil {
+		return fmt.Errorf("%q: %w", j, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%q: empty host", j)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > math.MaxUint16 {
+		return fmt.Errorf("%q: bad port %q", j, port)
+	}
+	return nil
+}
+
+// udpLimit is the largest encoded message sent as one UDP packet.
+func (c Config) udpLimit() int { return c.UDPBufferSize - udpOverhead }
+
+func (c Config) meta() nodeMeta {
+	return nodeMeta{ReplicaID: c.ReplicaID, HTTPAddr: c.HTTPAddr, Version: c.Version}
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+// memberlistConfig translates c; the delegates are set by the caller.
+func (c Config) memberlistConfig() *memberlist.Config {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = c.ReplicaID
+	mc.BindAddr = c.BindAddr
+	mc.BindPort = c.BindPort
+	mc.AdvertiseAddr = c.AdvertiseAddr
+	mc.AdvertisePort = c.AdvertisePort
+	if c.AdvertisePort == 0 {
+		mc.AdvertisePort = c.BindPort // memberlist fills it in for BindPort 0
+	}
+	mc.ProbeInterval = c.ProbeInterval
+	mc.ProbeTimeout = c.ProbeTimeout
+	mc.SuspicionMult = c.SuspicionMult
+	mc.SuspicionMaxTimeoutMult = c.SuspicionMaxTimeoutMult
+	mc.GossipInterval = c.GossipInterval
+	mc.GossipNodes = c.GossipNodes
+	mc.PushPullInterval = c.PushPullInterval
+	mc.TCPTimeout = c.TCPTimeout
+	mc.UDPBufferSize = c.UDPBufferSize
+	mc.Logger = newMemberlistLogger(c.logger())
+	return mc
+}

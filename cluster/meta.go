@@ -1,0 +1,40 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// nodeMeta is what a replica advertises in memberlist node metadata.
+type nodeMeta struct {
+	ReplicaID string `json:"id"`
+	HTTPAddr  string `json:"http,omitempty"`
+	Version   string `json:"v,omitempty"`
+}
+
+// encodeMeta fails when the encoding exceeds memberlist's MetaMaxSize,
+// which memberlist would otherwise reject at runtime (serf panics).
+func encodeMeta(m nodeMeta) ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode node meta: %w", err)
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("node meta is %d bytes, more than memberlist's %d: shorten ReplicaID, HTTPAddr or Version",
+			len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+func decodeMeta(b []byte) (nodeMeta, error) {
+	var m nodeMeta
+	if len(b) == 0 {
+		return m, nil
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nodeMeta{}, fmt.Errorf("%w: node meta: %w", ErrMalformed, err)
+	}
+	return m, nil
+}

@@ -1,0 +1,316 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+var (
+	// ErrClosed is returned by Publish and Leave once the Node is leaving
+	// or shut down.
+	ErrClosed = errors.New("cluster: node closed")
+	// ErrQueueFull is returned by Publish when the local queue is full; the
+	// event is dropped and counted, and anti-entropy repairs peers later.
+	ErrQueueFull = errors.New("cluster: publish queue full")
+)
+
+// maxConcurrentSnapshots bounds how many full-state requests are served at
+// once; further requests are dropped and their requesters retry.
+const maxConcurrentSnapshots = 2
+
+// Node is this replica's membership in the cluster. Its methods are safe
+// for concurrent use.
+type Node struct {
+	cfg  Config
+	sink Sink
+	log  *slog.Logger
+	meta []byte
+	ml   *memberlist.Memberlist
+
+	// pubMu orders Publish: Seq stamping, the ledger and the enqueue
+	// happen together, so queue order is Seq order.
+	pubMu  sync.Mutex
+	seq    uint64
+	ledger *ledger
+	closed bool
+	queue  chan *messages.SequenceEvent
+
+	// memMu guards members and serialises every Sink call that changes an
+	// origin's state (ApplyRemote, ReplaceOrigin, DropOrigin).
+	memMu   sync.Mutex
+	members map[string]*memberEntry
+	peers   atomic.Pointer[[]*peerSender]
+
+	inbox     chan []byte
+	snapshots chan struct{} // semaphore for serving full states
+	stats     counters
+
+	batcherStop chan struct{} // closed to make the batcher flush and exit
+	batcherDone chan struct{}
+	stop        chan struct{} // closed by Shutdown: every goroutine exits
+	wg          sync.WaitGroup
+	leaveOnce   sync.Once
+	stopOnce    sync.Once
+	leaveErr    error
+}
+
+// Start validates cfg, starts memberlist and the Node's goroutines and
+// joins cfg.Join. A join that reaches nobody is retried every
+// RejoinInterval; with RejoinInterval 0 it is an error. ctx bounds name
+// resolution and the first join only.
+func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if sink == nil {
+		return nil, fmt.Errorf("%w: nil sink", ErrInvalidConfig)
+	}
+	meta, err := encodeMeta(cfg.meta())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	n := &Node{
+		cfg:         cfg,
+		sink:        sink,
+		log:         cfg.logger().With("replica", cfg.ReplicaID),
+		meta:        meta,
+		ledger:      newLedger(),
+		queue:       make(chan *messages.SequenceEvent, cfg.QueueSize),
+		members:     make(map[string]*memberEntry),
+		inbox:       make(chan []byte, cfg.InboxSize),
+		snapshots:   make(chan struct{}, maxConcurrentSnapshots),
+		batcherStop: make(chan struct{}),
+		batcherDone: make(chan struct{}),
+		stop:        make(chan struct{}),
+	}
+	n.peers.Store(&[]*peerSender{})
+
+	mc := cfg.memberlistConfig()
+	mc.Delegate = memberDelegate{n}
+	mc.Events = memberDelegate{n}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start memberlist: %w", err)
+	}
+	n.ml = ml
+
+	n.wg.Add(1)
+	go n.runApply()
+	go n.runBatcher()
+
+	if len(cfg.Join) > 0 {
+		if err := n.join(ctx); err != nil {
+			if cfg.RejoinInterval == 0 {
+				n.Shutdown()
+				return nil, err
+			}
+			n.log.Warn("cluster: join failed, retrying in the background", "err", err, "every", cfg.RejoinInterval)
+		}
+	}
+	if len(cfg.Join) > 0 && cfg.RejoinInterval > 0 {
+		n.wg.Add(1)
+		go n.runRejoin()
+	}
+	n.log.Info("cluster: node started", "addr", n.LocalAddr(), "members", n.ml.NumMembers())
+	return n, nil
+}
+
+// ID is this replica's id (its memberlist name and published Origin).
+func (n *Node) ID() string { return n.cfg.ReplicaID }
+
+// LocalAddr is the address peers reach this replica at ("ip:port"), with
+// the port memberlist picked when BindPort was 0.
+func (n *Node) LocalAddr() string { return n.ml.LocalNode().Address() }
+
+// Publish sends one of this replica's own sequence changes to every peer.
+// It never blocks: it stamps a copy of ev with Origin = ReplicaID and the
+// next Seq and queues it for the batcher. ev itself is not modified and
+// must not be modified afterwards (its Data is shared with the copy).
+func (n *Node) Publish(ev *messages.SequenceEvent) error {
+	id, err := eventRequestID(ev)
+	if err != nil {
+		return err
+	}
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	if n.closed {
+		return ErrClosed
+	}
+	n.seq++
+	out := &messages.SequenceEvent{Origin: n.cfg.ReplicaID, Seq: n.seq, Data: ev.Data}
+	// The ledger follows the replica's state even when the queue drops the
+	// event: peers then see a Seq gap or a digest mismatch and repair.
+	n.ledger.apply(out, id)
+	select {
+	case n.queue <- out:
+		n.stats.eventsPublished.Add(1)
+		return nil
+	default:
+		n.stats.eventsDropped.Add(1)
+		return ErrQueueFull
+	}
+}
+
+// lastSeq is the Seq of the last published event.
+func (n *Node) lastSeq() uint64 {
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	return n.seq
+}
+
+// ownDigest is the digest of the published stream after lastSeq, read
+// atomically with it.
+func (n *Node) ownDigest() digestMsg {
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	return digestMsg{Origin: n.cfg.ReplicaID, Seq: n.seq, Digest: n.ledger.digest}
+}
+
+// Stats returns the Node's counters.
+func (n *Node) Stats() Stats {
+	s := n.stats.snapshot()
+	s.Members = n.aliveMembers()
+	return s
+}
+
+// Leave stops publishing, flushes queued events to peers, announces the
+// departure and waits LeaveSettle for it to spread; peers drop this
+// replica's requests at once. Call Shutdown afterwards. timeout bounds the
+// flush and the leave broadcast each.
+func (n *Node) Leave(timeout time.Duration) error {
+	n.leaveOnce.Do(func() {
+		n.leaveErr = n.leave(timeout)
+	})
+	return n.leaveErr
+}
+
+func (n *Node) leave(timeout time.Duration) error {
+	select {
+	case <-n.stop:
+		return ErrClosed
+	default:
+	}
+	n.stopPublishing()
+	n.flushPeers(timeout)
+	if err := n.ml.Leave(timeout); err != nil {
+		return fmt.Errorf("cluster: leave: %w", err)
+	}
+	// memberlist returns once the leave message went out to one peer; give
+	// gossip a moment to carry it to the rest before we stop answering.
+	time.Sleep(n.cfg.LeaveSettle)
+	return nil
+}
+
+// Shutdown stops the Node at once. Without a prior Leave, peers see a
+// failure and drop this replica's requests after memberlist's suspicion
+// timeout. Safe to call more than once.
+func (n *Node) Shutdown() {
+	n.stopOnce.Do(func() {
+		n.stopPublishing()
+		// Exclude Leave (whose leaveOnce may still be running) from calling
+		// memberlist after its shutdown: memberlist panics on that.
+		n.leaveOnce.Do(func() { n.leaveErr = ErrClosed })
+		if err := n.ml.Shutdown(); err != nil {
+			n.log.Warn("cluster: memberlist shutdown", "err", err)
+		}
+		close(n.stop)
+		n.wg.Wait()
+		n.log.Info("cluster: node stopped")
+	})
+}
+
+// stopPublishing refuses further Publish calls and waits for the batcher
+// to flush what was queued.
+func (n *Node) stopPublishing() {
+	n.pubMu.Lock()
+	already := n.closed
+	n.closed = true
+	n.pubMu.Unlock()
+	if !already {
+		close(n.batcherStop)
+	}
+	<-n.batcherDone
+}
+
+// join resolves cfg.Join and joins every address except our own.
+func (n *Node) join(ctx context.Context) error {
+	addrs, err := resolveJoin(ctx, net.DefaultResolver.LookupHost, n.cfg.Join)
+	if err != nil && len(addrs) == 0 {
+		return fmt.Errorf("cluster: join: %w", err)
+	}
+	if err != nil {
+		n.log.Warn("cluster: some join addresses did not resolve", "err", err)
+	}
+	self := n.LocalAddr()
+	targets := addrs[:0]
+	for _, a := range addrs {
+		if a != self {
+			targets = append(targets, a)
+		}
+	}
+	if len(targets) == 0 {
+		return nil // we are the only seed
+	}
+	joined, err := n.ml.Join(targets)
+	if err != nil {
+		return fmt.Errorf("cluster: join %v: %w", targets, err)
+	}
+	n.log.Info("cluster: joined", "contacted", joined, "of", len(targets))
+	return nil
+}
+
+// runRejoin retries the seeds that are not alive members, which heals a
+// start before any peer was up and a partition long enough for memberlist
+// to stop probing the other side.
+func (n *Node) runRejoin() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.RejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		if n.seedsAllAlive() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TCPTimeout)
+		if err := n.join(ctx); err != nil {
+			n.log.Debug("cluster: rejoin failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// seedsAllAlive reports whether every literal-IP seed is an alive member;
+// seeds given as names are re-resolved on every check, so they always
+// count as worth a retry unless every member is alive.
+func (n *Node) seedsAllAlive() bool {
+	alive := make(map[string]bool)
+	for _, m := range n.Members() {
+		if m.Alive {
+			alive[m.Addr] = true
+		}
+	}
+	for _, seed := range n.cfg.Join {
+		host, _, _ := net.SplitHostPort(seed)
+		if net.ParseIP(host) == nil {
+			return n.ml.NumMembers() > 1 && len(alive) == len(n.Members())
+		}
+		if !alive[seed] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,209 @@
+package cluster
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// outbound is one encoded message for one peer.
+type outbound struct {
+	buf []byte
+	// reliable forces TCP (state requests and replies must not be lost to
+	// a dropped packet); otherwise the size decides.
+	reliable bool
+	// done, when set, is closed once every message queued before it was
+	// handed to memberlist (Leave's flush marker; buf is nil).
+	done chan struct{}
+}
+
+// peerSender owns the sends to one peer, so a slow or unreachable peer
+// (a TCP dial waiting out TCPTimeout) delays nobody else.
+type peerSender struct {
+	name string
+	node atomic.Pointer[memberlist.Node] // latest address, from join/update
+	out  chan outbound
+	quit chan struct{} // closed when the peer departs
+}
+
+// startSender is called under memMu.
+func (n *Node) startSender(name string) *peerSender {
+	p := &peerSender{name: name, out: make(chan outbound, n.cfg.PeerQueueSize), quit: make(chan struct{})}
+	n.wg.Add(1)
+	go n.runSender(p)
+	return p
+}
+
+func (n *Node) runSender(p *peerSender) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-p.quit:
+			return
+		case o := <-p.out:
+			if o.buf != nil {
+				n.send(p, o)
+			}
+			if o.done != nil {
+				close(o.done)
+			}
+		}
+	}
+}
+
+func (n *Node) send(p *peerSender, o outbound) {
+	node := p.node.Load()
+	if node == nil {
+		n.stats.sendErrors.Add(1)
+		return
+	}
+	var err error
+	if !o.reliable && len(o.buf) <= n.cfg.udpLimit() {
+		err = n.ml.SendBestEffort(node, o.buf)
+		n.stats.udpMessages.Add(1)
+	} else {
+		err = n.ml.SendReliable(node, o.buf)
+		n.stats.tcpMessages.Add(1)
+	}
+	if err != nil {
+		n.stats.sendErrors.Add(1)
+		n.log.Debug("cluster: send failed", "peer", p.name, "bytes", len(o.buf), "err", err)
+		return
+	}
+	n.stats.messagesSent.Add(1)
+	n.stats.bytesSent.Add(uint64(len(o.buf)))
+}
+
+// enqueue hands a message to a peer's sender without waiting.
+func (n *Node) enqueue(p *peerSender, o outbound) bool {
+	select {
+	case p.out <- o:
+		return true
+	default:
+		n.stats.peerQueueDrops.Add(1)
+		return false
+	}
+}
+
+// broadcast enqueues buf for every live peer.
+func (n *Node) broadcast(buf []byte) {
+	for _, p := range *n.peers.Load() {
+		n.enqueue(p, outbound{buf: buf})
+	}
+}
+
+// flushPeers waits until every peer's sender handed over what is queued,
+// or timeout passes.
+func (n *Node) flushPeers(timeout time.Duration) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var waits []chan struct{}
+	for _, p := range *n.peers.Load() {
+		done := make(chan struct{})
+		select {
+		case p.out <- outbound{done: done}:
+			waits = append(waits, done)
+		case <-deadline.C:
+			return
+		}
+	}
+	for i, done := range waits {
+		select {
+		case <-done:
+		case <-deadline.C:
+			n.log.Warn("cluster: leave flush timed out", "peers_pending", len(waits)-i)
+			return
+		}
+	}
+}
+
+// runBatcher drains the publish queue into batches of at most
+// BatchMaxEvents, each sent BatchInterval after its first event at the
+// latest, and sends the anti-entropy digest every AntiEntropyInterval.
+func (n *Node) runBatcher() {
+	defer close(n.batcherDone)
+	batch := make([]*messages.SequenceEvent, 0, n.cfg.BatchMaxEvents)
+	window := time.NewTimer(time.Hour)
+	window.Stop()
+	defer window.Stop()
+	antiEntropy := time.NewTicker(n.cfg.AntiEntropyInterval)
+	defer antiEntropy.Stop()
+	for {
+		select {
+		case ev := <-n.queue:
+			batch = append(batch, ev)
+			window.Reset(n.cfg.BatchInterval)
+			stopping := false
+		collect:
+			for len(batch) < n.cfg.BatchMaxEvents {
+				select {
+				case ev := <-n.queue:
+					batch = append(batch, ev)
+				case <-window.C:
+					break collect
+				case <-n.batcherStop:
+					stopping = true
+					break collect
+				}
+			}
+			window.Stop()
+			n.flush(batch)
+			batch = batch[:0]
+			if stopping {
+				n.drainQueue(batch)
+				return
+			}
+		case <-antiEntropy.C:
+			n.sendDigest()
+		case <-n.batcherStop:
+			n.drainQueue(batch)
+			return
+		}
+	}
+}
+
+// drainQueue flushes whatever is still queued at shutdown.
+func (n *Node) drainQueue(batch []*messages.SequenceEvent) {
+	for {
+		select {
+		case ev := <-n.queue:
+			batch = append(batch, ev)
+			if len(batch) == n.cfg.BatchMaxEvents {
+				n.flush(batch)
+				batch = batch[:0]
+			}
+		default:
+			n.flush(batch)
+			return
+		}
+	}
+}
+
+func (n *Node) flush(batch []*messages.SequenceEvent) {
+	if len(batch) == 0 {
+		return
+	}
+	buf, err := encodeBatch(batch)
+	if err != nil {
+		// Publish validated every field proto could refuse, so this is a
+		// bug; peers see a Seq gap and repair from the full state.
+		n.log.Error("cluster: batch not sent", "events", len(batch), "err", err)
+		return
+	}
+	n.stats.batches.Add(1)
+	n.stats.eventsSent.Add(uint64(len(batch)))
+	n.broadcast(buf)
+}
+
+func (n *Node) sendDigest() {
+	if len(*n.peers.Load()) == 0 {
+		return
+	}
+	n.broadcast(encodeDigest(n.ownDigest()))
+	n.stats.digestsSent.Add(1)
+}

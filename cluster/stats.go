@@ -1,0 +1,64 @@
+package cluster
+
+import "sync/atomic"
+
+// Stats are a Node's counters since Start (monotonic, except Members).
+type Stats struct {
+	EventsPublished uint64 // accepted by Publish
+	EventsDropped   uint64 // rejected by Publish: local queue full
+	EventsSent      uint64 // events in flushed batches (once per batch, not per peer)
+	Batches         uint64 // batches flushed
+	MessagesSent    uint64 // messages handed to memberlist, all peers and kinds
+	UDPMessages     uint64 // of which over UDP (SendBestEffort)
+	TCPMessages     uint64 // of which over TCP (SendReliable)
+	BytesSent       uint64 // encoded bytes of MessagesSent
+	SendErrors      uint64 // memberlist send failures
+	PeerQueueDrops  uint64 // messages dropped because a peer's queue was full
+
+	MessagesReceived uint64 // user messages taken from memberlist
+	InboxDrops       uint64 // received messages dropped: apply loop behind
+	Malformed        uint64 // received messages or events that failed to decode or validate
+	EventsReceived   uint64 // remote events handed to the Sink
+	EchoesIgnored    uint64 // own events seen coming back
+	StaleEvents      uint64 // duplicates or events already covered
+	EventsLost       uint64 // Seqs given up on after GapTimeout
+
+	DigestsSent      uint64
+	DigestsReceived  uint64
+	DigestMismatches uint64 // digests that disagreed with the Sink's view
+	RepairRequests   uint64 // full-state requests sent
+	Repairs          uint64 // full states applied (Sink.ReplaceOrigin)
+	RepairsAbandoned uint64 // requests timed out or overflowed
+	StateReplies     uint64 // full states served to peers
+	OriginsDropped   uint64 // Sink.DropOrigin calls
+
+	Members int // alive members, this replica included
+}
+
+// counters are the atomics behind Stats.
+type counters struct {
+	eventsPublished, eventsDropped, eventsSent, batches            atomic.Uint64
+	messagesSent, udpMessages, tcpMessages, bytesSent, sendErrors  atomic.Uint64
+	peerQueueDrops, messagesReceived, inboxDrops, malformed        atomic.Uint64
+	eventsReceived, echoesIgnored, staleEvents, eventsLost         atomic.Uint64
+	digestsSent, digestsReceived, digestMismatches, repairRequests atomic.Uint64
+	repairs, repairsAbandoned, stateReplies, originsDropped        atomic.Uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		EventsPublished: c.eventsPublished.Load(), EventsDropped: c.eventsDropped.Load(),
+		EventsSent: c.eventsSent.Load(), Batches: c.batches.Load(),
+		MessagesSent: c.messagesSent.Load(), UDPMessages: c.udpMessages.Load(),
+		TCPMessages: c.tcpMessages.Load(), BytesSent: c.bytesSent.Load(),
+		SendErrors: c.sendErrors.Load(), PeerQueueDrops: c.peerQueueDrops.Load(),
+		MessagesReceived: c.messagesReceived.Load(), InboxDrops: c.inboxDrops.Load(),
+		Malformed: c.malformed.Load(), EventsReceived: c.eventsReceived.Load(),
+		EchoesIgnored: c.echoesIgnored.Load(), StaleEvents: c.staleEvents.Load(),
+		EventsLost: c.eventsLost.Load(), DigestsSent: c.digestsSent.Load(),
+		DigestsReceived: c.digestsReceived.Load(), DigestMismatches: c.digestMismatches.Load(),
+		RepairRequests: c.repairRequests.Load(), Repairs: c.repairs.Load(),
+		RepairsAbandoned: c.repairsAbandoned.Load(), StateReplies: c.stateReplies.Load(),
+		OriginsDropped: c.originsDropped.Load(),
+	}
+}
