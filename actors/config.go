@@ -17,6 +17,10 @@ type IndexConfig struct {
 	TTL              time.Duration // router_ttl_secs
 	MaxTreeSize      int           // router_max_tree_size
 	PruneTargetRatio float64       // router_prune_target_ratio
+	// PredictedTTL (router_predicted_ttl_secs): in event mode, predict a
+	// routed prompt's blocks as cached on its worker for this long, until
+	// the engine's own events confirm them. 0 disables.
+	PredictedTTL time.Duration
 }
 
 // Config is what one replica's actors need. The service's config maps
@@ -70,6 +74,7 @@ func DefaultConfig() Config {
 			TTL:              120 * time.Second,
 			MaxTreeSize:      1 << 20,
 			PruneTargetRatio: 0.8,
+			PredictedTTL:     5 * time.Second,
 		},
 		Scheduling:                 scheduling.DefaultConfig(),
 		Sequence:                   sequence.DefaultConfig(),

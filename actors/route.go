@@ -204,7 +204,7 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 	if r, ok := s.ranks[d.Worker]; ok {
 		ctx.Send(r.pid, add)
 	}
-	if !s.cfg.UseKVEvents {
+	if !s.cfg.UseKVEvents || s.cfg.Index.PredictedTTL > 0 {
 		local := make([]uint64, len(p.local))
 		for i, h := range p.local {
 			local[i] = uint64(h)

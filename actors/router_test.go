@@ -399,3 +399,37 @@ func TestHeartbeatTimeoutRemovesWorker(t *testing.T) {
 		return err == nil && n == 0
 	})
 }
+
+// In event mode a routed prompt is predicted as cached on its worker until
+// its KV events arrive, so a burst of same-prefix requests stays together.
+func TestPredictOnRoute(t *testing.T) {
+	for _, ttl := range []time.Duration{0, 5 * time.Second} {
+		r := startRouter(t, func(c *Config) { c.Index.PredictedTTL = ttl })
+		register(r, 1, 2, 3)
+		waitWorkers(t, r, 3)
+		tokens := prompt(320, 11)
+		first, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "a", TokenIds: tokens, UpdateStates: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := uint32(0)
+		if ttl > 0 {
+			want = 20
+		}
+		eventually(t, "prediction applied", func() bool {
+			again, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
+			return err == nil && again.OverlapBlocks == want && (want == 0 || again.Worker.WorkerId == first.Worker.WorkerId)
+		})
+		// Predictions never leak into the engines' index (replicas must
+		// agree on its digest).
+		st, err := r.Status(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range st.Workers {
+			if w.Ranks[0].IndexedBlocks != 0 {
+				t.Fatalf("ttl %v: predicted blocks counted as indexed: %+v", ttl, w)
+			}
+		}
+	}
+}

@@ -17,9 +17,15 @@ import (
 // checks the invariants and keeps the index if it is intact, or resets it
 // and reports the loss (never silently empty).
 type shardState struct {
-	id       uint32
-	approx   bool
-	idx      *index.Indexer
+	id     uint32
+	approx bool
+	idx    *index.Indexer // the engines' truth (event mode)
+	// pred predicts blocks from this replica's own routing decisions: the
+	// whole index in approximate mode, and in event mode (with a predicted
+	// TTL) a short-lived side index covering the gap between routing a
+	// prompt and its KV events arriving, which would otherwise scatter a
+	// burst of same-prefix requests over idle workers. Scores take the max
+	// of both, as Dynamo's predict-on-route indexer does.
 	pred     *index.Approx
 	restarts uint64
 	resets   uint64
@@ -50,15 +56,20 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RemoveWorker:
 		a.tree().RemoveWorker(kv.WorkerID(m.WorkerId))
+		if st.pred != nil && !st.approx {
+			st.pred.RemoveWorker(kv.WorkerID(m.WorkerId))
+		}
 	case *messages.ScoreRequest:
 		ctx.Respond(a.score(m))
 	case *messages.RoutingDecision:
-		if st.approx {
+		if st.pred != nil {
 			w := kv.WorkerWithDpRank{WorkerID: kv.WorkerID(m.Worker.GetWorkerId()), DpRank: m.Worker.GetDpRank()}
-			st.pred.RecordDecision(w, toLocal(m.LocalHashes), time.Now())
+			if err := st.pred.RecordDecision(w, toLocal(m.LocalHashes), time.Now()); err != nil {
+				st.obs.EventDropped("prediction_" + index.ErrorReason(err))
+			}
 		}
 	case *messages.Tick:
-		if st.approx {
+		if st.pred != nil {
 			st.pred.Expire(time.Unix(0, m.UnixNano))
 		}
 	case *messages.ShardStatsQuery:
@@ -92,14 +103,20 @@ func (a *shardActor) ensureIndex() {
 
 func (a *shardActor) reset() {
 	st := a.st
-	if st.approx {
+	st.idx, st.pred = nil, nil
+	switch {
+	case st.approx:
 		st.pred = index.NewApprox(index.ApproxConfig{
 			TTL: st.cfg.TTL, MaxTreeSize: st.cfg.MaxTreeSize, PruneTargetRatio: st.cfg.PruneTargetRatio,
 		})
-		st.idx = nil
-		return
+	default:
+		st.idx = index.New()
+		if st.cfg.PredictedTTL > 0 {
+			st.pred = index.NewApprox(index.ApproxConfig{
+				TTL: st.cfg.PredictedTTL, MaxTreeSize: st.cfg.MaxTreeSize, PruneTargetRatio: st.cfg.PruneTargetRatio,
+			})
+		}
 	}
-	st.idx = index.New()
 }
 
 // tree is the structure the shard answers from in either mode.
@@ -130,7 +147,17 @@ func (a *shardActor) apply(m *messages.KvEvent) {
 }
 
 func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
-	matches := a.tree().FindMatches(toLocal(m.LocalHashes))
+	local := toLocal(m.LocalHashes)
+	matches := a.tree().FindMatches(local)
+	if a.st.pred != nil && !a.st.approx {
+		for w, p := range a.st.pred.FindMatches(local) {
+			if t, ok := matches[w]; !ok || p.Device > t.Device {
+				// The prediction extends the device prefix; lower-tier
+				// continuation no longer lines up, so it is dropped.
+				matches[w] = index.TierMatch{Device: p.Device, TreeSize: t.TreeSize}
+			}
+		}
+	}
 	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id}
 	reply.Overlaps = make([]*messages.WorkerOverlap, 0, len(matches))
 	for w, t := range matches {

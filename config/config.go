@@ -53,6 +53,7 @@ type Config struct {
 	RouterTTLSecs              float64       `flag:"router-ttl-secs" help:"approximate mode: TTL of predicted blocks"`
 	RouterMaxTreeSize          int           `flag:"router-max-tree-size" help:"approximate mode: max predicted blocks before pruning"`
 	RouterPruneTargetRatio     float64       `flag:"router-prune-target-ratio" help:"approximate mode: prune down to this fraction of the max"`
+	RouterPredictedTTLSecs     float64       `flag:"router-predicted-ttl-secs" help:"event mode: predict a routed prompt's blocks as cached for this long, until its KV events arrive; 0 disables"`
 	RouterQueueThreshold       float64       `flag:"router-queue-threshold" help:"queue when every worker's prefill tokens exceed this x max_num_batched_tokens; negative disables"`
 	RouterQueuePolicy          string        `flag:"router-queue-policy" help:"fcfs or wspt"`
 	RouterMaxQueueLength       int           `flag:"router-max-queue-length" help:"requests that may wait; more are rejected with 429"`
@@ -103,6 +104,7 @@ func Default() Config {
 		RouterTTLSecs:              120,
 		RouterMaxTreeSize:          1 << 20,
 		RouterPruneTargetRatio:     0.8,
+		RouterPredictedTTLSecs:     5,
 		RouterQueueThreshold:       sc.RouterQueueThreshold,
 		RouterQueuePolicy:          string(sc.RouterQueuePolicy),
 		RouterMaxQueueLength:       sc.MaxQueueLength,
@@ -168,6 +170,7 @@ func (c *Config) Actors() actors.Config {
 		TTL:              time.Duration(c.RouterTTLSecs * float64(time.Second)),
 		MaxTreeSize:      c.RouterMaxTreeSize,
 		PruneTargetRatio: c.RouterPruneTargetRatio,
+		PredictedTTL:     time.Duration(c.RouterPredictedTTLSecs * float64(time.Second)),
 	}
 	ac.Scheduling = c.Scheduling()
 	ac.TrackActiveBlocks = c.RouterTrackActiveBlocks
