@@ -108,6 +108,11 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		}
 	case *messages.StaleRequestsFreed:
 		for _, id := range m.RequestIds {
+			// Peers must see our own expiries, or their view of us keeps
+			// disagreeing with our digest.
+			if o, ok := s.owners[id]; ok && o.origin == s.cfg.ReplicaID {
+				s.gossip(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: &messages.FreeRequest{RequestId: id}}})
+			}
 			s.untrack(id)
 		}
 	case *messages.WorkerUp:

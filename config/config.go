@@ -68,6 +68,7 @@ type Config struct {
 	ClusterBind      string   `flag:"cluster-bind" help:"memberlist bind host:port; empty runs a single replica"`
 	ClusterJoin      []string `flag:"cluster-join" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
 	ClusterAdvertise string   `flag:"cluster-advertise" help:"address peers reach this replica at (default: bind address)"`
+	ClusterFast      bool     `flag:"cluster-fast" help:"fast failure detection for loopback clusters and tests (memberlist probes every 100 ms)"`
 }
 
 // Default returns the defaults (Dynamo's where Dynamo has the knob).

@@ -2,23 +2,132 @@ package replica
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
 
+	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/metrics"
 )
 
 // clusterLink is the replica's membership in a multi-replica cluster.
-type clusterLink struct{}
+type clusterLink struct {
+	node *cluster.Node
+}
 
 // joinCluster joins the memberlist cluster when --cluster-bind is set.
-func (r *Replica) joinCluster(context.Context) error {
-	if r.cfg.ClusterBind != "" {
-		return errors.New("--cluster-bind: multi-replica clustering is not available in this build yet")
+func (r *Replica) joinCluster(ctx context.Context) error {
+	if r.cfg.ClusterBind == "" {
+		return nil
 	}
+	cc := cluster.DefaultConfig()
+	if r.cfg.ClusterFast {
+		cc = cluster.LocalTestConfig()
+	}
+	host, port, err := splitHostPort(r.cfg.ClusterBind)
+	if err != nil {
+		return fmt.Errorf("--cluster-bind: %w", err)
+	}
+	cc.ReplicaID, cc.BindAddr, cc.BindPort = r.id, host, port
+	if r.cfg.ClusterAdvertise != "" {
+		if cc.AdvertiseAddr, cc.AdvertisePort, err = splitHostPort(r.cfg.ClusterAdvertise); err != nil {
+			return fmt.Errorf("--cluster-advertise: %w", err)
+		}
+	}
+	cc.Join = r.cfg.ClusterJoin
+	cc.HTTPAddr, cc.Version, cc.Logger = r.HTTPAddrOrConfig(), Version, r.log
+	node, err := cluster.Start(ctx, cc, routerSink{r.router})
+	if err != nil {
+		return fmt.Errorf("join cluster: %w", err)
+	}
+	r.cluster = &clusterLink{node: node}
+	pub := func(ev *messages.SequenceEvent) {
+		if err := node.Publish(ev); err != nil {
+			r.log.Debug("gossip publish refused", "err", err)
+		}
+	}
+	r.publish.Store(&pub)
+	r.log.Info("joined cluster", "addr", node.LocalAddr(), "members", len(node.Members()))
 	return nil
 }
 
-func (c *clusterLink) Publish(any)                 {}
-func (c *clusterLink) Addr() string                { return "" }
-func (c *clusterLink) Leave(context.Context) error { return nil }
-func (c *clusterLink) addState(*metrics.State)     {}
+func splitHostPort(s string) (string, int, error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", p, err)
+	}
+	return host, port, nil
+}
+
+// HTTPAddrOrConfig is the bound HTTP address once listening, else the
+// configured one.
+func (r *Replica) HTTPAddrOrConfig() string {
+	if a := r.HTTPAddr(); a != "" {
+		return a
+	}
+	return r.cfg.HTTPAddr
+}
+
+func (c *clusterLink) Addr() string { return c.node.LocalAddr() }
+
+// Leave announces our departure so peers drop our requests at once.
+func (c *clusterLink) Leave(ctx context.Context) error {
+	timeout := 2 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	return c.node.Leave(timeout)
+}
+
+func (c *clusterLink) addState(st *metrics.State) {
+	s := c.node.Stats()
+	st.Gauges["cluster_members"] = float64(s.Members)
+	for name, v := range map[string]uint64{
+		"gossip_events_published": s.EventsPublished, "gossip_events_dropped": s.EventsDropped,
+		"gossip_events_sent": s.EventsSent, "gossip_batches": s.Batches, "gossip_bytes_sent": s.BytesSent,
+		"gossip_send_errors": s.SendErrors, "gossip_events_received": s.EventsReceived,
+		"gossip_events_lost": s.EventsLost, "gossip_digest_mismatches": s.DigestMismatches,
+		"gossip_repairs": s.Repairs, "gossip_origins_dropped": s.OriginsDropped,
+		"gossip_malformed": s.Malformed, "gossip_inbox_drops": s.InboxDrops,
+	} {
+		st.Counters = append(st.Counters, metrics.Counter{Name: name, Source: "memberlist", Value: v})
+	}
+}
+
+// Members lists the cluster's live replicas (nil without a cluster).
+func (r *Replica) Members() []cluster.Member {
+	if r.cluster == nil {
+		return nil
+	}
+	return r.cluster.node.Members()
+}
+
+// routerSink adapts the actors' façade to the cluster's Sink.
+type routerSink struct{ r *actors.Router }
+
+func (s routerSink) ApplyRemote(ev *messages.SequenceEvent) { s.r.ApplyRemote(ev) }
+func (s routerSink) DropOrigin(origin string)               { s.r.DropOrigin(origin) }
+func (s routerSink) ReplaceOrigin(origin string, evs []*messages.SequenceEvent) {
+	s.r.ReplaceOrigin(origin, evs)
+}
+
+func (s routerSink) OriginDigest(ctx context.Context, origin string) (cluster.Digest, error) {
+	evs, _, err := s.r.ActiveRequests(ctx, &origin)
+	if err != nil {
+		return cluster.Digest{}, err
+	}
+	return cluster.DigestOf(evs), nil
+}
+
+func (s routerSink) OwnedRequests(ctx context.Context) ([]*messages.SequenceEvent, error) {
+	own := s.r.Config().ReplicaID
+	evs, _, err := s.r.ActiveRequests(ctx, &own)
+	return evs, err
+}

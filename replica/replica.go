@@ -90,11 +90,11 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.log); err != nil {
 		return nil, fmt.Errorf("start NATS ingestion: %w", err)
 	}
-	if err = r.joinCluster(ctx); err != nil {
-		return nil, err
-	}
 	r.metrics.RegisterState(r.gatherState)
 	if err = r.serveHTTP(); err != nil {
+		return nil, err
+	}
+	if err = r.joinCluster(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -210,4 +210,25 @@ func (r *Replica) Shutdown(ctx context.Context) error {
 		r.shutdownErr = errors.Join(errs...)
 	})
 	return r.shutdownErr
+}
+
+// Kill stops the replica abruptly, as a crash would: no HTTP drain and no
+// cluster leave, so peers only learn of it from memberlist's failure
+// detection. Tests use it to exercise failover.
+func (r *Replica) Kill() {
+	r.shutdownOnce.Do(func() {
+		if r.http != nil {
+			_ = r.http.Close()
+		}
+		if r.cluster != nil {
+			r.publish.Store(nil)
+			r.cluster.node.Shutdown()
+		}
+		if r.bus != nil {
+			r.bus.Close()
+		}
+		if r.router != nil {
+			r.router.Stop()
+		}
+	})
 }
