@@ -70,7 +70,7 @@ func (memberDelegate) GetBroadcasts(int, int) [][]byte { return nil }
 
 // LocalState and MergeRemoteState are unused: load state is repaired by
 // anti-entropy, not by memberlist's push/pull.
-func (memberDelegate) LocalState(bool) []byte            { return nil }
+func (memberDelegate) LocalState(bool) []byte                 { return nil }
 func (memberDelegate) MergeRemoteState(buf []byte, join bool) {}
 
 func (d memberDelegate) NotifyJoin(node *memberlist.Node) { d.n.memberUp(node) }

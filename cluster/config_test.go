@@ -1,0 +1,141 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		ok     bool
+	}{
+		{"default", func(*Config) {}, true},
+		{"join names and ips", func(c *Config) { c.Join = []string{"10.0.0.1:7946", "kvrouter-gossip.ns.svc:7946"} }, true},
+		{"empty id", func(c *Config) { c.ReplicaID = "" }, false},
+		{"non-utf8 id", func(c *Config) { c.ReplicaID = "\xff" }, false},
+		{"bind not ip", func(c *Config) { c.BindAddr = "localhost" }, false},
+		{"port range", func(c *Config) { c.BindPort = 70000 }, false},
+		{"batch zero", func(c *Config) { c.BatchMaxEvents = 0 }, false},
+		{"batch interval as bare number", func(c *Config) { c.BatchInterval = 1000 }, false},
+		{"queue zero", func(c *Config) { c.QueueSize = 0 }, false},
+		{"probe timeout above interval", func(c *Config) { c.ProbeTimeout = 2 * c.ProbeInterval }, false},
+		{"udp buffer tiny", func(c *Config) { c.UDPBufferSize = 100 }, false},
+		{"join without port", func(c *Config) { c.Join = []string{"10.0.0.1"} }, false},
+		{"join port zero", func(c *Config) { c.Join = []string{"host:0"} }, false},
+		{"meta too large", func(c *Config) { c.Version = strings.Repeat("v", 600) }, false},
+		{"anti-entropy zero", func(c *Config) { c.AntiEntropyInterval = 0 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if (err == nil) != tt.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
+			}
+		})
+	}
+	if err := LocalTestConfig().Validate(); err != nil {
+		t.Fatalf("LocalTestConfig: %v", err)
+	}
+}
+
+func TestDefaultReplicaIDsDiffer(t *testing.T) {
+	a, b := DefaultConfig().ReplicaID, DefaultConfig().ReplicaID
+	if a == b || a == "" {
+		t.Fatalf("two boots got ids %q and %q", a, b)
+	}
+}
+
+func TestFailureDetectionBound(t *testing.T) {
+	c := LocalTestConfig() // 100 ms probes, 80 ms timeout, mult 3, max mult 3
+	if got, want := c.FailureDetectionBound(3), 200*time.Millisecond+80*time.Millisecond+900*time.Millisecond; got != want {
+		t.Fatalf("bound = %v, want %v", got, want)
+	}
+	if c.FailureDetectionBound(100) <= c.FailureDetectionBound(3) {
+		t.Fatal("bound does not grow with the cluster")
+	}
+}
+
+func TestMetaLimit(t *testing.T) {
+	b, err := encodeMeta(nodeMeta{ReplicaID: "r", HTTPAddr: "h:1", Version: "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeMeta(b)
+	if err != nil || m != (nodeMeta{ReplicaID: "r", HTTPAddr: "h:1", Version: "v"}) {
+		t.Fatalf("round trip = %+v, %v", m, err)
+	}
+	if _, err := encodeMeta(nodeMeta{ReplicaID: strings.Repeat("x", 520)}); err == nil {
+		t.Fatal("oversized meta accepted")
+	}
+	if _, err := decodeMeta([]byte("{")); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad meta error = %v", err)
+	}
+}
+
+func TestResolveJoin(t *testing.T) {
+	lookup := func(_ context.Context, host string) ([]string, error) {
+		switch host {
+		case "headless.svc":
+			return []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}, nil
+		case "dup.svc":
+			return []string{"10.0.0.1"}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	tests := []struct {
+		name    string
+		entries []string
+		want    []string
+		wantErr bool
+	}{
+		{"ip", []string{"10.1.1.1:7946"}, []string{"10.1.1.1:7946"}, false},
+		{"headless service", []string{"headless.svc:7000"}, []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}, false},
+		{"deduplicated", []string{"headless.svc:7000", "dup.svc:7000"}, []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}, false},
+		{"partly unresolvable", []string{"gone.svc:1", "10.1.1.1:2"}, []string{"10.1.1.1:2"}, true},
+		{"nothing resolves", []string{"gone.svc:1"}, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := resolveJoin(context.Background(), lookup, tt.entries)
+			if !slices.Equal(got, tt.want) || (err != nil) != tt.wantErr {
+				t.Fatalf("resolveJoin = %v, %v; want %v, err %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+	if _, err := resolveJoin(context.Background(), lookup, []string{"gone.svc:1"}); !errors.Is(err, ErrNoPeers) {
+		t.Fatalf("error %v does not wrap ErrNoPeers", err)
+	}
+}
+
+func TestParseMemberlistLine(t *testing.T) {
+	tests := []struct {
+		line  string
+		level slog.Level
+		msg   string
+	}{
+		{"[DEBUG] memberlist: Stream connection from=1.2.3.4\n", slog.LevelDebug, "Stream connection from=1.2.3.4"},
+		{"[WARN] memberlist: Refuting a suspect message", slog.LevelWarn, "Refuting a suspect message"},
+		{"[ERR] memberlist: Failed to send ping", slog.LevelError, "Failed to send ping"},
+		{"[ERR] memberlist: write: use of closed network connection", slog.LevelDebug, "write: use of closed network connection"},
+		{"[INFO] memberlist: Suspect r1 has failed", slog.LevelInfo, "Suspect r1 has failed"},
+		{"no prefix", slog.LevelInfo, "no prefix"},
+	}
+	for _, tt := range tests {
+		level, msg := parseMemberlistLine([]byte(tt.line))
+		if level != tt.level || msg != tt.msg {
+			t.Errorf("parse(%q) = %v %q, want %v %q", tt.line, level, msg, tt.level, tt.msg)
+		}
+	}
+}
