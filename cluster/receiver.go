@@ -113,14 +113,12 @@ func (r *receiver) handleBatch(evs []*messages.SequenceEvent, now time.Time) {
 			r.n.stats.staleEvents.Add(1)
 			continue
 		}
-		first := !st.buf.started()
+		// Met mid-stream, an origin's events wait in the buffer until its
+		// digest or the gap timeout settles where we start (see
+		// reorderBuffer); housekeep then asks for the state we missed.
 		ready, stale := st.buf.offer(ev, now, r.scratch[:0])
 		if stale {
 			r.n.stats.staleEvents.Add(1)
-		}
-		// Meeting an origin mid-stream means we missed its earlier requests.
-		if first && ev.GetSeq() != 1 {
-			r.requestRepair(st, now)
 		}
 		r.release(st, ready, now)
 		r.scratch = ready[:0]
@@ -180,6 +178,9 @@ func (r *receiver) handleDigest(d digestMsg, now time.Time) {
 		// hold must match it as it is, and it sets our baseline.
 		if r.compare(st, d, now) {
 			st.buf.reset(d.Seq, now)
+			ready := st.buf.drain(r.scratch[:0])
+			r.release(st, ready, now)
+			r.scratch = ready[:0]
 		}
 	case d.Seq == applied:
 		r.compare(st, d, now)

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/kvrouter/kvrouter/messages"
@@ -13,8 +15,14 @@ const maxReorderPending = 1 << 16
 // reorderBuffer releases one origin's events in Seq order. Events can
 // arrive out of order because UDP packets and separate TCP streams race;
 // a gap is waited for until a deadline, then skipped.
+//
+// Until the stream's start is known (Seq 1 seen, a digest matched, or a
+// full state applied) events are held: met mid-stream, an origin's first
+// arrivals may be reordered, so the earliest one is not a safe baseline.
+// If the start stays unknown for the gap timeout, skip takes the lowest
+// Seq held as the baseline (without counting earlier Seqs as lost).
 type reorderBuffer struct {
-	next     uint64 // next Seq to release; 0 until the first event
+	next     uint64 // next Seq to release; 0 while the start is unknown
 	pending  map[uint64]*messages.SequenceEvent
 	high     uint64    // highest Seq known to exist (buffered or digested)
 	gapSince time.Time // when the current gap was first seen
@@ -47,10 +55,10 @@ func (b *reorderBuffer) reset(seq uint64, now time.Time) {
 // whether ev was stale (at or below what was already released).
 func (b *reorderBuffer) offer(ev *messages.SequenceEvent, now time.Time, out []*messages.SequenceEvent) ([]*messages.SequenceEvent, bool) {
 	s := ev.GetSeq()
-	if b.next == 0 {
-		b.next = s
+	if b.next == 0 && s == 1 {
+		b.next = 1 // we see this origin from its first event
 	}
-	if s < b.next {
+	if b.next != 0 && s < b.next {
 		return out, true
 	}
 	if b.pending == nil {
@@ -74,6 +82,9 @@ func (b *reorderBuffer) know(seq uint64, now time.Time) {
 }
 
 func (b *reorderBuffer) drain(out []*messages.SequenceEvent) []*messages.SequenceEvent {
+	if b.next == 0 {
+		return out
+	}
 	for {
 		ev, ok := b.pending[b.next]
 		if !ok {
@@ -87,7 +98,7 @@ func (b *reorderBuffer) drain(out []*messages.SequenceEvent) []*messages.Sequenc
 
 func (b *reorderBuffer) noteGap(now time.Time) {
 	switch {
-	case b.next == 0 || b.high < b.next:
+	case b.next == 0 && len(b.pending) == 0, b.next != 0 && b.high < b.next:
 		b.gapSince = time.Time{}
 	case b.gapSince.IsZero():
 		b.gapSince = now
@@ -107,6 +118,12 @@ func (b *reorderBuffer) expired(now time.Time, timeout time.Duration) bool {
 // order, jumping over holes, and returns how many Seqs were lost.
 func (b *reorderBuffer) skip(now time.Time, out []*messages.SequenceEvent) ([]*messages.SequenceEvent, uint64) {
 	var lost uint64
+	if b.next == 0 {
+		if len(b.pending) == 0 {
+			return out, 0
+		}
+		b.next = slices.Min(slices.Collect(maps.Keys(b.pending)))
+	}
 	for len(b.pending) > 0 {
 		if _, ok := b.pending[b.next]; !ok {
 			lost++

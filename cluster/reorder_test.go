@@ -19,18 +19,18 @@ func seqs(evs []*messages.SequenceEvent) []uint64 {
 func TestReorderBufferReleasesInOrder(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	tests := []struct {
-		name      string
-		arrivals  []uint64
-		want      []uint64
-		stale     int
-		gapOpen   bool
-		firstNext uint64
+		name     string
+		arrivals []uint64
+		want     []uint64
+		stale    int
+		gapOpen  bool
 	}{
-		{"in order", []uint64{1, 2, 3}, []uint64{1, 2, 3}, 0, false, 1},
-		{"swapped", []uint64{1, 3, 2, 4}, []uint64{1, 2, 3, 4}, 0, false, 1},
-		{"duplicate", []uint64{1, 2, 2, 1}, []uint64{1, 2}, 2, false, 1},
-		{"hole", []uint64{1, 3, 4}, []uint64{1}, 0, true, 1},
-		{"mid-stream baseline", []uint64{5, 6}, []uint64{5, 6}, 0, false, 5},
+		{"in order", []uint64{1, 2, 3}, []uint64{1, 2, 3}, 0, false},
+		{"swapped", []uint64{1, 3, 2, 4}, []uint64{1, 2, 3, 4}, 0, false},
+		{"duplicate", []uint64{1, 2, 2, 1}, []uint64{1, 2}, 2, false},
+		{"hole", []uint64{1, 3, 4}, []uint64{1}, 0, true},
+		{"met mid-stream: held", []uint64{6, 5}, nil, 0, true},
+		{"start arrives late", []uint64{2, 3, 1}, []uint64{1, 2, 3}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,6 +72,22 @@ func TestReorderBufferSkipsExpiredGap(t *testing.T) {
 	}
 	if b.applied() != 6 || b.expired(t0.Add(time.Hour), time.Millisecond) {
 		t.Fatalf("after skip: applied %d, gap still open", b.applied())
+	}
+}
+
+func TestReorderBufferMidStreamBaseline(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	var b reorderBuffer
+	b.offer(&messages.SequenceEvent{Seq: 41}, t0, nil)
+	b.offer(&messages.SequenceEvent{Seq: 40}, t0, nil)
+	b.offer(&messages.SequenceEvent{Seq: 43}, t0, nil)
+	if b.started() || !b.expired(t0.Add(time.Second), time.Second) {
+		t.Fatal("unknown start not held as a gap")
+	}
+	out, lost := b.skip(t0, nil)
+	// Seqs below 40 predate us: not lost. 42 is.
+	if got := seqs(out); !slices.Equal(got, []uint64{40, 41, 43}) || lost != 1 {
+		t.Fatalf("skip released %v, lost %d; want [40 41 43], 1", got, lost)
 	}
 }
 

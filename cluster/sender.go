@@ -98,25 +98,32 @@ func (n *Node) broadcast(buf []byte) {
 }
 
 // flushPeers waits until every peer's sender handed over what is queued,
-// or timeout passes.
+// or timeout passes. A peer departing meanwhile is not waited for.
 func (n *Node) flushPeers(timeout time.Duration) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	var waits []chan struct{}
+	type marker struct {
+		p    *peerSender
+		done chan struct{}
+	}
+	var markers []marker
 	for _, p := range *n.peers.Load() {
-		done := make(chan struct{})
+		m := marker{p: p, done: make(chan struct{})}
 		select {
-		case p.out <- outbound{done: done}:
-			waits = append(waits, done)
+		case p.out <- outbound{done: m.done}:
+			markers = append(markers, m)
+		case <-p.quit:
 		case <-deadline.C:
+			n.log.Warn("cluster: leave flush timed out", "peer", p.name)
 			return
 		}
 	}
-	for i, done := range waits {
+	for _, m := range markers {
 		select {
-		case <-done:
+		case <-m.done:
+		case <-m.p.quit:
 		case <-deadline.C:
-			n.log.Warn("cluster: leave flush timed out", "peers_pending", len(waits)-i)
+			n.log.Warn("cluster: leave flush timed out", "peer", m.p.name)
 			return
 		}
 	}
