@@ -4,7 +4,7 @@ export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./test/...
 
-.PHONY: build test test-race vet fmt-check bench proto demo deps fuzz
+.PHONY: build test test-race vet fmt-check bench proto demo deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -33,6 +33,10 @@ fuzz:
 		echo "fuzz $$pkg $$t"; \
 		$(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
 	done
+
+# 3 replicas + HAProxy + embedded NATS + 4 mock workers, on loopback.
+cluster:
+	GO=$(GO) deploy/local/cluster.sh
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./hashing/ ./index/ ./actors/

@@ -74,7 +74,6 @@ func DefaultConfig() Config {
 			TTL:              120 * time.Second,
 			MaxTreeSize:      1 << 20,
 			PruneTargetRatio: 0.8,
-			PredictedTTL:     5 * time.Second,
 		},
 		Scheduling:                 scheduling.DefaultConfig(),
 		Sequence:                   sequence.DefaultConfig(),

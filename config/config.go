@@ -53,7 +53,7 @@ type Config struct {
 	RouterTTLSecs              float64       `flag:"router-ttl-secs" help:"approximate mode: TTL of predicted blocks"`
 	RouterMaxTreeSize          int           `flag:"router-max-tree-size" help:"approximate mode: max predicted blocks before pruning"`
 	RouterPruneTargetRatio     float64       `flag:"router-prune-target-ratio" help:"approximate mode: prune down to this fraction of the max"`
-	RouterPredictedTTLSecs     float64       `flag:"router-predicted-ttl-secs" help:"event mode: predict a routed prompt's blocks as cached for this long, until its KV events arrive; 0 disables"`
+	RouterPredictedTTLSecs     float64       `flag:"router-predicted-ttl-secs" help:"event mode: predict a routed prompt's blocks as cached for this long, until its KV events arrive (Dynamo suggests 5); 0 disables (default, as Dynamo)"`
 	RouterQueueThreshold       float64       `flag:"router-queue-threshold" help:"queue when every worker's prefill tokens exceed this x max_num_batched_tokens; negative disables"`
 	RouterQueuePolicy          string        `flag:"router-queue-policy" help:"fcfs or wspt"`
 	RouterMaxQueueLength       int           `flag:"router-max-queue-length" help:"requests that may wait; more are rejected with 429"`
@@ -105,7 +105,7 @@ func Default() Config {
 		RouterTTLSecs:              120,
 		RouterMaxTreeSize:          1 << 20,
 		RouterPruneTargetRatio:     0.8,
-		RouterPredictedTTLSecs:     5,
+		RouterPredictedTTLSecs:     0,
 		RouterQueueThreshold:       sc.RouterQueueThreshold,
 		RouterQueuePolicy:          string(sc.RouterQueuePolicy),
 		RouterMaxQueueLength:       sc.MaxQueueLength,

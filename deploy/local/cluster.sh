@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Starts a local kvrouter cluster: 3 replicas (the first embeds NATS with
+# JetStream), HAProxy in front on :8080, and 4 mock workers. Ctrl-C stops
+# everything. Logs go to out/cluster/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+if ! command -v haproxy >/dev/null; then
+  echo "installing haproxy (Debian package)"
+  apt-get update -qq && apt-get install -y -qq haproxy >/dev/null
+fi
+mkdir -p out/cluster bin
+"$GO" build -o bin/ ./cmd/kvrouter ./cmd/mockworker ./cmd/kvbench
+export KVROUTER_LB_PORT=${KVROUTER_LB_PORT:-8080}
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+bin/kvrouter serve --http-addr 127.0.0.1:8081 --nats-listen 127.0.0.1:4222 --data-dir out/cluster/data \
+  --replica-id r1 --cluster-bind 127.0.0.1:7946 >out/cluster/r1.log 2>&1 & pids+=($!)
+sleep 1
+for i in 2 3; do
+  bin/kvrouter serve --http-addr 127.0.0.1:808$i --nats-url nats://127.0.0.1:4222 --replica-id r$i \
+    --cluster-bind 127.0.0.1:794$((5+i)) --cluster-join 127.0.0.1:7946 >out/cluster/r$i.log 2>&1 & pids+=($!)
+done
+for w in 1 2 3 4; do
+  bin/mockworker --worker-id $w --http-addr 127.0.0.1:900$w --nats-url nats://127.0.0.1:4222 \
+    --speedup 1 >out/cluster/w$w.log 2>&1 & pids+=($!)
+done
+haproxy -f deploy/local/haproxy.cfg -db >out/cluster/haproxy.log 2>&1 & pids+=($!)
+echo "kvrouter cluster: load balancer http://127.0.0.1:$KVROUTER_LB_PORT, replicas :8081-8083, workers :9001-9004"
+echo "try: curl -s localhost:$KVROUTER_LB_PORT/workers | head; Ctrl-C to stop"
+wait
