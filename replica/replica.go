@@ -45,8 +45,12 @@ type Replica struct {
 	// starts before it so the node can deliver into it immediately.
 	publish atomic.Pointer[func(*messages.SequenceEvent)]
 
+	// warm: the KV-event replay caught up and the shards applied it.
+	warm atomic.Bool
+
 	shutdownOnce sync.Once
 	shutdownErr  error
+	stopWarm     chan struct{}
 }
 
 // Start brings a replica up. On error everything already started is
@@ -90,6 +94,8 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.log); err != nil {
 		return nil, fmt.Errorf("start NATS ingestion: %w", err)
 	}
+	r.stopWarm = make(chan struct{})
+	go r.warmUp()
 	r.metrics.RegisterState(r.gatherState)
 	if err = r.serveHTTP(); err != nil {
 		return nil, err
@@ -176,12 +182,47 @@ func (r *Replica) ClusterAddr() string {
 }
 
 // Ready says why the replica should not get traffic yet (nil = ready):
-// NATS disconnected or the KV-event replay not caught up.
+// NATS disconnected, or the KV-event replay not yet caught up and applied.
 func (r *Replica) Ready() error {
 	if r.bus == nil {
 		return errors.New("NATS ingestion not started")
 	}
-	return r.bus.Ready()
+	if err := r.bus.Ready(); err != nil {
+		return err
+	}
+	if !r.warm.Load() {
+		return errors.New("KV event replay is being applied to the index")
+	}
+	return nil
+}
+
+// warmUp marks the replica warm once the replay has been received and a
+// barrier shows every shard applied it: routing before that would ignore
+// the fleet's cached prefixes.
+func (r *Replica) warmUp() {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-r.stopWarm:
+			return
+		case <-t.C:
+		}
+		if r.bus.events == nil || !r.bus.events.Ready() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := r.router.Barrier(ctx)
+		cancel()
+		if err != nil {
+			r.log.Warn("index barrier after replay failed; retrying", "err", err)
+			continue
+		}
+		r.warm.Store(true)
+		r.log.Info("warm: KV event replay applied", "took", time.Since(start))
+		return
+	}
 }
 
 // Shutdown stops taking requests, leaves the cluster, stops ingestion
@@ -189,6 +230,7 @@ func (r *Replica) Ready() error {
 // routed on a half-stopped replica.
 func (r *Replica) Shutdown(ctx context.Context) error {
 	r.shutdownOnce.Do(func() {
+		r.closeWarm()
 		var errs []error
 		if r.http != nil {
 			if err := r.http.Shutdown(ctx); err != nil {
@@ -217,6 +259,7 @@ func (r *Replica) Shutdown(ctx context.Context) error {
 // detection. Tests use it to exercise failover.
 func (r *Replica) Kill() {
 	r.shutdownOnce.Do(func() {
+		r.closeWarm()
 		if r.http != nil {
 			_ = r.http.Close()
 		}
@@ -231,4 +274,10 @@ func (r *Replica) Kill() {
 			r.router.Stop()
 		}
 	})
+}
+
+func (r *Replica) closeWarm() {
+	if r.stopWarm != nil {
+		close(r.stopWarm)
+	}
 }
