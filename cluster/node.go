@@ -67,7 +67,7 @@ type Node struct {
 // Start validates cfg, starts memberlist and the Node's goroutines and
 // joins cfg.Join. A join that reaches nobody is retried every
 // RejoinInterval; with RejoinInterval 0 it is an error. ctx bounds name
-// resolution and the first join only.
+// resolution; each join attempt is bounded by TCPTimeout per address.
 func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -282,7 +282,7 @@ func (n *Node) runRejoin() {
 			return
 		case <-t.C:
 		}
-		if n.seedsAllAlive() {
+		if !n.needsRejoin() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TCPTimeout)
@@ -293,24 +293,29 @@ func (n *Node) runRejoin() {
 	}
 }
 
-// seedsAllAlive reports whether every literal-IP seed is an alive member;
-// seeds given as names are re-resolved on every check, so they always
-// count as worth a retry unless every member is alive.
-func (n *Node) seedsAllAlive() bool {
-	alive := make(map[string]bool)
-	for _, m := range n.Members() {
+// needsRejoin reports whether some seed may be outside our cluster: a
+// seed given as an IP that is not an alive member or, for seeds given as
+// names (whose addresses come and go), being alone or having lost members.
+func (n *Node) needsRejoin() bool {
+	members := n.Members()
+	alive := make(map[string]bool, len(members))
+	for _, m := range members {
 		if m.Alive {
 			alive[m.Addr] = true
 		}
 	}
 	for _, seed := range n.cfg.Join {
-		host, _, _ := net.SplitHostPort(seed)
-		if net.ParseIP(host) == nil {
-			return n.ml.NumMembers() > 1 && len(alive) == len(n.Members())
-		}
-		if !alive[seed] {
-			return false
+		host, _, err := net.SplitHostPort(seed)
+		switch {
+		case err != nil:
+			continue // Validate rejects these
+		case net.ParseIP(host) == nil:
+			if len(alive) <= 1 || len(alive) < len(members) {
+				return true
+			}
+		case !alive[seed]:
+			return true
 		}
 	}
-	return true
+	return false
 }
