@@ -195,6 +195,11 @@ func (n *Node) flush(batch []*messages.SequenceEvent) {
 	if len(batch) == 0 {
 		return
 	}
+	if len(*n.peers.Load()) == 0 {
+		// Nobody to tell; a peer joining later learns our state from the
+		// digest and a full-state request.
+		return
+	}
 	buf, err := encodeBatch(batch)
 	if err != nil {
 		// Publish validated every field proto could refuse, so this is a

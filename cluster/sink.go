@@ -13,14 +13,16 @@ import (
 // Concurrency contract:
 //
 //   - ApplyRemote, DropOrigin and ReplaceOrigin are called from the Node's
-//     goroutines (the apply loop and memberlist's event loop) and must not
-//     block: the router forwards each call to its actors with a
-//     non-blocking send and returns. They may be called concurrently with
-//     each other but never concurrently for the same origin, and the calls
-//     for one origin are made in the order they must take effect; the sink
-//     must preserve that order (one FIFO mailbox per holder does).
-//   - OriginDigest and OwnedRequests may block (they ask actors), at most
-//     until ctx is done; they are never called from memberlist's loops.
+//     goroutines (the apply loop, and memberlist's event loop for
+//     DropOrigin) and must not block: the router forwards each call to its
+//     actors with a non-blocking send and returns. The Node makes them one
+//     at a time, under a lock, in the order they must take effect; the
+//     sink must preserve that order (one FIFO mailbox per holder does).
+//   - OriginDigest is called from the apply loop, about once per peer per
+//     AntiEntropyInterval, and may block until ctx is done (it asks
+//     actors); applying waits meanwhile. OwnedRequests is called from its
+//     own goroutine when a peer asks for our state. Neither is ever called
+//     from memberlist's loops.
 //   - Events handed to the sink are not modified by the Node afterwards,
 //     and the sink must not modify them either.
 type Sink interface {

@@ -6,7 +6,7 @@ import "sync/atomic"
 type Stats struct {
 	EventsPublished uint64 // accepted by Publish
 	EventsDropped   uint64 // rejected by Publish: local queue full
-	EventsSent      uint64 // events in flushed batches (once per batch, not per peer)
+	EventsSent      uint64 // events in batches sent to the peers (counted once, not per peer)
 	Batches         uint64 // batches flushed
 	MessagesSent    uint64 // messages handed to memberlist, all peers and kinds
 	UDPMessages     uint64 // of which over UDP (SendBestEffort)
