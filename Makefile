@@ -4,10 +4,15 @@ export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./test/...
 
-.PHONY: build test test-race vet fmt-check bench proto demo deps fuzz cluster
+.PHONY: system-deps build test test-race vet fmt-check bench proto demo deps fuzz cluster
 
 deps:
 	$(GO) mod download
+
+# Debian packages the tests use: HAProxy is the load balancer of the
+# failover test (and of `make cluster`).
+system-deps:
+	@command -v haproxy >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null)
 
 build: deps
 	$(GO) build ./...
@@ -20,7 +25,7 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 # The test command of the README and of CI.
-test: deps fmt-check vet
+test: deps system-deps fmt-check vet
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(MAKE) fuzz
