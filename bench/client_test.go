@@ -82,7 +82,7 @@ func TestRunAndSummarize(t *testing.T) {
 	defer b.Close()
 	prompts, _ := RandomPrompts(RandomConfig{InputTokens: 32, OutputTokens: 4}, 10, 1)
 	reqs, _ := PoissonSchedule(prompts, 200, 1)
-	d, _ := NewDispatcher(PolicyRoundRobin, "", []string{a.URL, b.URL, "http://127.0.0.1:1"}, 1)
+	d, _ := NewDispatcher(PolicyRoundRobin, nil, []string{a.URL, b.URL, "http://127.0.0.1:1"}, 1)
 	start := time.Now()
 	results := Run(context.Background(), reqs, d, &Client{}, 5*time.Second)
 	if elapsed := time.Since(start); elapsed < reqs[len(reqs)-1].Arrival {

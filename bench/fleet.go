@@ -125,6 +125,6 @@ func waitHealthy(ctx context.Context, url string) error {
 // nothing consumes KV events, so none are published.
 type workersOnly struct{ ws *workerSet }
 
-func (f *workersOnly) RouterURL() string               { return "" }
+func (f *workersOnly) RouterURLs() []string            { return nil }
 func (f *workersOnly) WorkerURLs() []string            { return f.ws.urls }
 func (f *workersOnly) Close(ctx context.Context) error { return f.ws.stop(ctx) }

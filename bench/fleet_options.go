@@ -13,6 +13,9 @@ import (
 type FleetOptions struct {
 	// Workers is the number of mock workers.
 	Workers int
+	// Replicas is the number of router replicas (a memberlist cluster
+	// when above 1; the client spreads requests over them round-robin).
+	Replicas int
 	// BlockSize is shared by the router and every worker.
 	BlockSize int
 	// Engine is every worker's engine config; WorkerID and BlockSize are
@@ -26,6 +29,7 @@ type FleetOptions struct {
 func (o *FleetOptions) Register(fs *flag.FlagSet) {
 	o.Engine = mockengine.DefaultConfig()
 	fs.IntVar(&o.Workers, "workers", 8, "mock workers in the fleet")
+	fs.IntVar(&o.Replicas, "replicas", 1, "router replicas (a memberlist cluster when > 1; requests spread over them round-robin)")
 	fs.IntVar(&o.BlockSize, "block-size", 16, "KV block size of the router and the workers")
 	fs.Float64Var(&o.Engine.Speedup, "speedup", 10, "mock engine: simulated time runs this many times faster than real time")
 	fs.Float64Var(&o.Engine.PrefillTokensPerSec, "prefill-tokens-per-sec", o.Engine.PrefillTokensPerSec, "mock engine: prompt tokens processed per simulated second")
@@ -37,6 +41,9 @@ func (o *FleetOptions) Register(fs *flag.FlagSet) {
 func (o FleetOptions) Validate() error {
 	if o.Workers <= 0 {
 		return fmt.Errorf("fleet needs at least one worker, got %d", o.Workers)
+	}
+	if o.Replicas < 0 {
+		return fmt.Errorf("replicas must be >= 0, got %d", o.Replicas)
 	}
 	e := o.Engine
 	e.BlockSize = o.BlockSize

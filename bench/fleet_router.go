@@ -14,17 +14,24 @@ import (
 	"github.com/kvrouter/kvrouter/replica"
 )
 
-// routedFleet is embedded NATS, one router replica with its proxy, and
-// the mock workers publishing KV events and heartbeats to it.
+// routedFleet is embedded NATS, the router replicas (one, or a memberlist
+// cluster of several) with their proxies, and the mock workers publishing
+// KV events and heartbeats to them.
 type routedFleet struct {
-	nats    *natsbus.Embedded
-	replica *replica.Replica
-	pub     *natsPublisher
-	ws      *workerSet
-	dir     string
+	nats     *natsbus.Embedded
+	replicas []*replica.Replica
+	pub      *natsPublisher
+	ws       *workerSet
+	dir      string
 }
 
-func (f *routedFleet) RouterURL() string    { return "http://" + f.replica.HTTPAddr() }
+func (f *routedFleet) RouterURLs() []string {
+	urls := make([]string, len(f.replicas))
+	for i, r := range f.replicas {
+		urls[i] = "http://" + r.HTTPAddr()
+	}
+	return urls
+}
 func (f *routedFleet) WorkerURLs() []string { return f.ws.urls }
 
 // Close stops the workers first (their last events reach a live router),
@@ -37,8 +44,8 @@ func (f *routedFleet) Close(ctx context.Context) error {
 	if f.pub != nil {
 		f.pub.conn.Close()
 	}
-	if f.replica != nil {
-		errs = append(errs, f.replica.Shutdown(ctx))
+	for _, r := range f.replicas {
+		errs = append(errs, r.Shutdown(ctx))
 	}
 	if f.nats != nil {
 		f.nats.Shutdown()
@@ -99,10 +106,21 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, dataDir string) (_
 	cfg.JetStream = false
 	cfg.DataDir = dir
 	cfg.BlockSize = opts.BlockSize
-	cfg.ReplicaID = "bench"
 	cfg.MaxNumBatchedTokens = uint64(opts.Engine.MaxNumBatchedTokens)
-	if f.replica, err = replica.Start(ctx, cfg, opts.Logger.With("component", "router")); err != nil {
-		return nil, fmt.Errorf("start router: %w", err)
+	for i := range max(opts.Replicas, 1) {
+		rc := cfg
+		rc.ReplicaID = fmt.Sprintf("bench-%d", i)
+		if opts.Replicas > 1 {
+			rc.ClusterBind, rc.ClusterFast = "127.0.0.1:0", true
+			for _, peer := range f.replicas {
+				rc.ClusterJoin = append(rc.ClusterJoin, peer.ClusterAddr())
+			}
+		}
+		r, err := replica.Start(ctx, rc, opts.Logger.With("component", "router", "replica", rc.ReplicaID))
+		if err != nil {
+			return nil, fmt.Errorf("start router replica %d: %w", i, err)
+		}
+		f.replicas = append(f.replicas, r)
 	}
 	conn, err := natsbus.Connect(ctx, cfg.NATSURL, "kvbench-workers", opts.Logger)
 	if err != nil {
@@ -124,12 +142,9 @@ func (f *routedFleet) waitRegistered(ctx context.Context, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	for {
-		ready := f.replica.Ready()
+		ready := f.allRegistered(ctx, n)
 		if ready == nil {
-			reg, err := f.replica.Router().Registry(ctx)
-			if err == nil && len(reg.Workers) == n {
-				return nil
-			}
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -137,4 +152,25 @@ func (f *routedFleet) waitRegistered(ctx context.Context, n int) error {
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
+}
+
+// allRegistered is nil once every replica is ready, lists n workers and
+// (with several) sees all its peers.
+func (f *routedFleet) allRegistered(ctx context.Context, n int) error {
+	for _, r := range f.replicas {
+		if err := r.Ready(); err != nil {
+			return err
+		}
+		reg, err := r.Router().Registry(ctx)
+		if err != nil {
+			return err
+		}
+		if len(reg.Workers) != n {
+			return fmt.Errorf("replica %s lists %d of %d workers", r.ID(), len(reg.Workers), n)
+		}
+		if len(f.replicas) > 1 && len(r.Members()) != len(f.replicas) {
+			return fmt.Errorf("replica %s sees %d of %d peers", r.ID(), len(r.Members()), len(f.replicas))
+		}
+	}
+	return nil
 }

@@ -32,7 +32,7 @@ func TestWorkersOnlyFleetRoundRobin(t *testing.T) {
 	for i := range reqs {
 		reqs[i].Arrival = time.Duration(i) * 30 * time.Millisecond // sequential: each finishes before the next
 	}
-	d, _ := NewDispatcher(PolicyRoundRobin, "", fleet.WorkerURLs(), 1)
+	d, _ := NewDispatcher(PolicyRoundRobin, nil, fleet.WorkerURLs(), 1)
 	results := Run(ctx, reqs, d, &Client{HTTP: newHTTPClient(), Model: "mock-model"}, 10*time.Second)
 	p := Summarize(PolicyRoundRobin, 50, results)
 	if p.Errors != 0 {

@@ -61,12 +61,16 @@ type Dispatcher interface {
 // NewDispatcher builds the client-side side of a policy. kvrouter sends
 // everything to the router, which picks the worker; the others pick among
 // the workers directly. oracle is computed, not dispatched.
-func NewDispatcher(policy, routerURL string, workerURLs []string, seed uint64) (Dispatcher, error) {
+func NewDispatcher(policy string, routerURLs, workerURLs []string, seed uint64) (Dispatcher, error) {
 	if policy == PolicyKVRouter {
-		if routerURL == "" {
+		switch len(routerURLs) {
+		case 0:
 			return nil, errors.New("kvrouter policy needs a router URL")
+		case 1:
+			return fixed(routerURLs[0]), nil
 		}
-		return fixed(routerURL), nil
+		// Several replicas: the client is their load balancer.
+		return &roundRobin{urls: append([]string(nil), routerURLs...)}, nil
 	}
 	if len(workerURLs) == 0 {
 		return nil, fmt.Errorf("policy %s needs at least one worker URL", policy)

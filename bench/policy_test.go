@@ -23,7 +23,7 @@ func TestParsePolicies(t *testing.T) {
 
 func TestRoundRobinAndRandom(t *testing.T) {
 	urls := []string{"a", "b", "c"}
-	rr, _ := NewDispatcher(PolicyRoundRobin, "", urls, 1)
+	rr, _ := NewDispatcher(PolicyRoundRobin, nil, urls, 1)
 	var seq []string
 	for range 6 {
 		u, release := rr.Acquire()
@@ -33,7 +33,7 @@ func TestRoundRobinAndRandom(t *testing.T) {
 	if !slices.Equal(seq, []string{"a", "b", "c", "a", "b", "c"}) {
 		t.Fatalf("round robin went %v", seq)
 	}
-	rnd, _ := NewDispatcher(PolicyRandom, "", urls, 1)
+	rnd, _ := NewDispatcher(PolicyRandom, nil, urls, 1)
 	counts := map[string]int{}
 	for range 300 {
 		u, _ := rnd.Acquire()
@@ -47,7 +47,7 @@ func TestRoundRobinAndRandom(t *testing.T) {
 }
 
 func TestLeastLoadedFollowsInFlight(t *testing.T) {
-	ll, _ := NewDispatcher(PolicyLeastLoaded, "", []string{"a", "b", "c"}, 1)
+	ll, _ := NewDispatcher(PolicyLeastLoaded, nil, []string{"a", "b", "c"}, 1)
 	u1, r1 := ll.Acquire()
 	u2, r2 := ll.Acquire()
 	u3, _ := ll.Acquire()
@@ -66,19 +66,19 @@ func TestLeastLoadedFollowsInFlight(t *testing.T) {
 }
 
 func TestDispatcherErrors(t *testing.T) {
-	if _, err := NewDispatcher(PolicyKVRouter, "", nil, 0); err == nil {
+	if _, err := NewDispatcher(PolicyKVRouter, nil, nil, 0); err == nil {
 		t.Error("kvrouter without a router URL was accepted")
 	}
-	if _, err := NewDispatcher(PolicyRoundRobin, "", nil, 0); err == nil {
+	if _, err := NewDispatcher(PolicyRoundRobin, nil, nil, 0); err == nil {
 		t.Error("round robin without workers was accepted")
 	}
-	if _, err := NewDispatcher(PolicyOracle, "r", []string{"a"}, 0); err == nil {
+	if _, err := NewDispatcher(PolicyOracle, []string{"r"}, []string{"a"}, 0); err == nil {
 		t.Error("oracle was dispatched")
 	}
-	if _, err := NewDispatcher("nope", "r", []string{"a"}, 0); !errors.Is(err, ErrUnknownPolicy) {
+	if _, err := NewDispatcher("nope", []string{"r"}, []string{"a"}, 0); !errors.Is(err, ErrUnknownPolicy) {
 		t.Errorf("unknown policy: got %v", err)
 	}
-	kv, _ := NewDispatcher(PolicyKVRouter, "http://router", nil, 0)
+	kv, _ := NewDispatcher(PolicyKVRouter, []string{"http://router"}, nil, 0)
 	if u, _ := kv.Acquire(); u != "http://router" {
 		t.Errorf("kvrouter sent to %s", u)
 	}

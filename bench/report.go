@@ -23,6 +23,9 @@ type Point struct {
 	ITLP50         float64 `json:"itl_p50_ms"`
 	ThroughputTokS float64 `json:"throughput_tok_s"`
 	Errors         int     `json:"errors"`
+	// LoadSpread is the mean over the run of max/mean active KV tokens
+	// per worker (1 = perfectly even), sampled from the workers.
+	LoadSpread float64 `json:"load_spread,omitempty"`
 }
 
 // Report is a whole sweep: every policy at every QPS point.
@@ -53,14 +56,14 @@ func (r *Report) WriteJSON(dir string) (string, error) {
 // WriteTable prints the points grouped by QPS, one row per policy.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\tqps\thit_rate\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\titl_p50_ms\ttok/s\terrors\t\n")
+	fmt.Fprintf(tw, "policy\tqps\thit_rate\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\titl_p50_ms\ttok/s\terrors\tload_spread\t\n")
 	for _, p := range r.sorted() {
 		if p.Name == PolicyOracle {
-			fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t-\t-\t-\t-\t-\t-\t\n", p.Name, p.QPS, p.HitRate)
+			fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name, p.QPS, p.HitRate)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t%.1f\t%.1f\t%.1f\t%.2f\t%.0f\t%d\t\n",
-			p.Name, p.QPS, p.HitRate, p.TTFTP50, p.TTFTP90, p.TTFTP99, p.ITLP50, p.ThroughputTokS, p.Errors)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t%.1f\t%.1f\t%.1f\t%.2f\t%.0f\t%d\t%.2f\t\n",
+			p.Name, p.QPS, p.HitRate, p.TTFTP50, p.TTFTP90, p.TTFTP99, p.ITLP50, p.ThroughputTokS, p.Errors, p.LoadSpread)
 	}
 	return tw.Flush()
 }

@@ -32,3 +32,15 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("single sample p99 = %v, want 7", got)
 	}
 }
+
+func TestSpread(t *testing.T) {
+	if s, ok := Spread([]float64{10, 10, 10, 10}); !ok || s != 1 {
+		t.Fatalf("even load: %v %v", s, ok)
+	}
+	if s, ok := Spread([]float64{40, 0, 0, 0}); !ok || s != 4 {
+		t.Fatalf("one hot worker of four: %v %v", s, ok)
+	}
+	if _, ok := Spread([]float64{0, 0}); ok {
+		t.Fatal("idle fleet has no spread")
+	}
+}

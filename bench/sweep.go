@@ -12,8 +12,10 @@ import (
 // router in front of them. A sweep starts a fresh fleet for every
 // (policy, QPS) point so each one starts with cold caches.
 type Fleet interface {
-	// RouterURL is the base URL of the router's proxy ("" if none).
-	RouterURL() string
+	// RouterURLs are the base URLs of the router replicas' proxies (none
+	// for the client-side policies). With several, the client spreads
+	// requests over them round-robin, as a load balancer would.
+	RouterURLs() []string
 	// WorkerURLs are the base URLs of the workers.
 	WorkerURLs() []string
 	// Close stops everything the fleet started.
@@ -92,7 +94,7 @@ func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, r
 			cfg.Logger.Warn("fleet close", "err", err)
 		}
 	}()
-	d, err := NewDispatcher(policy, fleet.RouterURL(), fleet.WorkerURLs(), cfg.Seed)
+	d, err := NewDispatcher(policy, fleet.RouterURLs(), fleet.WorkerURLs(), cfg.Seed)
 	if err != nil {
 		return Point{}, err
 	}
@@ -101,5 +103,8 @@ func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, r
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
-	return Summarize(policy, qps, Run(ctx, reqs, d, client, timeout)), nil
+	sampler := startLoadSampler(ctx, client.HTTP, fleet.WorkerURLs(), cfg.BlockSize)
+	pt := Summarize(policy, qps, Run(ctx, reqs, d, client, timeout))
+	pt.LoadSpread = sampler.stop()
+	return pt, nil
 }

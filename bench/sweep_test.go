@@ -17,7 +17,7 @@ type fakeFleet struct {
 	closed  *atomic.Int64
 }
 
-func (f *fakeFleet) RouterURL() string { return f.workers[0].URL }
+func (f *fakeFleet) RouterURLs() []string { return []string{f.workers[0].URL} }
 func (f *fakeFleet) WorkerURLs() []string {
 	var out []string
 	for _, w := range f.workers {

@@ -16,8 +16,8 @@ import (
 // tokens) holds about 4 system prompts: enough when each prompt stays on
 // one worker, too few when round-robin sends all 8 everywhere. Prefill
 // runs at 10,000 tokens/s, so a miss costs ~0.33 s and a hit ~25 ms, and
-// round-robin saturates near 30 QPS; the top point (44 QPS) is where it
-// queues. A short cold-miss window (the first request of a prompt is
+// round-robin saturates near 30 QPS; at 40 and 64 QPS it queues while
+// KV routing still keeps up. A short cold-miss window (the first request of a prompt is
 // invisible to the router until its prefill publishes the blocks) keeps
 // the router's duplicate placements few against 10 s of traffic. The values come from replaying this workload
 // through mockengine.Rank offline with perfect affinity vs round-robin.
@@ -25,10 +25,10 @@ func demoPreset(f *sweepFlags) {
 	w := &f.workload
 	w.Kind = bench.WorkloadSharedPrefix
 	w.SharedPrefix = bench.SharedPrefixConfig{Groups: 8, PromptsPerGroup: 16, SystemTokens: 3000, QuestionTokens: 150, OutputTokens: 32}
-	w.Duration = 10 * time.Second
+	w.Duration = 8 * time.Second
 	w.Requests = 0
 	w.Seed = 1
-	f.qps = "8,24,44"
+	f.qps = "8,40,64"
 	f.policies = "kvrouter,round_robin,random,least_loaded,oracle"
 	f.out = "out/demo"
 	f.fleet.Workers = 8
