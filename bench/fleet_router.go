@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/natsbus"
 	"github.com/kvrouter/kvrouter/replica"
 )
@@ -20,7 +23,7 @@ import (
 type routedFleet struct {
 	nats     *natsbus.Embedded
 	replicas []*replica.Replica
-	pub      *natsPublisher
+	conn     *nats.Conn // the workers' publishing connection
 	ws       *workerSet
 	dir      string
 }
@@ -41,8 +44,8 @@ func (f *routedFleet) Close(ctx context.Context) error {
 	if f.ws != nil {
 		errs = append(errs, f.ws.stop(ctx))
 	}
-	if f.pub != nil {
-		f.pub.conn.Close()
+	if f.conn != nil {
+		f.conn.Close()
 	}
 	for _, r := range f.replicas {
 		errs = append(errs, r.Shutdown(ctx))
@@ -126,8 +129,9 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, dataDir string) (_
 	if err != nil {
 		return nil, fmt.Errorf("workers' NATS connection: %w", err)
 	}
-	f.pub = &natsPublisher{conn: conn, eventsSubject: cfg.KVEventsSubject, workersSubject: cfg.WorkersSubject}
-	if f.ws, err = startWorkers(ctx, opts, f.pub); err != nil {
+	f.conn = conn
+	pub := mockengine.NewNATSPublisher(conn, cfg.KVEventsSubject, cfg.WorkersSubject)
+	if f.ws, err = startWorkers(ctx, opts, pub); err != nil {
 		return nil, err
 	}
 	if err := f.waitRegistered(ctx, opts.Workers); err != nil {
