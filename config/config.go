@@ -25,6 +25,7 @@ type Config struct {
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"how long to drain HTTP and actors on SIGTERM"`
 	MaxBodyBytes    int64         `flag:"max-body-bytes" help:"largest accepted HTTP request body (413 above)"`
 	Proxy           bool          `flag:"proxy" help:"serve OpenAI-compatible /v1/completions by routing and forwarding to workers"`
+	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the decision path allocates per request and the live heap is mostly the index, so a higher target trades memory for CPU; 0 keeps the runtime's (or GOGC's) setting"`
 
 	// ---- NATS ----
 	NATSURL          string        `flag:"nats-url" help:"external NATS URL; empty starts an embedded NATS server"`
@@ -81,6 +82,7 @@ func Default() Config {
 		ShutdownTimeout: 10 * time.Second,
 		MaxBodyBytes:    8 << 20,
 		Proxy:           true,
+		GCPercent:       400,
 
 		NATSListen:       "127.0.0.1:4222",
 		KVEventsSubject:  "kvrouter.kv_events",

@@ -40,16 +40,23 @@ func (t *TokenIDs) UnmarshalJSON(b []byte) error {
 		}
 		start := i
 		var v uint64
-		for i < n && body[i] >= '0' && body[i] <= '9' {
-			v = v*10 + uint64(body[i]-'0')
-			if v > 1<<32-1 {
-				return fmt.Errorf("token_ids[%d]: value does not fit in uint32", len(out))
+		// At most 10 digits fit in uint32; the bound check runs once per
+		// number, not per digit.
+		for i < n && i-start < 11 {
+			c := body[i] - '0'
+			if c > 9 {
+				break
 			}
+			v = v*10 + uint64(c)
 			i++
 		}
-		if i == start || (body[start] == '0' && i-start > 1) {
+		digits := i - start
+		if digits == 0 || (body[start] == '0' && digits > 1) {
 			// JSON forbids leading zeros ("007"); so do we.
 			return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out))
+		}
+		if digits > 10 || v > 1<<32-1 {
+			return fmt.Errorf("token_ids[%d]: value does not fit in uint32", len(out))
 		}
 		out = append(out, uint32(v))
 		for i < n && isSpace(body[i]) {
@@ -91,7 +98,7 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 // the client itself on failure (413 or 400) and returns false. When
 // tokens is non-nil, the body's "token_ids" go there by the fast path.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any, tokens ...**TokenIDs) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := readBody(w, r, limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -134,3 +141,23 @@ func describeJSONError(err error) string {
 }
 
 func parseUint(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
+
+// readBody reads a whole body under limit, sized from Content-Length
+// when the client sent one (prompts are tens of kilobytes; growing a
+// buffer by doubling copies them several times).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if r.ContentLength <= 0 || r.ContentLength > limit {
+		return io.ReadAll(rd)
+	}
+	buf := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(rd, buf); err != nil {
+		return nil, err
+	}
+	// A body longer than announced is an error too.
+	var one [1]byte
+	if k, _ := rd.Read(one[:]); k > 0 {
+		return nil, errors.New("body longer than its Content-Length")
+	}
+	return buf, nil
+}

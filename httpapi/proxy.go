@@ -51,7 +51,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := readBody(w, r, s.opts.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

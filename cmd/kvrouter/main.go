@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/kvrouter/kvrouter/config"
@@ -50,6 +51,9 @@ func serve(args []string) error {
 	log, err := newLogger(cfg.LogLevel)
 	if err != nil {
 		return err
+	}
+	if cfg.GCPercent > 0 && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCPercent)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
