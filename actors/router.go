@@ -279,6 +279,20 @@ func (r *Router) askTimeout(ctx context.Context) time.Duration {
 	return 30 * time.Second
 }
 
+// DumpIndex returns the whole engine-event index as events that rebuild
+// it, shard by shard (for snapshots).
+func (r *Router) DumpIndex(ctx context.Context) ([]*messages.KvEvent, error) {
+	var out []*messages.KvEvent
+	for i, sh := range r.shards {
+		res, err := r.system.Root.RequestFuture(sh, &messages.DumpQuery{}, r.askTimeout(ctx)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("dump shard %d: %w", i, err)
+		}
+		out = append(out, res.(*messages.KvEventBatch).Events...)
+	}
+	return out, nil
+}
+
 // IndexDigest combines every shard's digest: two replicas that applied
 // the same events report the same value.
 func (r *Router) IndexDigest(ctx context.Context) (uint64, error) {

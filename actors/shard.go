@@ -76,6 +76,8 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.stats())
 	case *messages.Barrier:
 		ctx.Respond(m)
+	case *messages.DumpQuery:
+		ctx.Respond(a.dump())
 	case *crashShard:
 		panic("shard crash requested")
 	}
@@ -226,3 +228,16 @@ func shardOf(w kv.WorkerID, shards int) int {
 // crashShard makes a shard panic. It is unexported: only this package's
 // tests send it, to exercise supervision.
 type crashShard struct{}
+
+// dump is the shard's engine-event index as events that rebuild it (the
+// predictions are this replica's own guesses and stay out).
+func (a *shardActor) dump() *messages.KvEventBatch {
+	batch := &messages.KvEventBatch{}
+	if a.st.idx == nil {
+		return batch
+	}
+	for _, ev := range a.st.idx.Dump() {
+		batch.Events = append(batch.Events, events.ToProto(&ev))
+	}
+	return batch
+}

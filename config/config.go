@@ -28,15 +28,18 @@ type Config struct {
 	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the decision path allocates per request and the live heap is mostly the index, so a higher target trades memory for CPU; 0 keeps the runtime's (or GOGC's) setting"`
 
 	// ---- NATS ----
-	NATSURL          string        `flag:"nats-url" help:"external NATS URL; empty starts an embedded NATS server"`
-	NATSListen       string        `flag:"nats-listen" help:"embedded NATS listen address (host:port; port 0 = random)"`
-	KVEventsSubject  string        `flag:"kv-events-subject" help:"subject KV events are published on"`
-	WorkersSubject   string        `flag:"workers-subject" help:"subject worker heartbeats are published on"`
-	JetStream        bool          `flag:"jetstream" help:"keep KV events in a JetStream stream so late replicas replay them"`
-	KVEventsStream   string        `flag:"kv-events-stream" help:"JetStream stream name for KV events"`
-	KVEventsMaxAge   time.Duration `flag:"kv-events-max-age" help:"how long the stream keeps KV events"`
-	HeartbeatTimeout time.Duration `flag:"heartbeat-timeout" help:"remove a worker whose heartbeats stopped for this long"`
-	StaticWorkers    []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size] workers registered without heartbeats"`
+	NATSURL                 string        `flag:"nats-url" help:"external NATS URL; empty starts an embedded NATS server"`
+	NATSListen              string        `flag:"nats-listen" help:"embedded NATS listen address (host:port; port 0 = random)"`
+	KVEventsSubject         string        `flag:"kv-events-subject" help:"subject KV events are published on"`
+	WorkersSubject          string        `flag:"workers-subject" help:"subject worker heartbeats are published on"`
+	JetStream               bool          `flag:"jetstream" help:"keep KV events in a JetStream stream so late replicas replay them"`
+	KVEventsStream          string        `flag:"kv-events-stream" help:"JetStream stream name for KV events"`
+	KVEventsMaxAge          time.Duration `flag:"kv-events-max-age" help:"how long the stream keeps KV events"`
+	RouterSnapshotThreshold uint64        `flag:"router-snapshot-threshold" help:"when the KV-event stream holds more messages, one replica snapshots the index to a JetStream object store and purges the stream; 0 disables"`
+	SnapshotInterval        time.Duration `flag:"snapshot-interval" help:"how often the snapshot replica checks the stream size"`
+	SnapshotBucket          string        `flag:"snapshot-bucket" help:"JetStream object store bucket for index snapshots"`
+	HeartbeatTimeout        time.Duration `flag:"heartbeat-timeout" help:"remove a worker whose heartbeats stopped for this long"`
+	StaticWorkers           []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size] workers registered without heartbeats"`
 
 	// ---- routing (Dynamo names) ----
 	BlockSize                  int           `flag:"block-size" help:"KV block size in tokens; workers must match"`
@@ -91,6 +94,10 @@ func Default() Config {
 		KVEventsStream:   "KVROUTER_KV_EVENTS",
 		KVEventsMaxAge:   time.Hour,
 		HeartbeatTimeout: 10 * time.Second,
+
+		RouterSnapshotThreshold: 1_000_000,
+		SnapshotInterval:        5 * time.Second,
+		SnapshotBucket:          "KVROUTER_INDEX_SNAPSHOT",
 
 		BlockSize:                  16,
 		OverlapScoreWeight:         -1,

@@ -3144,6 +3144,44 @@ func (*Barrier) Descriptor() ([]byte, []int) {
 	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
+// DumpQuery asks a shard for its whole index as single-block Stored
+// events (parents first), for snapshots.
+type DumpQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DumpQuery) Reset() {
+	*x = DumpQuery{}
+	mi := &file_kvrouter_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DumpQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DumpQuery) ProtoMessage() {}
+
+func (x *DumpQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
+func (*DumpQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+}
+
 var File_kvrouter_proto protoreflect.FileDescriptor
 
 const file_kvrouter_proto_rawDesc = "" +
@@ -3372,7 +3410,8 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x122\n" +
 	"\x06events\x18\x03 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"\t\n" +
-	"\aBarrier*v\n" +
+	"\aBarrier\"\v\n" +
+	"\tDumpQuery*v\n" +
 	"\vStorageTier\x12\x17\n" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
@@ -3399,7 +3438,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
 	(RouteErrorCode)(0),          // 1: kvrouter.v1.RouteErrorCode
@@ -3452,7 +3491,8 @@ var file_kvrouter_proto_goTypes = []any{
 	(*StateRequest)(nil),         // 48: kvrouter.v1.StateRequest
 	(*StateSnapshot)(nil),        // 49: kvrouter.v1.StateSnapshot
 	(*Barrier)(nil),              // 50: kvrouter.v1.Barrier
-	nil,                          // 51: kvrouter.v1.ShardStatsReply.CountersEntry
+	(*DumpQuery)(nil),            // 51: kvrouter.v1.DumpQuery
+	nil,                          // 52: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	3,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
@@ -3483,7 +3523,7 @@ var file_kvrouter_proto_depIdxs = []int32{
 	32, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
 	2,  // 26: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
 	35, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	51, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	52, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
 	2,  // 29: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
 	22, // 30: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
 	22, // 31: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
@@ -3526,7 +3566,7 @@ func file_kvrouter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

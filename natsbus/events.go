@@ -31,7 +31,10 @@ type EventSourceConfig struct {
 	// own consumer, so every replica sees every event (not a queue group).
 	Stream string
 	MaxAge time.Duration
-	Log    *slog.Logger
+	// StartSeq, when non-zero, starts the stream consumer at that sequence
+	// (after loading a snapshot that reflects everything before it).
+	StartSeq uint64
+	Log      *slog.Logger
 }
 
 // EventStats are the ingestion counters.
@@ -41,6 +44,10 @@ type EventStats struct {
 	Malformed map[string]uint64 // dropped messages by reason
 	Gaps      uint64            // event ids skipped (per worker rank)
 	Reordered uint64            // event ids not above the last seen (replay or restart)
+	// StreamGaps counts stream messages this replica never saw: purged by
+	// a snapshot before it read them (it then lacks their effect until
+	// the affected workers re-store those blocks or it restarts).
+	StreamGaps uint64
 }
 
 // EventSource feeds decoded KV events to a handler.
@@ -55,12 +62,14 @@ type EventSource struct {
 	cc    jetstream.ConsumeContext
 	mode  string
 
-	ready     atomic.Bool
-	readySeq  uint64 // stream sequence that marks "caught up"
-	messages  atomic.Uint64
-	decoded   atomic.Uint64
-	gaps      atomic.Uint64
-	reordered atomic.Uint64
+	ready      atomic.Bool
+	readySeq   uint64 // stream sequence that marks "caught up"
+	messages   atomic.Uint64
+	decoded    atomic.Uint64
+	gaps       atomic.Uint64
+	reordered  atomic.Uint64
+	lastSeq    atomic.Uint64 // last stream sequence handed on
+	streamGaps atomic.Uint64
 
 	mu        sync.Mutex
 	malformed map[string]uint64
@@ -125,20 +134,34 @@ func (s *EventSource) startJetStream(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("stream %s info: %w", s.cfg.Stream, err)
 	}
 	s.readySeq = info.State.LastSeq
-	if s.readySeq == 0 || info.State.Msgs == 0 {
+	if s.readySeq == 0 || info.State.Msgs == 0 || s.readySeq < s.cfg.StartSeq {
 		s.ready.Store(true)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if s.cfg.StartSeq > 0 {
+		occ = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: s.cfg.StartSeq}
+		s.lastSeq.Store(s.cfg.StartSeq - 1)
+	}
+	cons, err := stream.OrderedConsumer(ctx, occ)
 	if err != nil {
 		return fmt.Errorf("ordered consumer on %s: %w", s.cfg.Stream, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		s.handle(m.Subject(), m.Headers(), m.Data())
-		if !s.ready.Load() {
-			if md, err := m.Metadata(); err == nil && (md.Sequence.Stream >= s.readySeq || md.NumPending == 0) {
-				s.ready.Store(true)
-				s.log.Info("KV event replay caught up", "stream", s.cfg.Stream, "seq", md.Sequence.Stream)
+		md, mdErr := m.Metadata()
+		if mdErr == nil {
+			if last := s.lastSeq.Load(); last > 0 && md.Sequence.Stream > last+1 {
+				s.streamGaps.Add(md.Sequence.Stream - last - 1)
+				s.log.Error("KV event stream skipped messages (purged by a snapshot before this replica read them)",
+					"from", last+1, "to", md.Sequence.Stream-1)
 			}
+		}
+		s.handle(m.Subject(), m.Headers(), m.Data())
+		if mdErr == nil {
+			s.lastSeq.Store(md.Sequence.Stream)
+		}
+		if !s.ready.Load() && mdErr == nil && (md.Sequence.Stream >= s.readySeq || md.NumPending == 0) {
+			s.ready.Store(true)
+			s.log.Info("KV event replay caught up", "stream", s.cfg.Stream, "seq", md.Sequence.Stream)
 		}
 	})
 	if err != nil {
@@ -213,9 +236,13 @@ func (s *EventSource) Stats() EventStats {
 	s.mu.Unlock()
 	return EventStats{
 		Messages: s.messages.Load(), Events: s.decoded.Load(), Malformed: mal,
-		Gaps: s.gaps.Load(), Reordered: s.reordered.Load(),
+		Gaps: s.gaps.Load(), Reordered: s.reordered.Load(), StreamGaps: s.streamGaps.Load(),
 	}
 }
+
+// LastStreamSeq is the last stream sequence handed to the handler (0
+// without JetStream).
+func (s *EventSource) LastStreamSeq() uint64 { return s.lastSeq.Load() }
 
 // Close stops the subscription.
 func (s *EventSource) Close() {

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 
@@ -21,6 +22,7 @@ import (
 type bus struct {
 	url        string
 	embedded   *natsbus.Embedded
+	snapshots  *natsbus.SnapshotStore // nil without JetStream
 	nc         *nats.Conn
 	events     *natsbus.EventSource
 	heartbeats *natsbus.HeartbeatSource
@@ -48,11 +50,15 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		return nil, err
 	}
 	stream := ""
+	var startSeq uint64
 	if cfg.JetStream {
 		stream = cfg.KVEventsStream
+		if startSeq, err = b.loadSnapshot(ctx, cfg, router, log); err != nil {
+			return nil, err
+		}
 	}
 	b.events, err = natsbus.StartEventSource(ctx, b.nc, natsbus.EventSourceConfig{
-		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, Log: log,
+		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, StartSeq: startSeq, Log: log,
 	}, router.ApplyEvent)
 	if err != nil {
 		return nil, err
@@ -97,6 +103,7 @@ func (b *bus) addState(st *metrics.State) {
 			metrics.Counter{Name: "kv_events_received", Source: b.events.Mode(), Value: es.Events},
 			metrics.Counter{Name: "kv_event_id_gaps", Source: "nats", Value: es.Gaps},
 			metrics.Counter{Name: "kv_event_id_reordered", Source: "nats", Value: es.Reordered},
+			metrics.Counter{Name: "kv_event_stream_gaps", Source: "nats", Value: es.StreamGaps},
 		)
 		for reason, n := range es.Malformed {
 			st.Counters = append(st.Counters, metrics.Counter{Name: "kv_events_malformed", Source: reason, Value: n})
@@ -125,4 +132,36 @@ func (b *bus) Close() {
 	if b.embedded != nil {
 		b.embedded.Shutdown()
 	}
+}
+
+// loadSnapshot applies the latest index snapshot, if any, and returns the
+// stream sequence to read from next (0 = from the start). Without
+// JetStream object stores (an external NATS without them) it logs and
+// reads the whole stream.
+func (b *bus) loadSnapshot(ctx context.Context, cfg config.Config, router *actors.Router, log *slog.Logger) (uint64, error) {
+	store, err := natsbus.NewSnapshotStore(ctx, b.nc, cfg.SnapshotBucket, cfg.KVEventsStream)
+	if err != nil {
+		log.Warn("index snapshots unavailable", "err", err)
+		return 0, nil
+	}
+	b.snapshots = store
+	evs, seq, err := store.Load(ctx)
+	if errors.Is(err, natsbus.ErrNoSnapshot) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("load index snapshot: %w", err)
+	}
+	applied := 0
+	for _, m := range evs {
+		ev, err := events.FromProto(m)
+		if err != nil {
+			log.Warn("skipping a bad snapshot entry", "err", err)
+			continue
+		}
+		router.ApplyEvent(&ev)
+		applied++
+	}
+	log.Info("index snapshot loaded", "events", applied, "stream_seq", seq)
+	return seq + 1, nil
 }

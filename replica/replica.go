@@ -46,7 +46,8 @@ type Replica struct {
 	publish atomic.Pointer[func(*messages.SequenceEvent)]
 
 	// warm: the KV-event replay caught up and the shards applied it.
-	warm atomic.Bool
+	warm      atomic.Bool
+	snapshots atomic.Uint64 // index snapshots stored
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -96,6 +97,9 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	}
 	r.stopWarm = make(chan struct{})
 	go r.warmUp()
+	if r.bus.snapshots != nil && cfg.RouterSnapshotThreshold > 0 {
+		go r.snapshotLoop()
+	}
 	r.metrics.RegisterState(r.gatherState)
 	if err = r.serveHTTP(); err != nil {
 		return nil, err

@@ -32,6 +32,9 @@ func StartReplica(t testing.TB, mutate func(*config.Config)) *replica.Replica {
 		mutate(&cfg)
 	}
 	level := slog.LevelWarn
+	if os.Getenv("KVROUTER_TEST_INFO") != "" {
+		level = slog.LevelInfo
+	}
 	if os.Getenv("KVROUTER_TEST_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
