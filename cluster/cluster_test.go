@@ -284,8 +284,14 @@ func TestLargeBatchDeliveredIntact(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("large add did not arrive")
 	}
-	if st := a.node.Stats(); st.TCPMessages == 0 || st.BytesSent < 3200 {
-		t.Fatalf("A stats = %+v, want the batch sent over TCP", st)
+	// The sender counts after the send returns, which may be after B
+	// applied the event.
+	deadline := time.Now().Add(2 * time.Second)
+	for st := a.node.Stats(); st.TCPMessages == 0 || st.BytesSent < 3200; st = a.node.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("A stats = %+v, want the batch sent over TCP", st)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -113,6 +113,7 @@ func (n *Node) memberDown(name string) {
 	if name == n.cfg.ReplicaID {
 		return
 	}
+	n.synced.forget(name)
 	n.memMu.Lock()
 	defer n.memMu.Unlock()
 	e := n.members[name]

@@ -37,6 +37,8 @@ type Node struct {
 	meta []byte
 	ml   *memberlist.Memberlist
 
+	synced syncedSet // peers whose requests we hold as they see them
+
 	// pubMu orders Publish: Seq stamping, the ledger and the enqueue
 	// happen together, so queue order is Seq order.
 	pubMu  sync.Mutex

@@ -202,6 +202,7 @@ func (r *receiver) compare(st *originState, d digestMsg, now time.Time) bool {
 		return false
 	}
 	if got == d.Digest {
+		r.n.synced.mark(st.name)
 		return true
 	}
 	r.n.stats.digestMismatches.Add(1)
@@ -246,6 +247,7 @@ func (r *receiver) handleReply(rep stateReply, now time.Time) {
 		return
 	}
 	r.n.stats.repairs.Add(1)
+	r.n.synced.mark(st.name)
 	logged := st.repair.log
 	st.repair = nil
 	if st.buf.applied() >= rep.Seq && st.buf.started() {

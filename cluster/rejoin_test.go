@@ -33,9 +33,15 @@ func TestRejoinFindsLateSeed(t *testing.T) {
 }
 
 func TestStartFailsWithoutRejoin(t *testing.T) {
-	probe := startReplica(t, "probe", nil, nil)
-	addr := probe.node.LocalAddr()
-	probe.node.Shutdown()
+	// A seed that accepts connections but never speaks memberlist; holding
+	// its port also keeps the new node from binding it and "joining"
+	// itself.
+	seed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	addr := seed.Addr().String()
 	cfg := testConfig("lonely")
 	cfg.Join = []string{addr}
 	cfg.RejoinInterval = 0

@@ -197,6 +197,9 @@ func (r *Replica) Ready() error {
 	if !r.warm.Load() {
 		return errors.New("KV event replay is being applied to the index")
 	}
+	if r.cluster != nil {
+		return r.cluster.node.PeersSynced()
+	}
 	return nil
 }
 
