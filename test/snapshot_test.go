@@ -56,7 +56,11 @@ func TestSnapshotBoundsTheStream(t *testing.T) {
 		publish(t, nc, "kvrouter.kv_events", storedEvent(2, uint64(i), tokens(64, uint32(i)), uint64(1000*i)))
 	}
 	Eventually(t, 5*time.Second, func() error {
-		if n := workers(t, base).Workers[1].Ranks[0].IndexedBlocks; n != 70*4 {
+		w := workers(t, base).Workers
+		if len(w) != 2 {
+			return fmt.Errorf("first replica lists %d workers", len(w))
+		}
+		if n := w[1].Ranks[0].IndexedBlocks; n != 70*4 {
 			return fmt.Errorf("first replica: worker 2 has %d blocks", n)
 		}
 		return nil
