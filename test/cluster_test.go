@@ -12,7 +12,9 @@ import (
 
 // startCluster starts n replicas sharing the first one's embedded NATS,
 // joined over real memberlist sockets on loopback.
-func startCluster(t *testing.T, n int) []*replica.Replica {
+func startCluster(t *testing.T, n int) []*replica.Replica { return startClusterTB(t, n) }
+
+func startClusterTB(t testing.TB, n int) []*replica.Replica {
 	t.Helper()
 	var reps []*replica.Replica
 	for i := 0; i < n; i++ {
@@ -22,7 +24,7 @@ func startCluster(t *testing.T, n int) []*replica.Replica {
 	return reps
 }
 
-func startMember(t *testing.T, peers []*replica.Replica, i int) *replica.Replica {
+func startMember(t testing.TB, peers []*replica.Replica, i int) *replica.Replica {
 	t.Helper()
 	return StartReplica(t, func(c *config.Config) {
 		c.ReplicaID = fmt.Sprintf("r%d-%d", i, time.Now().UnixNano()%100000)
@@ -38,7 +40,7 @@ func startMember(t *testing.T, peers []*replica.Replica, i int) *replica.Replica
 	})
 }
 
-func waitMembers(t *testing.T, reps []*replica.Replica, n int) {
+func waitMembers(t testing.TB, reps []*replica.Replica, n int) {
 	t.Helper()
 	Eventually(t, 15*time.Second, func() error {
 		for _, r := range reps {
