@@ -1,6 +1,8 @@
 package events
 
 import (
+	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -11,6 +13,8 @@ var jsonSeeds = []string{
 	`{"worker_id":1,"event":{"event_id":9,"data":"cleared"}}`,
 	`[{"worker_id":1,"event":{"data":"cleared"}}]`,
 	`{"worker_id":1,"event":{"data":{"stored":{"blocks":[]}}}}`,
+	`{"worker_id":-1,"dp_rank":2,"x":[1.5,{"y":"\u00e9"}],"event":{"data":{"cleared":{}}}}`,
+	`{"worker_id":1,"event":{"data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[{"block_hash":-9223372036854775808,"tokens_hash":2,"mm_extra_info":null}]}}}}`,
 	`{`, ``, `null`,
 }
 
@@ -23,7 +27,13 @@ func FuzzDecodeRouterEventJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		evs, err := DecodeRouterEventsJSON(data)
 		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
 			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("accepted invalid JSON %q", data)
 		}
 		for i := range evs {
 			out, err := EncodeRouterEventJSON(&evs[i])
@@ -70,6 +80,8 @@ func FuzzDecodeProto(f *testing.F) {
 func FuzzDecodeHeartbeat(f *testing.F) {
 	f.Add([]byte(`{"worker_id":7,"url":"http://h","data_parallel_size":2}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"worker_id":7,"url":"http://h:1","data_parallel_start_rank":4,"data_parallel_size":2,"block_size":16,` +
+		`"total_kv_blocks":16384,"model_name":"m","kv_events_endpoint":"tcp://h:5557","replay_endpoint":"tcp://h:5558","max_num_batched_tokens":8192}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		hb, err := DecodeHeartbeat(data)
 		if err != nil {
@@ -77,6 +89,14 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 		}
 		if hb.DataParallelSize == 0 || hb.DataParallelSize > MaxDataParallelSize {
 			t.Fatalf("accepted dp size %d", hb.DataParallelSize)
+		}
+		out, err := EncodeHeartbeat(hb)
+		if err != nil {
+			t.Fatalf("decoded heartbeat does not re-encode: %+v: %v", hb, err)
+		}
+		again, err := DecodeHeartbeat(out)
+		if err != nil || again != hb {
+			t.Fatalf("round trip changed %+v into %+v (%v)", hb, again, err)
 		}
 	})
 }

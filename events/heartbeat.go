@@ -48,6 +48,10 @@ func DecodeHeartbeat(data []byte) (Heartbeat, error) {
 	if hb.DataParallelSize == 0 || hb.DataParallelSize > MaxDataParallelSize {
 		return hb, malformed("heartbeat: data_parallel_size must be in 1..%d, got %d", MaxDataParallelSize, hb.DataParallelSize)
 	}
+	if uint64(hb.DataParallelStartRank)+uint64(hb.DataParallelSize) > 1<<32 {
+		return hb, malformed("heartbeat: ranks %d..%d+%d do not fit in uint32",
+			hb.DataParallelStartRank, hb.DataParallelStartRank, hb.DataParallelSize-1)
+	}
 	return hb, nil
 }
 

@@ -1,8 +1,6 @@
 package events
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,62 +8,31 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 )
 
-// ErrMalformed wraps every decoding failure, so callers can count them.
-var ErrMalformed = errors.New("malformed event")
-
-// routerEventJSON is Dynamo's RouterEvent:
+// Dynamo's RouterEvent in JSON:
 //
 //	{"worker_id": 1, "storage_tier": "device",
 //	 "event": {"event_id": 42, "dp_rank": 0,
-//	   "data": {"stored": {"parent_hash": null, "blocks": [{"block_hash": 1, "tokens_hash": 2}]}}}}
+//	   "data": {"stored": {"parent_hash": null, "start_position": null,
+//	     "blocks": [{"block_hash": 1, "tokens_hash": 2, "mm_extra_info": null}]}}}}
 //
-// data is {"removed": {"block_hashes": [...]}} or "cleared" otherwise.
-type routerEventJSON struct {
-	WorkerID    *hashNum     `json:"worker_id"`
-	StorageTier string       `json:"storage_tier,omitempty"`
-	DpRank      *hashNum     `json:"dp_rank,omitempty"` // some publishers put it at the top
-	Event       *kvEventJSON `json:"event"`
+// data is {"removed": {"block_hashes": [...]}}, "cleared" or
+// {"cleared": {}} otherwise. Hashes are u64; negative numbers are i64
+// reinterpreted bit for bit. dp_rank may be absent (0) or sit beside
+// worker_id; the one inside event wins. null counts as absent. Unknown
+// fields are ignored.
+
+// ErrMalformed wraps every decoding failure, so callers can count them.
+var ErrMalformed = errors.New("malformed event")
+
+// errMissing is the cause of a required field's absence (null counts as
+// absent); the pathError around it names the field.
+var errMissing = errors.New("required field is missing")
+
+func missing(field string) error { return &pathError{path: field, err: errMissing} }
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
 }
-
-type kvEventJSON struct {
-	EventID *hashNum        `json:"event_id"`
-	DpRank  *hashNum        `json:"dp_rank,omitempty"`
-	Data    json.RawMessage `json:"data"`
-}
-
-type storedJSON struct {
-	ParentHash *hashNum          `json:"parent_hash"`
-	Blocks     []storedBlockJSON `json:"blocks"`
-}
-
-type storedBlockJSON struct {
-	BlockHash  *hashNum `json:"block_hash"`
-	TokensHash *hashNum `json:"tokens_hash"`
-}
-
-type removedJSON struct {
-	BlockHashes []hashNum `json:"block_hashes"`
-}
-
-// hashNum is a u64 on the wire that engines may also send as a negative
-// i64 (reinterpreted bit for bit, as Dynamo does). It never goes through
-// float64, so no precision is lost.
-type hashNum uint64
-
-func (h *hashNum) UnmarshalJSON(b []byte) error {
-	s := string(bytes.TrimSpace(b))
-	if u, err := strconv.ParseUint(s, 10, 64); err == nil {
-		*h = hashNum(u)
-		return nil
-	}
-	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-		*h = hashNum(uint64(i))
-		return nil
-	}
-	return fmt.Errorf("%s is not a 64-bit integer", truncate(s))
-}
-
-func (h hashNum) MarshalJSON() ([]byte, error) { return strconv.AppendUint(nil, uint64(h), 10), nil }
 
 func truncate(s string) string {
 	if len(s) > 40 {
@@ -74,172 +41,420 @@ func truncate(s string) string {
 	return s
 }
 
-func malformed(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+// pathError says which field of the document was wrong.
+type pathError struct {
+	path string
+	err  error
 }
 
-// DecodeRouterEventJSON decodes one Dynamo RouterEvent.
-func DecodeRouterEventJSON(data []byte) (kv.Event, error) {
-	var raw routerEventJSON
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return kv.Event{}, malformed("router event JSON: %v", err)
+func (e *pathError) Error() string { return e.path + ": " + e.err.Error() }
+func (e *pathError) Unwrap() error { return e.err }
+
+// at prefixes err with a field name; index paths ("[3]") attach without
+// a dot.
+func at(name string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return raw.toEvent()
+	var pe *pathError
+	if errors.As(err, &pe) {
+		sep := "."
+		if pe.path[0] == '[' {
+			sep = ""
+		}
+		return &pathError{path: name + sep + pe.path, err: pe.err}
+	}
+	return &pathError{path: name, err: err}
+}
+
+// atKey and atIndex build the path only on failure: decoding must not
+// allocate per field.
+func atKey(key []byte, err error) error {
+	if err == nil {
+		return nil
+	}
+	return at(string(key), err)
+}
+
+func atIndex(i int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return at("["+strconv.Itoa(i)+"]", err)
+}
+
+// finish turns a decoding failure into an ErrMalformed that names the
+// field.
+func finish(err error) error { return fmt.Errorf("%w: %w", ErrMalformed, err) }
+
+// DecodeRouterEventJSON decodes one Dynamo RouterEvent and validates it.
+func DecodeRouterEventJSON(data []byte) (kv.Event, error) {
+	s := scanner{data: data}
+	ev, err := s.routerEvent()
+	if err == nil {
+		err = s.end()
+	}
+	if err != nil {
+		return kv.Event{}, finish(err)
+	}
+	return ev, nil
 }
 
 // DecodeRouterEventsJSON decodes a JSON array of RouterEvents (a batch)
-// or a single RouterEvent object.
+// or a single RouterEvent object. One bad entry fails the whole batch,
+// so a half-applied batch never reaches the index.
 func DecodeRouterEventsJSON(data []byte) ([]kv.Event, error) {
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) > 0 && trimmed[0] == '{' {
-		ev, err := DecodeRouterEventJSON(trimmed)
+	s := scanner{data: data}
+	if s.peek() == '{' {
+		ev, err := DecodeRouterEventJSON(data)
 		if err != nil {
 			return nil, err
 		}
 		return []kv.Event{ev}, nil
 	}
-	var raws []routerEventJSON
-	if err := json.Unmarshal(trimmed, &raws); err != nil {
-		return nil, malformed("router event batch JSON: %v", err)
-	}
-	out := make([]kv.Event, 0, len(raws))
-	for i := range raws {
-		ev, err := raws[i].toEvent()
+	var out []kv.Event
+	err := s.array(func(i int) error {
+		ev, err := s.routerEvent()
 		if err != nil {
-			return nil, fmt.Errorf("batch entry %d: %w", i, err)
+			return atIndex(i, err)
 		}
 		out = append(out, ev)
+		return nil
+	})
+	if err == nil {
+		err = s.end()
+	}
+	if err != nil {
+		return nil, finish(err)
+	}
+	if out == nil {
+		out = []kv.Event{}
 	}
 	return out, nil
 }
 
-func (r *routerEventJSON) toEvent() (kv.Event, error) {
-	var ev kv.Event
-	if r.WorkerID == nil {
-		return ev, malformed("worker_id is required")
+// Bits of the keys a document has set, to refuse duplicates.
+const (
+	seenWorker = 1 << iota
+	seenTier
+	seenRank
+	seenEvent
+	seenEventID
+	seenEventRank
+	seenData
+	seenParent
+	seenBlocks
+	seenBlockHash
+	seenTokensHash
+	seenBlockHashes
+)
+
+// once refuses a second occurrence of a known key.
+func once(seen *uint32, bit uint32, key []byte) error {
+	if *seen&bit != 0 {
+		return fmt.Errorf("key %q appears twice", key)
 	}
-	if r.Event == nil {
-		return ev, malformed("event is required")
+	*seen |= bit
+	return nil
+}
+
+// optU64 reads an integer or null (ok is false for null).
+func (s *scanner) optU64() (v uint64, ok bool, err error) {
+	if s.null() {
+		return 0, false, nil
 	}
-	ev.Worker.WorkerID = kv.WorkerID(*r.WorkerID)
-	tier, err := kv.ParseStorageTier(r.StorageTier)
-	if err != nil {
-		return ev, malformed("storage_tier: %v", err)
-	}
-	ev.Tier = tier
-	if r.Event.EventID != nil {
-		ev.EventID = uint64(*r.Event.EventID)
-	}
-	rank := r.DpRank
-	if r.Event.DpRank != nil {
-		rank = r.Event.DpRank
-	}
-	if rank != nil {
-		if uint64(*rank) > 1<<32-1 {
-			return ev, malformed("dp_rank %d does not fit in uint32", uint64(*rank))
+	v, err = s.u64()
+	return v, err == nil, err
+}
+
+func (s *scanner) routerEvent() (kv.Event, error) {
+	var (
+		ev                  kv.Event
+		seen                uint32
+		hasWorker, hasEvent bool
+		topRank, rank       uint64
+		hasTopRank, hasRank bool
+	)
+	err := s.object(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "worker_id":
+			if err = once(&seen, seenWorker, key); err == nil {
+				var id uint64
+				id, hasWorker, err = s.optU64()
+				ev.Worker.WorkerID = kv.WorkerID(id)
+			}
+		case "storage_tier":
+			if err = once(&seen, seenTier, key); err == nil {
+				ev.Tier, err = s.tier()
+			}
+		case "dp_rank":
+			if err = once(&seen, seenRank, key); err == nil {
+				topRank, hasTopRank, err = s.optU64()
+			}
+		case "event":
+			if err = once(&seen, seenEvent, key); err == nil && !s.null() {
+				hasEvent = true
+				rank, hasRank, err = s.kvEvent(&ev)
+			}
+		default:
+			return s.skip()
 		}
-		ev.Worker.DpRank = uint32(*rank)
+		return atKey(key, err)
+	})
+	if err != nil {
+		return kv.Event{}, err
 	}
-	if err := decodeData(r.Event.Data, &ev); err != nil {
-		return ev, err
+	if !hasWorker {
+		return kv.Event{}, missing("worker_id")
 	}
+	if !hasEvent {
+		return kv.Event{}, missing("event")
+	}
+	if !hasRank {
+		rank, hasRank = topRank, hasTopRank
+	}
+	if hasRank && rank > 1<<32-1 {
+		return kv.Event{}, &pathError{path: "dp_rank", err: fmt.Errorf("%d does not fit in uint32", rank)}
+	}
+	ev.Worker.DpRank = uint32(rank)
 	if err := ev.Validate(); err != nil {
-		return ev, malformed("%v", err)
+		return kv.Event{}, err
 	}
 	return ev, nil
 }
 
-func decodeData(data json.RawMessage, ev *kv.Event) error {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return malformed("event.data is required")
+func (s *scanner) tier() (kv.StorageTier, error) {
+	if s.null() {
+		return kv.TierDevice, nil
 	}
-	if data[0] == '"' {
-		var s string
-		if err := json.Unmarshal(data, &s); err != nil || (s != "cleared" && s != "Cleared") {
-			return malformed("event.data: want \"cleared\" or an object, got %s", truncate(string(data)))
+	name, err := s.str()
+	if err != nil {
+		return 0, err
+	}
+	return kv.ParseStorageTier(string(name))
+}
+
+// kvEvent reads the "event" object into ev and returns its dp_rank.
+func (s *scanner) kvEvent(ev *kv.Event) (rank uint64, hasRank bool, err error) {
+	var seen uint32
+	hasData := false
+	err = s.object(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "event_id":
+			if err = once(&seen, seenEventID, key); err == nil {
+				ev.EventID, _, err = s.optU64()
+			}
+		case "dp_rank":
+			if err = once(&seen, seenEventRank, key); err == nil {
+				rank, hasRank, err = s.optU64()
+			}
+		case "data":
+			if err = once(&seen, seenData, key); err == nil && !s.null() {
+				hasData = true
+				err = s.eventData(ev)
+			}
+		default:
+			return s.skip()
+		}
+		return atKey(key, err)
+	})
+	if err == nil && !hasData {
+		err = missing("data")
+	}
+	return rank, hasRank, err
+}
+
+// eventData reads the externally tagged event: "cleared", or an object
+// with exactly one of stored, removed, cleared.
+func (s *scanner) eventData(ev *kv.Event) error {
+	if s.peek() == '"' {
+		name, err := s.str()
+		if err != nil {
+			return err
+		}
+		if string(name) != "cleared" && string(name) != "Cleared" {
+			return fmt.Errorf("want \"cleared\" or an object, got %q", truncate(string(name)))
 		}
 		ev.Kind = kv.EventCleared
 		return nil
 	}
-	var variants map[string]json.RawMessage
-	if err := json.Unmarshal(data, &variants); err != nil {
-		return malformed("event.data: %v", err)
+	if s.peek() != '{' {
+		return s.errorf("want \"cleared\" or an object")
 	}
-	if len(variants) != 1 {
-		return malformed("event.data must hold exactly one of stored, removed, cleared")
-	}
-	for kind, body := range variants {
-		switch kind {
+	members := 0
+	err := s.object(func(key []byte) error {
+		members++
+		if members > 1 {
+			return errors.New("must hold exactly one of stored, removed, cleared")
+		}
+		var err error
+		switch string(key) {
 		case "stored", "Stored":
-			var s storedJSON
-			if err := json.Unmarshal(body, &s); err != nil {
-				return malformed("event.data.stored: %v", err)
-			}
 			ev.Kind = kv.EventStored
-			if s.ParentHash != nil {
-				ev.HasParent, ev.ParentHash = true, kv.ExternalBlockHash(*s.ParentHash)
-			}
-			ev.Blocks = make([]kv.StoredBlock, len(s.Blocks))
-			for i, b := range s.Blocks {
-				if b.BlockHash == nil || b.TokensHash == nil {
-					return malformed("event.data.stored.blocks[%d]: block_hash and tokens_hash are required", i)
-				}
-				ev.Blocks[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(*b.BlockHash), TokensHash: kv.LocalBlockHash(*b.TokensHash)}
-			}
+			err = s.stored(ev)
 		case "removed", "Removed":
-			var r removedJSON
-			if err := json.Unmarshal(body, &r); err != nil {
-				return malformed("event.data.removed: %v", err)
-			}
 			ev.Kind = kv.EventRemoved
-			ev.Removed = make([]kv.ExternalBlockHash, len(r.BlockHashes))
-			for i, h := range r.BlockHashes {
-				ev.Removed[i] = kv.ExternalBlockHash(h)
-			}
+			err = s.removed(ev)
 		case "cleared", "Cleared":
 			ev.Kind = kv.EventCleared
+			err = s.skip()
 		default:
-			return malformed("event.data: unknown event %q", truncate(kind))
+			return fmt.Errorf("unknown event %q", truncate(string(key)))
 		}
+		return atKey(key, err)
+	})
+	if err == nil && members == 0 {
+		err = errors.New("must hold exactly one of stored, removed, cleared")
 	}
-	return nil
+	return err
 }
 
-// EncodeRouterEventJSON writes ev in Dynamo's RouterEvent shape.
+// minBlockJSON is the size of the smallest block object,
+// {"block_hash":0,"tokens_hash":0}; it bounds how many blocks the rest of
+// the input can hold, so the slice is allocated once.
+const minBlockJSON = 32
+
+func (s *scanner) stored(ev *kv.Event) error {
+	var seen uint32
+	return s.object(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "parent_hash":
+			if err = once(&seen, seenParent, key); err == nil {
+				var p uint64
+				p, ev.HasParent, err = s.optU64()
+				ev.ParentHash = kv.ExternalBlockHash(p)
+			}
+		case "blocks":
+			if err = once(&seen, seenBlocks, key); err == nil && !s.null() {
+				ev.Blocks = make([]kv.StoredBlock, 0, min(16, (len(s.data)-s.pos)/minBlockJSON+1))
+				err = s.array(func(i int) error {
+					b, err := s.block()
+					ev.Blocks = append(ev.Blocks, b)
+					return atIndex(i, err)
+				})
+			}
+		default:
+			return s.skip()
+		}
+		return atKey(key, err)
+	})
+}
+
+func (s *scanner) block() (kv.StoredBlock, error) {
+	var (
+		b                  kv.StoredBlock
+		seen               uint32
+		hasBlock, hasToken bool
+	)
+	err := s.object(func(key []byte) error {
+		var err error
+		var v uint64
+		switch string(key) {
+		case "block_hash":
+			if err = once(&seen, seenBlockHash, key); err == nil {
+				v, hasBlock, err = s.optU64()
+				b.BlockHash = kv.ExternalBlockHash(v)
+			}
+		case "tokens_hash":
+			if err = once(&seen, seenTokensHash, key); err == nil {
+				v, hasToken, err = s.optU64()
+				b.TokensHash = kv.LocalBlockHash(v)
+			}
+		default:
+			return s.skip()
+		}
+		return atKey(key, err)
+	})
+	switch {
+	case err != nil:
+	case !hasBlock:
+		err = missing("block_hash")
+	case !hasToken:
+		err = missing("tokens_hash")
+	}
+	return b, err
+}
+
+func (s *scanner) removed(ev *kv.Event) error {
+	var seen uint32
+	err := s.object(func(key []byte) error {
+		if string(key) != "block_hashes" {
+			return s.skip()
+		}
+		err := once(&seen, seenBlockHashes, key)
+		if err == nil && !s.null() {
+			err = s.array(func(i int) error {
+				h, err := s.u64()
+				ev.Removed = append(ev.Removed, kv.ExternalBlockHash(h))
+				return atIndex(i, err)
+			})
+		}
+		return atKey(key, err)
+	})
+	// Always non-nil, so decoded events compare equal however the empty
+	// list was spelled (absent, null or []).
+	if ev.Removed == nil {
+		ev.Removed = []kv.ExternalBlockHash{}
+	}
+	return err
+}
+
+// EncodeRouterEventJSON writes ev in Dynamo's RouterEvent shape, with the
+// optional fields newer Dynamo versions emit (start_position,
+// mm_extra_info) as null.
 func EncodeRouterEventJSON(ev *kv.Event) ([]byte, error) {
 	if err := ev.Validate(); err != nil {
 		return nil, fmt.Errorf("encode router event: %w", err)
 	}
-	var data any
+	return AppendRouterEventJSON(make([]byte, 0, 128+96*len(ev.Blocks)+22*len(ev.Removed)), ev), nil
+}
+
+// AppendRouterEventJSON appends ev in Dynamo's RouterEvent shape to dst.
+// ev must be valid (see kv.Event.Validate).
+func AppendRouterEventJSON(dst []byte, ev *kv.Event) []byte {
+	dst = append(dst, `{"worker_id":`...)
+	dst = strconv.AppendUint(dst, uint64(ev.Worker.WorkerID), 10)
+	dst = append(dst, `,"storage_tier":"`...)
+	dst = append(dst, ev.Tier.String()...)
+	dst = append(dst, `","event":{"event_id":`...)
+	dst = strconv.AppendUint(dst, ev.EventID, 10)
+	dst = append(dst, `,"dp_rank":`...)
+	dst = strconv.AppendUint(dst, uint64(ev.Worker.DpRank), 10)
+	dst = append(dst, `,"data":`...)
 	switch ev.Kind {
 	case kv.EventStored:
-		s := storedJSON{Blocks: make([]storedBlockJSON, len(ev.Blocks))}
+		dst = append(dst, `{"stored":{"parent_hash":`...)
 		if ev.HasParent {
-			p := hashNum(ev.ParentHash)
-			s.ParentHash = &p
+			dst = strconv.AppendUint(dst, uint64(ev.ParentHash), 10)
+		} else {
+			dst = append(dst, "null"...)
 		}
+		dst = append(dst, `,"start_position":null,"blocks":[`...)
 		for i, b := range ev.Blocks {
-			bh, th := hashNum(b.BlockHash), hashNum(b.TokensHash)
-			s.Blocks[i] = storedBlockJSON{BlockHash: &bh, TokensHash: &th}
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"block_hash":`...)
+			dst = strconv.AppendUint(dst, uint64(b.BlockHash), 10)
+			dst = append(dst, `,"tokens_hash":`...)
+			dst = strconv.AppendUint(dst, uint64(b.TokensHash), 10)
+			dst = append(dst, `,"mm_extra_info":null}`...)
 		}
-		data = map[string]any{"stored": s}
+		dst = append(dst, "]}}"...)
 	case kv.EventRemoved:
-		r := removedJSON{BlockHashes: make([]hashNum, len(ev.Removed))}
+		dst = append(dst, `{"removed":{"block_hashes":[`...)
 		for i, h := range ev.Removed {
-			r.BlockHashes[i] = hashNum(h)
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendUint(dst, uint64(h), 10)
 		}
-		data = map[string]any{"removed": r}
-	case kv.EventCleared:
-		data = "cleared"
+		dst = append(dst, "]}}"...)
+	default:
+		dst = append(dst, `"cleared"`...)
 	}
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return nil, fmt.Errorf("encode router event data: %w", err)
-	}
-	wid, eid, rank := hashNum(ev.Worker.WorkerID), hashNum(ev.EventID), hashNum(ev.Worker.DpRank)
-	return json.Marshal(routerEventJSON{
-		WorkerID: &wid, StorageTier: ev.Tier.String(),
-		Event: &kvEventJSON{EventID: &eid, DpRank: &rank, Data: raw},
-	})
+	return append(dst, "}}"...)
 }
