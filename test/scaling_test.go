@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,18 +47,27 @@ func BenchmarkClusterDecisionCPU(b *testing.B) {
 				prompts[i] = tokens(1024, uint32(i))
 			}
 			ctx := context.Background()
+			var next atomic.Int64
 			cpu0 := cpuTime()
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				r := reps[i%n].Router()
-				id := fmt.Sprintf("d%d", i)
-				if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: id, TokenIds: prompts[i%8], UpdateStates: true}); err != nil {
-					b.Fatal(err)
+			// Concurrent clients, as a router under load has: decisions made
+			// within one batch interval share a gossip message.
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := int(next.Add(1))
+					r := reps[i%n].Router()
+					id := fmt.Sprintf("d%d", i)
+					if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: id, TokenIds: prompts[i%8], UpdateStates: true}); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := r.Free(ctx, id); err != nil {
+						b.Error(err)
+						return
+					}
 				}
-				if err := r.Free(ctx, id); err != nil {
-					b.Fatal(err)
-				}
-			}
+			})
 			b.StopTimer()
 			// Let the peers apply the gossip the decisions caused.
 			time.Sleep(200 * time.Millisecond)
