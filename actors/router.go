@@ -70,8 +70,12 @@ func Start(cfg Config) (*Router, error) {
 	}))
 	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
 	guardian := sys.Root.WithGuardian(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider))
+	// router_max_tree_size bounds the whole replica's predicted tree, so
+	// each shard gets its share.
+	shardIndex := cfg.Index
+	shardIndex.MaxTreeSize = max(cfg.Index.MaxTreeSize/cfg.shardCount(), 1)
 	for i := 0; i < cfg.shardCount(); i++ {
-		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: cfg.Index, log: cfg.Logger, obs: cfg.Observer}
+		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: shardIndex, log: cfg.Logger, obs: cfg.Observer}
 		r.shards = append(r.shards, guardian.Spawn(newShardProps(st)))
 	}
 	r.scheduler = sys.Root.Spawn(newSchedulerProps(cfg, r.shards))
