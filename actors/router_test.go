@@ -433,3 +433,58 @@ func TestPredictOnRoute(t *testing.T) {
 		}
 	}
 }
+
+// countingObserver records degraded decisions.
+type countingObserver struct {
+	NopObserver
+	degraded chan string
+}
+
+func (o countingObserver) DecisionDegraded(reason string) {
+	select {
+	case o.degraded <- reason:
+	default:
+	}
+}
+
+// A slow shard does not hang a decision: after DecisionTimeout the
+// scheduler decides with what arrived (the slow shard's workers count as
+// holding nothing) and reports it as degraded.
+func TestSlowShardDoesNotHangDecisions(t *testing.T) {
+	obs := countingObserver{degraded: make(chan string, 4)}
+	r := startRouter(t, func(c *Config) {
+		c.Shards = 2
+		c.DecisionTimeout = 50 * time.Millisecond
+		c.Observer = obs
+	})
+	register(r, 1, 2)
+	waitWorkers(t, r, 2)
+	tokens := prompt(64, 3)
+	storeChain(r, kv.WorkerWithDpRank{WorkerID: 1}, tokens)
+	eventually(t, "indexed", func() bool {
+		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
+		return err == nil && reply.OverlapBlocks == 4
+	})
+	slow := shardOf(1, 2)
+	r.system.Root.Send(r.shards[slow], &stallShard{d: 500 * time.Millisecond})
+	start := time.Now()
+	reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took > 400*time.Millisecond {
+		t.Fatalf("decision waited %v for a stalled shard", took)
+	}
+	if reply.OverlapBlocks != 0 {
+		t.Fatalf("the stalled shard's overlap cannot be known: got %d", reply.OverlapBlocks)
+	}
+	select {
+	case reason := <-obs.degraded:
+		if reason != "shard_timeout" {
+			t.Fatalf("degraded reason %q", reason)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("degraded decision not reported")
+	}
+}

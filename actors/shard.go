@@ -80,6 +80,8 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.dump())
 	case *crashShard:
 		panic("shard crash requested")
+	case *stallShard:
+		time.Sleep(m.d)
 	}
 }
 
@@ -225,9 +227,13 @@ func shardOf(w kv.WorkerID, shards int) int {
 	return int(x % uint64(shards))
 }
 
-// crashShard makes a shard panic. It is unexported: only this package's
-// tests send it, to exercise supervision.
-type crashShard struct{}
+// crashShard makes a shard panic and stallShard makes it stop answering
+// for a while. They are unexported: only this package's tests send them,
+// to exercise supervision and decision timeouts.
+type (
+	crashShard struct{}
+	stallShard struct{ d time.Duration }
+)
 
 // dump is the shard's engine-event index as events that rebuild it (the
 // predictions are this replica's own guesses and stay out).
