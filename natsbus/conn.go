@@ -9,36 +9,101 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// reconnectWait is the pause between reconnect attempts: short, because
+// every second without the bus is a second of stale KV state.
+const reconnectWait = 250 * time.Millisecond
+
 // Connect dials NATS and keeps reconnecting forever: the router must
 // survive a NATS restart and resume ingestion without operator action.
+// Disconnects and reconnects are logged; Status reports the state for
+// metrics and readiness. ctx bounds the initial dial only.
 func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectWait(reconnectWait),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own Close/Drain
-				log.Warn("NATS disconnected", "err", err)
+				log.Warn("NATS disconnected", "name", name, "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("NATS reconnected", "url", c.ConnectedUrl())
+			log.Info("NATS reconnected", "name", name, "url", c.ConnectedUrl())
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
 			}
-			log.Warn("NATS async error", "subject", subject, "err", err)
+			log.Warn("NATS async error", "name", name, "subject", subject, "err", err)
 		}),
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		opts = append(opts, nats.Timeout(time.Until(dl)))
 	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	type result struct {
+		nc  *nats.Conn
+		err error
 	}
-	return nc, nil
+	dialed := make(chan result, 1)
+	go func() {
+		nc, err := nats.Connect(url, opts...)
+		dialed <- result{nc, err}
+	}()
+	select {
+	case r := <-dialed:
+		if r.err != nil {
+			return nil, fmt.Errorf("connect to NATS at %s: %w", url, r.err)
+		}
+		return r.nc, nil
+	case <-ctx.Done():
+		// The dial finishes on its own; close whatever it produces.
+		go func() {
+			if r := <-dialed; r.nc != nil {
+				r.nc.Close()
+			}
+		}()
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, ctx.Err())
+	}
+}
+
+// ConnStatus is a connection's state for metrics and readiness.
+type ConnStatus struct {
+	Connected  bool   // usable now
+	State      string // nats.Status name: CONNECTED, RECONNECTING, CLOSED, ...
+	Server     string // URL of the server it is connected to ("" if none)
+	Reconnects uint64 // reconnections since it was opened
+}
+
+// Status reports nc's state.
+func Status(nc *nats.Conn) ConnStatus {
+	if nc == nil {
+		return ConnStatus{State: nats.DISCONNECTED.String()}
+	}
+	return ConnStatus{
+		Connected:  nc.IsConnected(),
+		State:      nc.Status().String(),
+		Server:     nc.ConnectedUrl(),
+		Reconnects: nc.Stats().Reconnects,
+	}
+}
+
+// subscribeFlushTimeout bounds awaitSubscribed.
+const subscribeFlushTimeout = 2 * time.Second
+
+// awaitSubscribed makes a new subscription effective before its starter
+// returns: SUB travels asynchronously, so without a round trip messages
+// published right after (from other connections) could miss it. While
+// disconnected it only logs; the client re-subscribes on reconnect.
+func awaitSubscribed(nc *nats.Conn, subject string, log *slog.Logger) {
+	if err := nc.FlushTimeout(subscribeFlushTimeout); err != nil {
+		log.Warn("subscription not confirmed by the NATS server yet", "subject", subject, "err", err)
+	}
 }

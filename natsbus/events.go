@@ -2,7 +2,6 @@ package natsbus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -17,19 +16,45 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 )
 
+// Defaults of the NATS names the router and the engines agree on.
+const (
+	DefaultEventsSubject  = "kvrouter.kv_events"
+	DefaultWorkersSubject = "kvrouter.workers"
+	DefaultStream         = "KVROUTER_KV_EVENTS"
+	// DefaultMaxAge is how long the stream keeps events, as Dynamo's
+	// JetStream mode (1 h): enough for a replica to restart and replay.
+	DefaultMaxAge = time.Hour
+)
+
 // ProtobufContentType marks a protobuf KvEventBatch payload; so does the
 // subject suffix ".pb".
 const ProtobufContentType = "application/x-protobuf"
 
+// ProtobufSuffix is appended to the events subject for protobuf payloads.
+const ProtobufSuffix = ".pb"
+
+// Modes of an EventSource.
+const (
+	ModeJetStream    = "jetstream"
+	ModeSubscription = "subscription"
+)
+
 // EventSourceConfig configures KV-event ingestion.
 type EventSourceConfig struct {
-	Subject string // e.g. kvrouter.kv_events (protobuf on Subject+".pb")
+	// Subject carries JSON RouterEvents; Subject+".pb" (or any message
+	// with header Content-Type: application/x-protobuf) carries protobuf
+	// KvEventBatches. Empty means DefaultEventsSubject.
+	Subject string
 	// Stream, when non-empty, keeps events in a JetStream stream (created
 	// if absent) and reads them through an ordered consumer from the
 	// first message: a replica that starts late replays history, then
 	// follows live, in order, without duplicates. Every replica has its
 	// own consumer, so every replica sees every event (not a queue group).
+	// Empty, or a server without JetStream, means a plain subscription
+	// that sees only events published from now on.
 	Stream string
+	// MaxAge bounds how long the stream keeps events: 0 means
+	// DefaultMaxAge, negative means no age limit.
 	MaxAge time.Duration
 	// StartSeq, when non-zero, starts the stream consumer at that sequence
 	// (after loading a snapshot that reflects everything before it).
@@ -37,11 +62,26 @@ type EventSourceConfig struct {
 	Log      *slog.Logger
 }
 
+func (c *EventSourceConfig) applyDefaults() {
+	if c.Subject == "" {
+		c.Subject = DefaultEventsSubject
+	}
+	switch {
+	case c.MaxAge == 0:
+		c.MaxAge = DefaultMaxAge
+	case c.MaxAge < 0:
+		c.MaxAge = 0 // JetStream's "unlimited"
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
 // EventStats are the ingestion counters.
 type EventStats struct {
 	Messages  uint64            // NATS messages received
 	Events    uint64            // events decoded and handed on
-	Malformed map[string]uint64 // dropped messages by reason
+	Malformed map[string]uint64 // dropped messages by reason ("json", "protobuf")
 	Gaps      uint64            // event ids skipped (per worker rank)
 	Reordered uint64            // event ids not above the last seen (replay or restart)
 	// StreamGaps counts stream messages this replica never saw: purged by
@@ -61,6 +101,8 @@ type EventSource struct {
 	extra *nats.Subscription // the ".>" suffix subjects (protobuf)
 	cc    jetstream.ConsumeContext
 	mode  string
+	done  chan struct{} // closed by Close; stops the replay watchdog
+	wg    sync.WaitGroup
 
 	ready      atomic.Bool
 	readySeq   uint64 // stream sequence that marks "caught up"
@@ -71,24 +113,26 @@ type EventSource struct {
 	lastSeq    atomic.Uint64 // last stream sequence handed on
 	streamGaps atomic.Uint64
 
+	// mu serialises the handler and guards what follows.
 	mu        sync.Mutex
+	closed    bool
 	malformed map[string]uint64
 	lastID    map[kv.WorkerWithDpRank]uint64
 }
 
-// StartEventSource subscribes. The handler is called from one goroutine
-// at a time, in arrival order; it must not block for long (the router's
-// ApplyEvent only enqueues to an actor).
+// StartEventSource subscribes and delivers every decoded event to
+// handler. The handler is called from one goroutine at a time, in
+// arrival order, with an event it may keep; it must not block for long
+// (it holds up ingestion: the router's ApplyEvent only enqueues to an
+// actor). Malformed payloads are dropped and counted, never fatal.
 func StartEventSource(ctx context.Context, nc *nats.Conn, cfg EventSourceConfig, handler func(*kv.Event)) (*EventSource, error) {
-	if cfg.Subject == "" {
-		return nil, errors.New("event source: subject is required")
+	if handler == nil {
+		return nil, fmt.Errorf("event source on %s: handler is required", cfg.Subject)
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
+	cfg.applyDefaults()
 	s := &EventSource{
 		cfg: cfg, handler: handler, log: cfg.Log, limiter: logLimiter{every: time.Second},
-		malformed: map[string]uint64{}, lastID: map[kv.WorkerWithDpRank]uint64{},
+		done: make(chan struct{}), malformed: map[string]uint64{}, lastID: map[kv.WorkerWithDpRank]uint64{},
 	}
 	if cfg.Stream != "" {
 		err := s.startJetStream(ctx, nc)
@@ -107,71 +151,19 @@ func StartEventSource(ctx context.Context, nc *nats.Conn, cfg EventSourceConfig,
 		return nil, fmt.Errorf("subscribe %s: %w", cfg.Subject, err)
 	}
 	// Both subscriptions deliver on their own goroutines; the handler
-	// contract (one at a time) is kept by the mutex in onMsg's callee.
-	s.sub, s.mode = exact, "subscription"
+	// contract (one at a time) is kept by the mutex in handle.
+	s.sub, s.mode = exact, ModeSubscription
 	s.extra = sub
+	awaitSubscribed(nc, cfg.Subject, s.log)
 	s.ready.Store(true)
 	return s, nil
 }
 
-func (s *EventSource) startJetStream(ctx context.Context, nc *nats.Conn) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:      s.cfg.Stream,
-		Subjects:  []string{s.cfg.Subject, s.cfg.Subject + ".>"},
-		MaxAge:    s.cfg.MaxAge,
-		Storage:   jetstream.FileStorage,
-		Retention: jetstream.LimitsPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("ensure stream %s: %w", s.cfg.Stream, err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("stream %s info: %w", s.cfg.Stream, err)
-	}
-	s.readySeq = info.State.LastSeq
-	if s.readySeq == 0 || info.State.Msgs == 0 || s.readySeq < s.cfg.StartSeq {
-		s.ready.Store(true)
-	}
-	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
-	if s.cfg.StartSeq > 0 {
-		occ = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: s.cfg.StartSeq}
-		s.lastSeq.Store(s.cfg.StartSeq - 1)
-	}
-	cons, err := stream.OrderedConsumer(ctx, occ)
-	if err != nil {
-		return fmt.Errorf("ordered consumer on %s: %w", s.cfg.Stream, err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		md, mdErr := m.Metadata()
-		if mdErr == nil {
-			if last := s.lastSeq.Load(); last > 0 && md.Sequence.Stream > last+1 {
-				s.streamGaps.Add(md.Sequence.Stream - last - 1)
-				s.log.Error("KV event stream skipped messages (purged by a snapshot before this replica read them)",
-					"from", last+1, "to", md.Sequence.Stream-1)
-			}
-		}
-		s.handle(m.Subject(), m.Headers(), m.Data())
-		if mdErr == nil {
-			s.lastSeq.Store(md.Sequence.Stream)
-		}
-		if !s.ready.Load() && mdErr == nil && (md.Sequence.Stream >= s.readySeq || md.NumPending == 0) {
-			s.ready.Store(true)
-			s.log.Info("KV event replay caught up", "stream", s.cfg.Stream, "seq", md.Sequence.Stream)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", s.cfg.Stream, err)
-	}
-	s.cc, s.mode = cc, "jetstream"
-	return nil
-}
-
 func (s *EventSource) onMsg(m *nats.Msg) { s.handle(m.Subject, m.Header, m.Data) }
+
+func isProtobuf(subject string, hdr nats.Header) bool {
+	return strings.HasSuffix(subject, ProtobufSuffix) || hdr.Get("Content-Type") == ProtobufContentType
+}
 
 // handle decodes one message and hands its events on. It serialises
 // callers, so the handler sees events one at a time.
@@ -179,16 +171,20 @@ func (s *EventSource) handle(subject string, hdr nats.Header, data []byte) {
 	s.messages.Add(1)
 	var evs []kv.Event
 	var err error
-	if strings.HasSuffix(subject, ".pb") || hdr.Get("Content-Type") == ProtobufContentType {
+	pb := isProtobuf(subject, hdr)
+	if pb {
 		evs, err = events.DecodeProto(data)
 	} else {
 		evs, err = events.DecodeRouterEventsJSON(data)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
 	if err != nil {
 		reason := "json"
-		if strings.HasSuffix(subject, ".pb") || hdr.Get("Content-Type") == ProtobufContentType {
+		if pb {
 			reason = "protobuf"
 		}
 		s.malformed[reason]++
@@ -207,7 +203,9 @@ func (s *EventSource) handle(subject string, hdr nats.Header, data []byte) {
 // track detects per-rank event-id gaps. The event is applied either way:
 // a gap means lost events (the index may miss blocks until they are
 // stored again or the worker is re-dumped), a step back means a replay
-// or an engine restart (its Cleared event resets the worker).
+// or an engine restart (its Cleared event resets the worker; re-applying
+// a Stored or Removed the index already reflects changes nothing). After
+// a step back, ids are counted from the new one.
 func (s *EventSource) track(ev *kv.Event) {
 	last, seen := s.lastID[ev.Worker]
 	switch {
@@ -223,7 +221,7 @@ func (s *EventSource) track(ev *kv.Event) {
 // Ready reports whether the replay (if any) has caught up.
 func (s *EventSource) Ready() bool { return s.ready.Load() }
 
-// Mode is "jetstream" or "subscription".
+// Mode is ModeJetStream or ModeSubscription.
 func (s *EventSource) Mode() string { return s.mode }
 
 // Stats returns a copy of the counters.
@@ -244,8 +242,17 @@ func (s *EventSource) Stats() EventStats {
 // without JetStream).
 func (s *EventSource) LastStreamSeq() uint64 { return s.lastSeq.Load() }
 
-// Close stops the subscription.
+// Close stops the subscription. When it returns the handler is not
+// running and will not be called again. Safe to call twice.
 func (s *EventSource) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.done)
 	if s.cc != nil {
 		s.cc.Stop()
 	}
@@ -255,4 +262,5 @@ func (s *EventSource) Close() {
 	if s.extra != nil {
 		_ = s.extra.Unsubscribe()
 	}
+	s.wg.Wait()
 }

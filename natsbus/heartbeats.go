@@ -1,8 +1,10 @@
 package natsbus
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,11 +22,22 @@ type HeartbeatSource struct {
 	malformed atomic.Uint64
 	log       *slog.Logger
 	limiter   logLimiter
+
+	mu     sync.Mutex // held around the handler, so Close can wait for it
+	closed bool
 }
 
-// StartHeartbeatSource subscribes to subject. The handler runs on the
-// subscription's goroutine and must not block for long.
+// StartHeartbeatSource subscribes to subject (DefaultWorkersSubject if
+// empty). The handler runs on the subscription's goroutine, one
+// heartbeat at a time, and must not block for long. Malformed
+// heartbeats are dropped and counted.
 func StartHeartbeatSource(nc *nats.Conn, subject string, log *slog.Logger, handler func(events.Heartbeat)) (*HeartbeatSource, error) {
+	if handler == nil {
+		return nil, errors.New("heartbeat source: handler is required")
+	}
+	if subject == "" {
+		subject = DefaultWorkersSubject
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -35,21 +48,32 @@ func StartHeartbeatSource(nc *nats.Conn, subject string, log *slog.Logger, handl
 		if err != nil {
 			h.malformed.Add(1)
 			if ok, suppressed := h.limiter.allow(time.Now()); ok {
-				h.log.Debug("dropped malformed heartbeat", "err", err, "suppressed", suppressed)
+				h.log.Debug("dropped malformed heartbeat", "subject", m.Subject, "err", err, "suppressed", suppressed)
 			}
 			return
 		}
-		handler(hb)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !h.closed {
+			handler(hb)
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
 	}
 	h.sub = sub
+	awaitSubscribed(nc, subject, log)
 	return h, nil
 }
 
 // Stats returns (received, malformed).
 func (h *HeartbeatSource) Stats() (uint64, uint64) { return h.received.Load(), h.malformed.Load() }
 
-// Close unsubscribes.
-func (h *HeartbeatSource) Close() { _ = h.sub.Unsubscribe() }
+// Close unsubscribes. When it returns the handler is not running and
+// will not be called again.
+func (h *HeartbeatSource) Close() {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	_ = h.sub.Unsubscribe()
+}
