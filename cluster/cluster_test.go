@@ -287,7 +287,7 @@ func TestLargeBatchDeliveredIntact(t *testing.T) {
 	// The sender counts after the send returns, which may be after B
 	// applied the event.
 	deadline := time.Now().Add(2 * time.Second)
-	for st := a.node.Stats(); st.TCPMessages == 0 || st.BytesSent < 3200; st = a.node.Stats() {
+	for st := a.node.Stats(); st.TCPMessages+st.StreamMessages == 0 || st.BytesSent < 3200; st = a.node.Stats() {
 		if time.Now().After(deadline) {
 			t.Fatalf("A stats = %+v, want the batch sent over TCP", st)
 		}

@@ -107,6 +107,7 @@ func (n *Node) memberUp(node *memberlist.Node) {
 		n.refreshPeersLocked()
 	}
 	e.sender.node.Store(&copied)
+	e.sender.streamPort.Store(int32(meta.StreamPort))
 }
 
 func (n *Node) memberDown(name string) {

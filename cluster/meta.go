@@ -12,6 +12,9 @@ type nodeMeta struct {
 	ReplicaID string `json:"id"`
 	HTTPAddr  string `json:"http,omitempty"`
 	Version   string `json:"v,omitempty"`
+	// StreamPort is the port of the persistent gossip stream listener, on
+	// the node's memberlist address (0: none, use memberlist's paths).
+	StreamPort int `json:"sp,omitempty"`
 }
 
 // encodeMeta fails when the encoding exceeds memberlist's MetaMaxSize,

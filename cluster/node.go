@@ -64,6 +64,7 @@ type Node struct {
 	leaveOnce   sync.Once
 	stopOnce    sync.Once
 	leaveErr    error
+	streams     *streams
 }
 
 // Start validates cfg, starts memberlist and the Node's goroutines and
@@ -77,8 +78,15 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrInvalidConfig)
 	}
-	meta, err := encodeMeta(cfg.meta())
+	st, err := listenStreams(cfg.BindAddr)
 	if err != nil {
+		return nil, err
+	}
+	m := cfg.meta()
+	m.StreamPort = st.port()
+	meta, err := encodeMeta(m)
+	if err != nil {
+		st.ln.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	n := &Node{
@@ -94,6 +102,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		batcherStop: make(chan struct{}),
 		batcherDone: make(chan struct{}),
 		stop:        make(chan struct{}),
+		streams:     st,
 	}
 	n.peers.Store(&[]*peerSender{})
 
@@ -102,9 +111,12 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 	mc.Events = memberDelegate{n}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		st.ln.Close()
 		return nil, fmt.Errorf("cluster: start memberlist: %w", err)
 	}
 	n.ml = ml
+	n.wg.Add(1)
+	go n.acceptStreams()
 
 	n.wg.Add(1)
 	go n.runApply()
@@ -226,6 +238,7 @@ func (n *Node) Shutdown() {
 			n.log.Warn("cluster: memberlist shutdown", "err", err)
 		}
 		close(n.stop)
+		n.closeStreams()
 		n.wg.Wait()
 		n.log.Info("cluster: node stopped")
 	})

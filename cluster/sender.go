@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"errors"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -23,10 +25,12 @@ type outbound struct {
 // peerSender owns the sends to one peer, so a slow or unreachable peer
 // (a TCP dial waiting out TCPTimeout) delays nobody else.
 type peerSender struct {
-	name string
-	node atomic.Pointer[memberlist.Node] // latest address, from join/update
-	out  chan outbound
-	quit chan struct{} // closed when the peer departs
+	name       string
+	node       atomic.Pointer[memberlist.Node] // latest address, from join/update
+	streamPort atomic.Int32                    // from the peer's metadata
+	conn       net.Conn                        // persistent stream; sender goroutine only
+	out        chan outbound
+	quit       chan struct{} // closed when the peer departs
 }
 
 // startSender is called under memMu.
@@ -44,6 +48,9 @@ func (n *Node) runSender(p *peerSender) {
 		case <-n.stop:
 			return
 		case <-p.quit:
+			if p.conn != nil {
+				p.conn.Close()
+			}
 			return
 		case o := <-p.out:
 			if o.buf != nil {
@@ -61,6 +68,14 @@ func (n *Node) send(p *peerSender, o outbound) {
 	if node == nil {
 		n.stats.sendErrors.Add(1)
 		return
+	}
+	if err := n.sendStream(p, o.buf); err == nil {
+		n.stats.streamMessages.Add(1)
+		n.stats.messagesSent.Add(1)
+		n.stats.bytesSent.Add(uint64(len(o.buf)))
+		return
+	} else if !errors.Is(err, errNoStream) {
+		n.log.Debug("cluster: stream send failed; falling back to memberlist", "peer", p.name, "err", err)
 	}
 	var err error
 	if !o.reliable && len(o.buf) <= n.cfg.udpLimit() {

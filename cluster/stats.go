@@ -11,6 +11,7 @@ type Stats struct {
 	MessagesSent    uint64 // messages handed to memberlist, all peers and kinds
 	UDPMessages     uint64 // of which over UDP (SendBestEffort)
 	TCPMessages     uint64 // of which over TCP (SendReliable)
+	StreamMessages  uint64 // of which over the peer's persistent stream
 	BytesSent       uint64 // encoded bytes of MessagesSent
 	SendErrors      uint64 // memberlist send failures
 	PeerQueueDrops  uint64 // messages dropped because a peer's queue was full
@@ -39,6 +40,7 @@ type Stats struct {
 type counters struct {
 	eventsPublished, eventsDropped, eventsSent, batches            atomic.Uint64
 	messagesSent, udpMessages, tcpMessages, bytesSent, sendErrors  atomic.Uint64
+	streamMessages                                                 atomic.Uint64
 	peerQueueDrops, messagesReceived, inboxDrops, malformed        atomic.Uint64
 	eventsReceived, echoesIgnored, staleEvents, eventsLost         atomic.Uint64
 	digestsSent, digestsReceived, digestMismatches, repairRequests atomic.Uint64
@@ -50,7 +52,7 @@ func (c *counters) snapshot() Stats {
 		EventsPublished: c.eventsPublished.Load(), EventsDropped: c.eventsDropped.Load(),
 		EventsSent: c.eventsSent.Load(), Batches: c.batches.Load(),
 		MessagesSent: c.messagesSent.Load(), UDPMessages: c.udpMessages.Load(),
-		TCPMessages: c.tcpMessages.Load(), BytesSent: c.bytesSent.Load(),
+		TCPMessages: c.tcpMessages.Load(), StreamMessages: c.streamMessages.Load(), BytesSent: c.bytesSent.Load(),
 		SendErrors: c.sendErrors.Load(), PeerQueueDrops: c.peerQueueDrops.Load(),
 		MessagesReceived: c.messagesReceived.Load(), InboxDrops: c.inboxDrops.Load(),
 		Malformed: c.malformed.Load(), EventsReceived: c.eventsReceived.Load(),
