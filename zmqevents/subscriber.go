@@ -1,0 +1,352 @@
+package zmqevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+// Options configures how subscribers deliver events.
+type Options struct {
+	// BlockSize is the router's block size (required).
+	BlockSize int
+	// Handler receives every index event. Calls for one worker are
+	// serialised and in order; different workers call it concurrently.
+	// The event is only valid during the call.
+	Handler func(*kv.Event)
+	Logger  *slog.Logger
+	// ReplayTimeout bounds one replay request (default 5 s).
+	ReplayTimeout time.Duration
+	// RetryInterval paces reconnection attempts (default 250 ms).
+	RetryInterval time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.BlockSize <= 0 {
+		return o, fmt.Errorf("zmqevents: block size %d must be positive", o.BlockSize)
+	}
+	if o.Handler == nil {
+		return o, errors.New("zmqevents: nil handler")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ReplayTimeout <= 0 {
+		o.ReplayTimeout = 5 * time.Second
+	}
+	if o.RetryInterval <= 0 {
+		o.RetryInterval = 250 * time.Millisecond
+	}
+	return o, nil
+}
+
+// Stats counts what subscribers saw. Fields add up across workers.
+type Stats struct {
+	Messages      uint64 // batches received live
+	Events        uint64 // raw engine events decoded
+	StoredBlocks  uint64 // blocks in Stored events delivered to the handler
+	Malformed     uint64 // frames or events dropped as malformed
+	Duplicates    uint64 // live batches already applied from a replay
+	Replays       uint64 // replay requests answered
+	ReplayErrors  uint64 // replay requests that failed or timed out
+	Replayed      uint64 // batches applied from replays
+	Lost          uint64 // sequence numbers neither received nor replayed
+	Restarts      uint64 // sequence went backwards: the engine restarted
+	RefSuppressed uint64 // duplicate stores/removals absorbed by RefCounter
+}
+
+func (s *Stats) add(o Stats) {
+	s.Messages += o.Messages
+	s.Events += o.Events
+	s.StoredBlocks += o.StoredBlocks
+	s.Malformed += o.Malformed
+	s.Duplicates += o.Duplicates
+	s.Replays += o.Replays
+	s.ReplayErrors += o.ReplayErrors
+	s.Replayed += o.Replayed
+	s.Lost += o.Lost
+	s.Restarts += o.Restarts
+	s.RefSuppressed += o.RefSuppressed
+}
+
+type counters struct {
+	messages, events, storedBlocks, malformed, duplicates   atomic.Uint64
+	replays, replayErrors, replayed, lost, restarts, refSup atomic.Uint64
+}
+
+// Subscriber receives one worker's KV events: one SUB socket per DP rank.
+type Subscriber struct {
+	cfg  WorkerEndpoint
+	opts Options
+	conv Converter
+	log  *slog.Logger
+	c    counters
+
+	mu   sync.Mutex // serialises RefCounter and Handler across ranks
+	refs *RefCounter
+	out  []kv.Event
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// StartSubscriber validates cfg and starts receiving. In bind mode the
+// listening sockets are open when it returns (a port in use is an error);
+// in connect mode it keeps dialling in the background until Close.
+func StartSubscriber(ctx context.Context, cfg WorkerEndpoint, opts Options) (*Subscriber, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Subscriber{
+		cfg: cfg, opts: opts, conv: Converter{BlockSize: opts.BlockSize}, refs: NewRefCounter(), cancel: cancel,
+		log: opts.Logger.With("worker_id", uint64(cfg.WorkerID)),
+	}
+	streams := make([]*rankStream, cfg.ranks())
+	for i := range streams {
+		rs, err := s.newRankStream(ctx, i)
+		if err != nil {
+			cancel()
+			for _, o := range streams[:i] {
+				o.sock.Close()
+			}
+			return nil, err
+		}
+		streams[i] = rs
+	}
+	for _, rs := range streams {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			rs.run(ctx)
+		}()
+	}
+	return s, nil
+}
+
+// Close stops every rank and waits for them; no Handler call happens
+// after it returns.
+func (s *Subscriber) Close() error {
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// Endpoint is the configuration the subscriber was started with.
+func (s *Subscriber) Endpoint() WorkerEndpoint { return s.cfg }
+
+// Stats returns the subscriber's counters.
+func (s *Subscriber) Stats() Stats {
+	c := &s.c
+	return Stats{
+		Messages: c.messages.Load(), Events: c.events.Load(), StoredBlocks: c.storedBlocks.Load(),
+		Malformed: c.malformed.Load(), Duplicates: c.duplicates.Load(), Replays: c.replays.Load(),
+		ReplayErrors: c.replayErrors.Load(), Replayed: c.replayed.Load(), Lost: c.lost.Load(),
+		Restarts: c.restarts.Load(), RefSuppressed: c.refSup.Load(),
+	}
+}
+
+// deliver converts a batch's events and passes what the RefCounter lets
+// through to the handler.
+func (s *Subscriber) deliver(m *Message, defaultRank uint32) {
+	w := kv.WorkerWithDpRank{WorkerID: s.cfg.WorkerID, DpRank: defaultRank}
+	if m.Batch.HasDPRank {
+		w.DpRank = m.Batch.DPRank
+	}
+	s.c.events.Add(uint64(len(m.Batch.Events)))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range m.Batch.Events {
+		ev, err := s.conv.Convert(&m.Batch.Events[i], w, m.Seq)
+		if err != nil {
+			s.c.malformed.Add(1)
+			s.log.Debug("dropped malformed kv event", "seq", m.Seq, "err", err)
+			continue
+		}
+		s.emitLocked(&ev)
+	}
+}
+
+// clearWorker tells the index the worker's caches are empty on every
+// tier (the index clears all ranks of a worker on Cleared).
+func (s *Subscriber) clearWorker(rank uint32, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tier := range kv.NumTiers {
+		ev := kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: s.cfg.WorkerID, DpRank: rank}, EventID: seq,
+			Kind: kv.EventCleared, Tier: tier}
+		s.emitLocked(&ev)
+	}
+}
+
+func (s *Subscriber) emitLocked(ev *kv.Event) {
+	before := s.refs.Suppressed
+	s.out = s.refs.Filter(ev, s.out[:0])
+	s.c.refSup.Add(s.refs.Suppressed - before)
+	for i := range s.out {
+		s.c.storedBlocks.Add(uint64(len(s.out[i].Blocks)))
+		s.opts.Handler(&s.out[i])
+	}
+	clear(s.out) // do not pin the events' slices
+}
+
+// rankStream follows one rank's publisher.
+type rankStream struct {
+	s              *Subscriber
+	rank           uint32
+	endpoint       string
+	replayEndpoint string
+	sock           zmq4.Socket
+
+	started  bool   // next is meaningful
+	next     uint64 // next sequence number to apply
+	haveLive bool
+	lastLive uint64 // last sequence number received on the SUB socket
+}
+
+func (s *Subscriber) newRankStream(ctx context.Context, i int) (*rankStream, error) {
+	ep, _ := OffsetEndpoint(s.cfg.Endpoint, i) // validated
+	rs := &rankStream{s: s, rank: s.cfg.DPStartRank + uint32(i), endpoint: ep}
+	if s.cfg.ReplayEndpoint != "" {
+		rs.replayEndpoint, _ = OffsetEndpoint(s.cfg.ReplayEndpoint, i)
+	}
+	rs.sock = zmq4.NewSub(ctx, zmq4.WithLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)),
+		zmq4.WithDialerRetry(s.opts.RetryInterval), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
+	if err := rs.sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
+		rs.sock.Close()
+		return nil, fmt.Errorf("subscribe to topic %q: %w", s.cfg.Topic, err)
+	}
+	if s.cfg.Bind {
+		if err := rs.sock.Listen(listenAddress(ep)); err != nil {
+			rs.sock.Close()
+			return nil, fmt.Errorf("worker %d rank %d: listen on %s: %w", s.cfg.WorkerID, rs.rank, ep, err)
+		}
+	}
+	return rs, nil
+}
+
+func (rs *rankStream) run(ctx context.Context) {
+	defer rs.sock.Close()
+	log := rs.s.log.With("dp_rank", rs.rank, "endpoint", rs.endpoint)
+	if !rs.s.cfg.Bind {
+		// Dial retries until the engine is up or ctx ends.
+		if err := rs.sock.Dial(rs.endpoint); err != nil {
+			if ctx.Err() == nil {
+				log.Error("cannot connect to kv event publisher", "err", err)
+			}
+			return
+		}
+	}
+	if rs.replayEndpoint != "" {
+		// A late router catches up on what it missed, as far as the
+		// engine's replay buffer reaches back.
+		rs.replayFrom(ctx, 0)
+	}
+	for {
+		msg, err := rs.sock.Recv()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			log.Debug("kv event receive failed", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(rs.s.opts.RetryInterval):
+			}
+			continue
+		}
+		rs.onLive(ctx, msg.Frames)
+	}
+}
+
+// onLive applies one live publication, repairing gaps by replay and
+// detecting restarts by the sequence going back.
+func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
+	c := &rs.s.c
+	if len(frames) != 3 {
+		c.malformed.Add(1)
+		return
+	}
+	seq, err := DecodeSeq(frames[1])
+	if err != nil {
+		c.malformed.Add(1)
+		return
+	}
+	c.messages.Add(1)
+	if rs.haveLive && seq <= rs.lastLive {
+		c.restarts.Add(1)
+		rs.s.log.Info("kv event sequence went back: engine restarted", "dp_rank", rs.rank, "seq", seq, "last", rs.lastLive)
+		rs.s.clearWorker(rs.rank, seq)
+		rs.started, rs.next = true, 0
+	}
+	rs.haveLive, rs.lastLive = true, seq
+	switch {
+	case rs.started && seq < rs.next:
+		c.duplicates.Add(1)
+		return
+	case rs.started && seq > rs.next:
+		if rs.replayEndpoint != "" {
+			rs.replayFrom(ctx, rs.next)
+		}
+		if seq < rs.next { // the replay already covered this batch
+			c.duplicates.Add(1)
+			return
+		}
+		if seq > rs.next {
+			c.lost.Add(seq - rs.next)
+		}
+	}
+	rs.started, rs.next = true, seq+1
+	rs.apply(seq, frames[0], frames[2])
+}
+
+func (rs *rankStream) apply(seq uint64, topic, payload []byte) {
+	b, err := DecodeBatch(payload)
+	if err != nil {
+		rs.s.c.malformed.Add(1)
+		rs.s.log.Debug("dropped malformed kv event batch", "dp_rank", rs.rank, "seq", seq, "err", err)
+		return
+	}
+	rs.s.deliver(&Message{Topic: string(topic), Seq: seq, Batch: b}, rs.rank)
+}
+
+// replayFrom asks the engine's replay socket for every buffered batch from
+// start on and applies those not applied yet, in order.
+func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
+	c := &rs.s.c
+	err := Replay(ctx, rs.replayEndpoint, start, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) {
+		if rs.started && seq < rs.next {
+			return
+		}
+		if rs.started && seq > rs.next {
+			c.lost.Add(seq - rs.next)
+		}
+		rs.started, rs.next = true, seq+1
+		c.replayed.Add(1)
+		rs.apply(seq, nil, payload)
+	})
+	if err != nil {
+		c.replayErrors.Add(1)
+		if ctx.Err() == nil {
+			rs.s.log.Warn("kv event replay failed", "dp_rank", rs.rank, "from_seq", start, "err", err)
+		}
+		return
+	}
+	c.replays.Add(1)
+	if !rs.started { // an empty buffer: the engine has published nothing yet
+		rs.started, rs.next = true, start
+	}
+}
