@@ -40,6 +40,8 @@ type Config struct {
 	SnapshotBucket          string        `flag:"snapshot-bucket" help:"JetStream object store bucket for index snapshots"`
 	HeartbeatTimeout        time.Duration `flag:"heartbeat-timeout" help:"remove a worker whose heartbeats stopped for this long"`
 	StaticWorkers           []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size] workers registered without heartbeats"`
+	ZMQEvents               bool          `flag:"zmq-events" help:"subscribe to workers that announce a kv_events_endpoint (vLLM/SGLang ZMQ publishers)"`
+	ZMQEndpoints            []string      `flag:"zmq-endpoints" help:"comma-separated id=tcp://host:port[;replay=tcp://host:port][;dp=N][;bind] engines publishing KV events on ZMQ"`
 
 	// ---- routing (Dynamo names) ----
 	BlockSize                  int           `flag:"block-size" help:"KV block size in tokens; workers must match"`
@@ -94,6 +96,7 @@ func Default() Config {
 		KVEventsStream:   "KVROUTER_KV_EVENTS",
 		KVEventsMaxAge:   time.Hour,
 		HeartbeatTimeout: 10 * time.Second,
+		ZMQEvents:        true,
 
 		RouterSnapshotThreshold: 1_000_000,
 		SnapshotInterval:        5 * time.Second,
@@ -139,6 +142,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if _, err := ParseStaticWorkers(c.StaticWorkers); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := ParseZMQEndpoints(c.ZMQEndpoints); err != nil {
 		errs = append(errs, err)
 	}
 	ac := c.Actors()

@@ -80,3 +80,21 @@ func TestParseStaticWorkers(t *testing.T) {
 		}
 	}
 }
+
+func TestParseZMQEndpoints(t *testing.T) {
+	eps, err := ParseZMQEndpoints([]string{"3=tcp://10.0.0.5:5557;replay=tcp://10.0.0.5:5558;dp=2", "4=tcp://*:6000;bind"})
+	if err != nil || len(eps) != 2 {
+		t.Fatalf("%+v %v", eps, err)
+	}
+	if eps[0] != (ZMQEndpoint{WorkerID: 3, Endpoint: "tcp://10.0.0.5:5557", Replay: "tcp://10.0.0.5:5558", DPSize: 2}) {
+		t.Errorf("first: %+v", eps[0])
+	}
+	if !eps[1].Bind || eps[1].DPSize != 1 {
+		t.Errorf("second: %+v", eps[1])
+	}
+	for _, bad := range []string{"tcp://h:1", "x=tcp://h:1", "3=", "3=tcp://h:1;dp=0", "3=tcp://h:1;colour=red"} {
+		if _, err := ParseZMQEndpoints([]string{bad}); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+}

@@ -45,3 +45,51 @@ func ParseStaticWorkers(specs []string) ([]StaticWorker, error) {
 	}
 	return out, nil
 }
+
+// ZMQEndpoint is a worker whose engine publishes KV events on ZMQ, given
+// by --zmq-endpoints as "id=tcp://host:5557[;replay=tcp://host:5558][;dp=N][;bind]".
+type ZMQEndpoint struct {
+	WorkerID uint64
+	Endpoint string
+	Replay   string
+	DPSize   int
+	Bind     bool
+}
+
+// ParseZMQEndpoints parses the --zmq-endpoints entries.
+func ParseZMQEndpoints(specs []string) ([]ZMQEndpoint, error) {
+	var out []ZMQEndpoint
+	for _, spec := range specs {
+		id, rest, ok := strings.Cut(spec, "=")
+		if !ok {
+			return nil, fmt.Errorf("zmq endpoint %q: want id=tcp://host:port[;replay=...][;dp=N][;bind]", spec)
+		}
+		n, err := strconv.ParseUint(id, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("zmq endpoint %q: id: %w", spec, err)
+		}
+		parts := strings.Split(rest, ";")
+		ep := ZMQEndpoint{WorkerID: n, Endpoint: parts[0], DPSize: 1}
+		if ep.Endpoint == "" {
+			return nil, fmt.Errorf("zmq endpoint %q: empty address", spec)
+		}
+		for _, p := range parts[1:] {
+			switch k, v, _ := strings.Cut(p, "="); k {
+			case "replay":
+				ep.Replay = v
+			case "dp":
+				size, err := strconv.Atoi(v)
+				if err != nil || size < 1 {
+					return nil, fmt.Errorf("zmq endpoint %q: dp must be a positive integer", spec)
+				}
+				ep.DPSize = size
+			case "bind":
+				ep.Bind = true
+			default:
+				return nil, fmt.Errorf("zmq endpoint %q: unknown option %q", spec, k)
+			}
+		}
+		out = append(out, ep)
+	}
+	return out, nil
+}

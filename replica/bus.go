@@ -23,6 +23,7 @@ type bus struct {
 	url        string
 	embedded   *natsbus.Embedded
 	snapshots  *natsbus.SnapshotStore // nil without JetStream
+	zmq        *zmqLink               // nil with --zmq-events=false
 	nc         *nats.Conn
 	events     *natsbus.EventSource
 	heartbeats *natsbus.HeartbeatSource
@@ -63,6 +64,11 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ZMQEvents || len(cfg.ZMQEndpoints) > 0 {
+		if b.zmq, err = startZMQ(cfg, router, log); err != nil {
+			return nil, err
+		}
+	}
 	b.heartbeats, err = natsbus.StartHeartbeatSource(b.nc, cfg.WorkersSubject, log, func(hb events.Heartbeat) {
 		if hb.BlockSize != 0 && int(hb.BlockSize) != cfg.BlockSize {
 			m.WorkerRejected("block_size_mismatch")
@@ -72,6 +78,9 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 			return
 		}
 		router.RegisterWorker(hb.Proto(), false)
+		if b.zmq != nil {
+			b.zmq.heartbeat(hb)
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -109,6 +118,9 @@ func (b *bus) addState(st *metrics.State) {
 			st.Counters = append(st.Counters, metrics.Counter{Name: "kv_events_malformed", Source: reason, Value: n})
 		}
 	}
+	if b.zmq != nil {
+		b.zmq.addState(st)
+	}
 	if b.heartbeats != nil {
 		recv, bad := b.heartbeats.Stats()
 		st.Counters = append(st.Counters,
@@ -124,6 +136,9 @@ func (b *bus) Close() {
 	}
 	if b.heartbeats != nil {
 		b.heartbeats.Close()
+	}
+	if b.zmq != nil {
+		b.zmq.Close()
 	}
 	if b.nc != nil {
 		_ = b.nc.Drain()
