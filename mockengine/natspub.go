@@ -49,7 +49,8 @@ func (p *NATSPublisher) PublishHeartbeat(ctx context.Context, hb Heartbeat) erro
 		WorkerID: uint64(hb.WorkerID), URL: hb.URL, DataParallelStartRank: hb.DataParallelStartRank,
 		DataParallelSize: uint32(hb.DataParallelSize), BlockSize: uint32(hb.BlockSize),
 		TotalKVBlocks: uint64(hb.TotalKVBlocks), ModelName: hb.ModelName,
-		MaxNumBatchedTokens: uint64(hb.MaxNumBatchedTokens),
+		MaxNumBatchedTokens: uint64(hb.MaxNumBatchedTokens), KVEventsEndpoint: hb.KVEventsEndpoint,
+		ReplayEndpoint: hb.ReplayEndpoint,
 	})
 	if err != nil {
 		return err

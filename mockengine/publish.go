@@ -19,6 +19,10 @@ type Heartbeat struct {
 	TotalKVBlocks         int
 	ModelName             string
 	MaxNumBatchedTokens   int
+	// KVEventsEndpoint and ReplayEndpoint announce a ZMQ event publisher
+	// (rank 0's addresses; rank i adds i to the port). Empty with NATS.
+	KVEventsEndpoint string
+	ReplayEndpoint   string
 }
 
 // Publisher carries a worker's KV events and heartbeats to routers

@@ -12,10 +12,11 @@ import (
 
 // Replay asks a vLLM replay ROUTER for every buffered batch with a
 // sequence number >= start and calls fn for each, in the order sent, until
-// the end marker (sequence EndSeq with an empty payload). A fresh DEALER
+// the end marker (sequence EndSeq with an empty payload) or until fn
+// returns an error, which Replay returns. A fresh DEALER
 // per request means a timed-out replay can never leak late replies into
 // the next one.
-func Replay(ctx context.Context, endpoint string, start uint64, timeout time.Duration, fn func(seq uint64, payload []byte)) error {
+func Replay(ctx context.Context, endpoint string, start uint64, timeout time.Duration, fn func(seq uint64, payload []byte) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	d := zmq4.NewDealer(ctx, zmq4.WithLogger(log.New(io.Discard, "", 0)), zmq4.WithDialerMaxRetries(0))
@@ -47,6 +48,8 @@ func Replay(ctx context.Context, endpoint string, start uint64, timeout time.Dur
 		if seq == EndSeq {
 			return nil
 		}
-		fn(seq, frames[1])
+		if err := fn(seq, frames[1]); err != nil {
+			return err
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/zeebo/xxh3"
 
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -214,6 +215,9 @@ type rankStream struct {
 	next     uint64 // next sequence number to apply
 	haveLive bool
 	lastLive uint64 // last sequence number received on the SUB socket
+	// lastPayload fingerprints the payload applied as next-1, so a gap
+	// can be told apart from a restart the SUB socket did not see.
+	lastPayload uint64
 }
 
 func (s *Subscriber) newRankStream(ctx context.Context, i int) (*rankStream, error) {
@@ -299,7 +303,7 @@ func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
 		return
 	case rs.started && seq > rs.next:
 		if rs.replayEndpoint != "" {
-			rs.replayFrom(ctx, rs.next)
+			rs.repairGap(ctx)
 		}
 		if seq < rs.next { // the replay already covered this batch
 			c.duplicates.Add(1)
@@ -314,6 +318,7 @@ func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
 }
 
 func (rs *rankStream) apply(seq uint64, topic, payload []byte) {
+	rs.lastPayload = xxh3.Hash(payload)
 	b, err := DecodeBatch(payload)
 	if err != nil {
 		rs.s.c.malformed.Add(1)
@@ -327,9 +332,9 @@ func (rs *rankStream) apply(seq uint64, topic, payload []byte) {
 // start on and applies those not applied yet, in order.
 func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
 	c := &rs.s.c
-	err := Replay(ctx, rs.replayEndpoint, start, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) {
+	err := Replay(ctx, rs.replayEndpoint, start, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) error {
 		if rs.started && seq < rs.next {
-			return
+			return nil
 		}
 		if rs.started && seq > rs.next {
 			c.lost.Add(seq - rs.next)
@@ -337,6 +342,7 @@ func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
 		rs.started, rs.next = true, seq+1
 		c.replayed.Add(1)
 		rs.apply(seq, nil, payload)
+		return nil
 	})
 	if err != nil {
 		c.replayErrors.Add(1)
@@ -348,5 +354,56 @@ func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
 	c.replays.Add(1)
 	if !rs.started { // an empty buffer: the engine has published nothing yet
 		rs.started, rs.next = true, start
+	}
+}
+
+// errRestarted stops a verifying replay whose first batch is not the one
+// applied last.
+var errRestarted = errors.New("replayed batch differs from the one applied: the engine restarted")
+
+// repairGap replays what the SUB socket missed. It asks from the last
+// applied batch and checks that batch is unchanged: when the engine
+// restarted and published past the old sequence before the SUB socket
+// reconnected, the sequence never goes back, but the batch at that number
+// is a different one. Then the worker is cleared and replayed from 0.
+func (rs *rankStream) repairGap(ctx context.Context) {
+	if rs.next == 0 {
+		rs.replayFrom(ctx, 0)
+		return
+	}
+	verify := rs.next - 1
+	c := &rs.s.c
+	err := Replay(ctx, rs.replayEndpoint, verify, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) error {
+		switch {
+		case seq == verify:
+			if xxh3.Hash(payload) != rs.lastPayload {
+				return errRestarted
+			}
+			return nil
+		case seq < rs.next:
+			return nil
+		case seq > rs.next:
+			c.lost.Add(seq - rs.next)
+		}
+		rs.next = seq + 1
+		c.replayed.Add(1)
+		rs.apply(seq, nil, payload)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errRestarted):
+		c.replays.Add(1)
+		c.restarts.Add(1)
+		rs.s.log.Info("kv event replay shows a different batch: engine restarted", "dp_rank", rs.rank, "seq", verify)
+		rs.s.clearWorker(rs.rank, verify)
+		rs.next = 0
+		rs.replayFrom(ctx, 0)
+	case err != nil:
+		c.replayErrors.Add(1)
+		if ctx.Err() == nil {
+			rs.s.log.Warn("kv event replay failed", "dp_rank", rs.rank, "from_seq", verify, "err", err)
+		}
+	default:
+		c.replays.Add(1)
 	}
 }
