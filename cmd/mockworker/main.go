@@ -1,7 +1,9 @@
 // Command mockworker runs a simulated LLM engine (package mockengine): an
 // OpenAI-style /v1/completions API over a paged KV cache with prefix
 // caching and continuous batching, publishing KV events and heartbeats to
-// NATS like a real worker, so a router can be exercised without GPUs.
+// NATS like a real worker (or, with --kv-events zmq, KV events in vLLM's
+// ZMQ + msgpack format with a replay socket), so a router can be exercised
+// without GPUs.
 //
 // Every flag is also an environment variable MOCKWORKER_<UPPER_SNAKE>
 // (flags win). The chosen URL is printed on stdout; logs go to stderr.
@@ -52,6 +54,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv, err := mockengine.NewServer(o.server, pub)
 	if err != nil {
 		return err
+	}
+	if zp, ok := pub.(*mockengine.ZMQPublisher); ok {
+		zp.TapEngine(srv.Engine()) // the vLLM format carries token ids
 	}
 	ln, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {

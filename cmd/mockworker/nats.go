@@ -11,10 +11,49 @@ import (
 	"github.com/kvrouter/kvrouter/mockengine"
 )
 
-// connectPublisher connects to NATS when --nats-url is set. Without it the
-// worker publishes nothing and the returned publisher is nil. The close
-// function flushes what is buffered and disconnects.
+// connectPublisher returns the worker's publisher: with --kv-events zmq a
+// ZMQ publisher (heartbeats forwarded to NATS when --nats-url is set),
+// else NATS when --nats-url is set, else nil (nothing is published). The
+// close function flushes what is buffered and disconnects.
 func connectPublisher(ctx context.Context, o options, log *slog.Logger) (mockengine.Publisher, func(), error) {
+	if o.kvEvents == "zmq" {
+		return connectZMQPublisher(ctx, o, log)
+	}
+	return connectNATSPublisher(ctx, o, log)
+}
+
+// connectZMQPublisher binds the vLLM-style sockets. Heartbeats still need
+// NATS: they announce the ZMQ endpoints to routers.
+func connectZMQPublisher(ctx context.Context, o options, log *slog.Logger) (mockengine.Publisher, func(), error) {
+	var heartbeats mockengine.Publisher
+	closeNATS := func() {}
+	if o.natsURL != "" {
+		p, closeFn, err := connectNATSPublisher(ctx, o, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		heartbeats, closeNATS = p, closeFn
+	} else {
+		log.Info("no --nats-url: heartbeats are not published; routers must be given the ZMQ endpoints")
+	}
+	zp, err := mockengine.NewZMQPublisher(mockengine.ZMQPublisherConfig{
+		Endpoint: o.zmqEndpoint, ReplayEndpoint: o.zmqReplayEndpoint, DPSize: o.server.Engine.DPSize,
+		Encoding: o.zmqEncoding, BlockSize: o.server.Engine.BlockSize, Heartbeats: heartbeats, Logger: log,
+	})
+	if err != nil {
+		closeNATS()
+		return nil, nil, fmt.Errorf("zmq kv event publisher: %w", err)
+	}
+	log.Info("publishing kv events over zmq", "endpoint", zp.Endpoint(), "replay_endpoint", zp.ReplayEndpoint(),
+		"encoding", o.zmqEncoding)
+	return zp, func() {
+		zp.Close()
+		closeNATS()
+	}, nil
+}
+
+// connectNATSPublisher connects to NATS when --nats-url is set.
+func connectNATSPublisher(ctx context.Context, o options, log *slog.Logger) (mockengine.Publisher, func(), error) {
 	if o.natsURL == "" {
 		log.Info("no --nats-url: KV events and heartbeats are not published")
 		return nil, func() {}, nil

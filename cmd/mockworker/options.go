@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
+	"github.com/kvrouter/kvrouter/zmqevents"
 )
 
 // envPrefix prefixes the environment variable of every flag.
@@ -28,9 +29,16 @@ type options struct {
 	natsURL         string
 	kvEventsSubject string
 	workersSubject  string
-	logLevel        slog.Level
-	workerID        uint64
-	server          mockengine.ServerConfig
+	// kvEvents is the KV event transport: "nats" (Dynamo RouterEvent
+	// JSON) or "zmq" (vLLM's ZMQ + msgpack format; heartbeats stay on
+	// NATS when --nats-url is set).
+	kvEvents          string
+	zmqEndpoint       string
+	zmqReplayEndpoint string
+	zmqEncoding       zmqevents.Encoding
+	logLevel          slog.Level
+	workerID          uint64
+	server            mockengine.ServerConfig
 }
 
 // parseOptions reads flags over environment variables over defaults.
@@ -44,6 +52,10 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS server for KV events and heartbeats (empty: publish nothing)")
 	fs.StringVar(&o.kvEventsSubject, "kv-events-subject", "kvrouter.kv_events", "subject of KV events")
 	fs.StringVar(&o.workersSubject, "workers-subject", "kvrouter.workers", "subject of heartbeats")
+	fs.StringVar(&o.kvEvents, "kv-events", "nats", "KV event transport: nats (RouterEvent JSON) or zmq (vLLM wire format)")
+	fs.StringVar(&o.zmqEndpoint, "zmq-endpoint", "tcp://*:5557", "with --kv-events zmq: PUB bind address of dp rank 0 (rank i adds i to the port)")
+	fs.StringVar(&o.zmqReplayEndpoint, "zmq-replay-endpoint", "tcp://*:5558", "with --kv-events zmq: replay ROUTER bind address of rank 0 (empty: no replay)")
+	zmqEncoding := fs.String("zmq-encoding", "array", "with --kv-events zmq: array (vLLM <= 0.23) or map (newer vLLM) msgpack layout")
 	fs.DurationVar(&o.server.HeartbeatInterval, "heartbeat-interval", o.server.HeartbeatInterval, "period of heartbeats")
 	fs.StringVar(&o.server.PublicURL, "public-url", "", "URL announced in heartbeats (default http://<listen address>)")
 	fs.DurationVar(&o.server.ShutdownGrace, "shutdown-grace", o.server.ShutdownGrace, "how long requests in flight may finish after SIGTERM")
@@ -80,6 +92,20 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	}
 	if err := o.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return o, fmt.Errorf("log level: %w", err)
+	}
+	enc, err := zmqevents.ParseEncoding(*zmqEncoding)
+	if err != nil {
+		return o, err
+	}
+	o.zmqEncoding = enc
+	switch o.kvEvents {
+	case "nats":
+	case "zmq":
+		if o.zmqEndpoint == "" {
+			return o, fmt.Errorf("--kv-events zmq needs --zmq-endpoint")
+		}
+	default:
+		return o, fmt.Errorf("--kv-events %q: want nats or zmq", o.kvEvents)
 	}
 	if o.natsURL != "" && (o.kvEventsSubject == "" || o.workersSubject == "") {
 		return o, fmt.Errorf("with --nats-url, --kv-events-subject and --workers-subject must not be empty")
