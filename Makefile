@@ -2,7 +2,7 @@
 GO            ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
-RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./test/...
+RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./zmqevents/... ./test/...
 
 .PHONY: system-deps build test test-race vet fmt-check bench proto demo deps fuzz cluster
 
