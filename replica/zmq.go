@@ -88,7 +88,9 @@ func (z *zmqLink) prune(every time.Duration) {
 			return
 		case <-t.C:
 		}
-		reg, err := z.router.Registry(contextWithTimeout(5 * time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		reg, err := z.router.Registry(ctx)
+		cancel()
 		if err != nil {
 			continue
 		}
@@ -121,12 +123,4 @@ func (z *zmqLink) Close() {
 	close(z.stop)
 	<-z.done
 	_ = z.mgr.Close()
-}
-
-// contextWithTimeout is a background context bounded by d; the timer is
-// released when it fires (the callers do one short call with it).
-func contextWithTimeout(d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	time.AfterFunc(d, cancel)
-	return ctx
 }
