@@ -25,6 +25,7 @@ type Config struct {
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"how long to drain HTTP and actors on SIGTERM"`
 	MaxBodyBytes    int64         `flag:"max-body-bytes" help:"largest accepted HTTP request body (413 above)"`
 	Proxy           bool          `flag:"proxy" help:"serve OpenAI-compatible /v1/completions by routing and forwarding to workers"`
+	Pprof           bool          `flag:"pprof" help:"serve Go profiles under /debug/pprof/ (for operators chasing CPU or memory)"`
 	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the decision path allocates per request and the live heap is mostly the index, so a higher target trades memory for CPU; 0 keeps the runtime's (or GOGC's) setting"`
 
 	// ---- NATS ----

@@ -26,7 +26,12 @@ func (t *TokenIDs) UnmarshalJSON(b []byte) error {
 		return errors.New("token_ids must be an array of integers")
 	}
 	body := b[1 : len(b)-1]
-	out := make([]uint32, 0, len(body)/5+1)
+	// Reuse the slice's array when it is large enough (as encoding/json
+	// does for slices): the route handler recycles token buffers.
+	out := (*t)[:0]
+	if want := len(body)/5 + 1; cap(out) < want {
+		out = make([]uint32, 0, want)
+	}
 	i, n := 0, len(body)
 	for {
 		for i < n && isSpace(body[i]) {
@@ -98,7 +103,20 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 // the client itself on failure (413 or 400) and returns false. When
 // tokens is non-nil, the body's "token_ids" go there by the fast path.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any, tokens ...**TokenIDs) bool {
-	body, err := readBody(w, r, limit)
+	return decodeBodyBuf(w, r, limit, nil, dst, tokens...)
+}
+
+// decodeBodyBuf is decodeBody reading into *buf when it is large enough
+// (and leaving there the buffer it used, for recycling).
+func decodeBodyBuf(w http.ResponseWriter, r *http.Request, limit int64, buf *[]byte, dst any, tokens ...**TokenIDs) bool {
+	var reuse []byte
+	if buf != nil {
+		reuse = (*buf)[:0]
+	}
+	body, err := readBody(w, r, limit, reuse)
+	if buf != nil && err == nil {
+		*buf = body
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -145,12 +163,16 @@ func parseUint(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
 // readBody reads a whole body under limit, sized from Content-Length
 // when the client sent one (prompts are tens of kilobytes; growing a
 // buffer by doubling copies them several times).
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	if r.ContentLength <= 0 || r.ContentLength > limit {
 		return io.ReadAll(rd)
 	}
-	buf := make([]byte, r.ContentLength)
+	if int64(cap(buf)) >= r.ContentLength {
+		buf = buf[:r.ContentLength]
+	} else {
+		buf = make([]byte, r.ContentLength)
+	}
 	if _, err := io.ReadFull(rd, buf); err != nil {
 		return nil, err
 	}

@@ -22,6 +22,9 @@ func unmarshalWithTokens(body []byte, dst any, tokens **TokenIDs) error {
 		return json.Unmarshal(body, dst)
 	}
 	var ids TokenIDs
+	if *tokens != nil {
+		ids = (**tokens)[:0] // a recycled buffer
+	}
 	if err := ids.UnmarshalJSON(body[start:end]); err != nil {
 		return err // names the element: "token_ids[3]: ..."
 	}

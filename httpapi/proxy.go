@@ -51,7 +51,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, s.opts.MaxBodyBytes)
+	body, err := readBody(w, r, s.opts.MaxBodyBytes, nil)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

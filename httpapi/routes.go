@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+	"sync"
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/kv"
@@ -96,9 +97,24 @@ func validateOverride(o *ConfigOverride) error {
 	)
 }
 
+// maxScratchTokens keeps one huge prompt from pinning a huge buffer.
+const maxScratchTokens = 1 << 17
+
+// routeScratch holds a route request's body and token buffers between
+// requests: prompts are tens of kilobytes, and allocating them afresh per
+// decision was most of the router's garbage.
+type routeScratch struct {
+	body   []byte
+	tokens TokenIDs
+}
+
+var routeScratchPool = sync.Pool{New: func() any { return &routeScratch{} }}
+
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	sc := routeScratchPool.Get().(*routeScratch)
 	var body RouteBody
-	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body, &body.TokenIDs) {
+	body.TokenIDs = &sc.tokens
+	if !decodeBodyBuf(w, r, s.opts.MaxBodyBytes, &sc.body, &body, &body.TokenIDs) {
 		return
 	}
 	msg, err := body.toMessage()
@@ -108,8 +124,15 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	reply, err := s.opts.Router.Route(r.Context(), msg)
 	if err != nil {
+		// The scheduler may still hold the tokens (a timed-out decision
+		// finishes later): the buffers are not recycled.
 		s.writeRouterError(w, err)
 		return
+	}
+	// The scheduler replied, so it is done with the request's tokens.
+	if body.TokenIDs != nil && cap(*body.TokenIDs) <= maxScratchTokens && cap(sc.body) <= 8*maxScratchTokens {
+		sc.tokens = (*body.TokenIDs)[:0]
+		routeScratchPool.Put(sc)
 	}
 	res := RouteResult{
 		WorkerID: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -36,7 +37,9 @@ type Options struct {
 	// generated block once the expected output length is exceeded.
 	OutputBlockDecayFloor float64
 	TrackOutputBlocks     bool
-	Log                   *slog.Logger
+	// Pprof serves Go profiles under /debug/pprof/.
+	Pprof bool
+	Log   *slog.Logger
 }
 
 // Server serves the API.
@@ -81,6 +84,12 @@ func New(opts Options) *Server {
 	if opts.Proxy {
 		s.handle("POST /v1/completions", "completions", s.completions)
 		s.handle("POST /v1/chat/completions", "chat_completions", s.chatCompletions)
+	}
+	if opts.Pprof {
+		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)

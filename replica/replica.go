@@ -139,7 +139,7 @@ func (r *Replica) serveHTTP() error {
 	api := httpapi.New(httpapi.Options{
 		Router: r.router, Metrics: r.metrics, BlockSize: r.cfg.BlockSize, MaxBodyBytes: r.cfg.MaxBodyBytes,
 		Ready: r.Ready, Proxy: r.cfg.Proxy, TrackOutputBlocks: r.cfg.RouterTrackOutputBlocks,
-		OutputBlockDecayFloor: r.cfg.ProxyOutputBlockDecayFloor, Log: r.log,
+		OutputBlockDecayFloor: r.cfg.ProxyOutputBlockDecayFloor, Pprof: r.cfg.Pprof, Log: r.log,
 	})
 	ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
 	if err != nil {
