@@ -190,7 +190,13 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 // in approximate mode, predicts its blocks as cached there), and gossips.
 func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Decision, cfg scheduling.Config) {
 	isl := uint64(len(p.req.TokenIds))
-	prefill := isl - min(d.CachedTokens, isl)
+	cached := d.CachedTokens
+	if o := p.overlaps[d.Worker]; o != nil && o.Predicted {
+		// Predicted blocks attract the request but are not in the
+		// engine's cache yet: it will prefill them, so they count as load.
+		_, cached = scheduling.CacheHitEstimate(cfg, s.cfg.BlockSize, o.ConfirmedDeviceBlocks, 0, 0)
+	}
+	prefill := isl - min(cached, isl)
 	hashes := make([]uint64, len(p.seqs))
 	for i, h := range p.seqs {
 		hashes[i] = uint64(h)

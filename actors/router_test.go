@@ -488,3 +488,29 @@ func TestSlowShardDoesNotHangDecisions(t *testing.T) {
 		t.Fatal("degraded decision not reported")
 	}
 }
+
+// A request routed on predicted blocks still counts their prefill: the
+// engine has not stored them yet, so it computes them.
+func TestPredictedOverlapStillCountsPrefill(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.Index.PredictedTTL = 5 * time.Second })
+	register(r, 1)
+	waitWorkers(t, r, 1)
+	tokens := prompt(320, 12)
+	if _, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "a", TokenIds: tokens, UpdateStates: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "prediction applied", func() bool {
+		again, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
+		return err == nil && again.OverlapBlocks == 20
+	})
+	if _, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "b", TokenIds: tokens, UpdateStates: true}); err != nil {
+		t.Fatal(err)
+	}
+	loads, err := r.PotentialLoads(ctxT(t), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loads.Loads[0].PotentialPrefillTokens; got != 2*320 {
+		t.Fatalf("prefill load %d, want both prompts in full (640)", got)
+	}
+}

@@ -153,11 +153,16 @@ func (a *shardActor) apply(m *messages.KvEvent) {
 func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 	local := toLocal(m.LocalHashes)
 	matches := a.tree().FindMatches(local)
+	var predicted map[kv.WorkerWithDpRank]uint32 // confirmed depth of predicted rows
 	if a.st.pred != nil && !a.st.approx {
 		for w, p := range a.st.pred.FindMatches(local) {
 			if t, ok := matches[w]; !ok || p.Device > t.Device {
 				// The prediction extends the device prefix; lower-tier
 				// continuation no longer lines up, so it is dropped.
+				if predicted == nil {
+					predicted = map[kv.WorkerWithDpRank]uint32{}
+				}
+				predicted[w] = t.Device
 				matches[w] = index.TierMatch{Device: p.Device, TreeSize: t.TreeSize}
 			}
 		}
@@ -172,6 +177,10 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 			DiskBlocks:   t.Disk,
 			TreeSize:     t.TreeSize,
 		})
+		if confirmed, ok := predicted[w]; ok {
+			o := reply.Overlaps[len(reply.Overlaps)-1]
+			o.Predicted, o.ConfirmedDeviceBlocks = true, confirmed
+		}
 	}
 	return reply
 }

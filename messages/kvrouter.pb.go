@@ -639,14 +639,20 @@ func (x *ScoreRequest) GetLocalHashes() []uint64 {
 }
 
 type WorkerOverlap struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	DeviceBlocks  uint32                 `protobuf:"varint,2,opt,name=device_blocks,json=deviceBlocks,proto3" json:"device_blocks,omitempty"` // consecutive prefix blocks on the device tier
-	HostBlocks    uint32                 `protobuf:"varint,3,opt,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`       // blocks continuing the prefix on host memory
-	DiskBlocks    uint32                 `protobuf:"varint,4,opt,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`       // blocks continuing the prefix on disk
-	TreeSize      uint64                 `protobuf:"varint,5,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`             // blocks the worker has indexed on the device tier
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Worker       *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	DeviceBlocks uint32                 `protobuf:"varint,2,opt,name=device_blocks,json=deviceBlocks,proto3" json:"device_blocks,omitempty"` // consecutive prefix blocks on the device tier
+	HostBlocks   uint32                 `protobuf:"varint,3,opt,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`       // blocks continuing the prefix on host memory
+	DiskBlocks   uint32                 `protobuf:"varint,4,opt,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`       // blocks continuing the prefix on disk
+	TreeSize     uint64                 `protobuf:"varint,5,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`             // blocks the worker has indexed on the device tier
+	// predicted_blocks is set when device_blocks comes from this replica's
+	// own routing predictions rather than the engine's events: the engine
+	// has not stored those blocks yet, so a request routed on them still
+	// prefills them.
+	Predicted             bool   `protobuf:"varint,6,opt,name=predicted,proto3" json:"predicted,omitempty"`
+	ConfirmedDeviceBlocks uint32 `protobuf:"varint,7,opt,name=confirmed_device_blocks,json=confirmedDeviceBlocks,proto3" json:"confirmed_device_blocks,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *WorkerOverlap) Reset() {
@@ -710,6 +716,20 @@ func (x *WorkerOverlap) GetDiskBlocks() uint32 {
 func (x *WorkerOverlap) GetTreeSize() uint64 {
 	if x != nil {
 		return x.TreeSize
+	}
+	return 0
+}
+
+func (x *WorkerOverlap) GetPredicted() bool {
+	if x != nil {
+		return x.Predicted
+	}
+	return false
+}
+
+func (x *WorkerOverlap) GetConfirmedDeviceBlocks() uint32 {
+	if x != nil {
+		return x.ConfirmedDeviceBlocks
 	}
 	return 0
 }
@@ -3221,7 +3241,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\"L\n" +
 	"\fScoreRequest\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12!\n" +
-	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"\xc4\x01\n" +
+	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"\x9a\x02\n" +
 	"\rWorkerOverlap\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12#\n" +
 	"\rdevice_blocks\x18\x02 \x01(\rR\fdeviceBlocks\x12\x1f\n" +
@@ -3229,7 +3249,9 @@ const file_kvrouter_proto_rawDesc = "" +
 	"hostBlocks\x12\x1f\n" +
 	"\vdisk_blocks\x18\x04 \x01(\rR\n" +
 	"diskBlocks\x12\x1b\n" +
-	"\ttree_size\x18\x05 \x01(\x04R\btreeSize\"w\n" +
+	"\ttree_size\x18\x05 \x01(\x04R\btreeSize\x12\x1c\n" +
+	"\tpredicted\x18\x06 \x01(\bR\tpredicted\x126\n" +
+	"\x17confirmed_device_blocks\x18\a \x01(\rR\x15confirmedDeviceBlocks\"w\n" +
 	"\fOverlapReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x126\n" +
