@@ -49,6 +49,10 @@ func (r *Report) linePlot(path, title, ylabel string, value func(Point) float64,
 	p.X.Label.Text = "offered QPS"
 	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
+	// Top left: the curves that matter (the baselines queueing) climb to
+	// the top right.
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(8)
 	var args []any
 	for _, name := range AllPolicies {
 		if name == PolicyOracle && !withOracle {
