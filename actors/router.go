@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -326,6 +327,12 @@ func (r *Router) ActiveRequests(ctx context.Context, origin *string) ([]*message
 // ApplyRemote applies a peer replica's active-sequence change.
 func (r *Router) ApplyRemote(ev *messages.SequenceEvent) {
 	r.system.Root.Send(r.scheduler, ev)
+}
+
+// ApplyRemoteBatch applies a run of one peer's changes, in order, as one
+// message. evs is copied: the caller may reuse the slice.
+func (r *Router) ApplyRemoteBatch(evs []*messages.SequenceEvent) {
+	r.system.Root.Send(r.scheduler, &messages.SequenceEventBatch{Events: slices.Clone(evs)})
 }
 
 // DropOrigin forgets every request a departed replica owned.

@@ -99,6 +99,10 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.lifecycle(ctx, m)
 	case *messages.SequenceEvent:
 		s.remote(ctx, m)
+	case *messages.SequenceEventBatch:
+		for _, ev := range m.Events {
+			s.remote(ctx, ev)
+		}
 	case *messages.DropOrigin:
 		s.dropOrigin(ctx, m.Origin)
 	case *messages.ReplaceOrigin:

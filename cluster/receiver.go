@@ -129,22 +129,46 @@ func (r *receiver) handleBatch(evs []*messages.SequenceEvent, now time.Time) {
 // after each one: that is the only moment our view and the digest describe
 // the same Seq.
 func (r *receiver) release(st *originState, evs []*messages.SequenceEvent, now time.Time) {
-	for _, ev := range evs {
-		if !r.n.withOrigin(st.name, st.epoch, func() { r.n.sink.ApplyRemote(ev) }) {
+	defer clear(evs) // scratch slice: do not pin events
+	bs, batched := r.n.sink.(BatchSink)
+	for rest := evs; len(rest) > 0; {
+		n := 1
+		if batched {
+			// A run ends at a pending digest's Seq, so the digest is
+			// compared exactly where the origin computed it.
+			n = len(rest)
+			if d := st.digest; d != nil {
+				for i, ev := range rest {
+					if ev.GetSeq() == d.Seq {
+						n = i + 1
+						break
+					}
+				}
+			}
+		}
+		run := rest[:n]
+		rest = rest[n:]
+		ok := r.n.withOrigin(st.name, st.epoch, func() {
+			if batched {
+				bs.ApplyRemoteBatch(run)
+			} else {
+				r.n.sink.ApplyRemote(run[0])
+			}
+		})
+		if !ok {
 			return
 		}
-		r.n.stats.eventsReceived.Add(1)
+		r.n.stats.eventsReceived.Add(uint64(len(run)))
 		if rp := st.repair; rp != nil {
-			if len(rp.log) >= maxRepairLog {
+			if len(rp.log)+len(run) > maxRepairLog {
 				st.repair = nil
 				r.n.stats.repairsAbandoned.Add(1)
 			} else {
-				rp.log = append(rp.log, ev)
+				rp.log = append(rp.log, run...)
 			}
 		}
 		r.checkDigest(st, now)
 	}
-	clear(evs) // scratch slice: do not pin events
 }
 
 func (r *receiver) checkDigest(st *originState, now time.Time) {

@@ -56,3 +56,11 @@ type Sink interface {
 	// make them ask for a repair again and again.
 	OwnedRequests(ctx context.Context) ([]*messages.SequenceEvent, error)
 }
+
+// BatchSink is an optional Sink extension: a run of one origin's events,
+// in Seq order, handed over at once (one actor message instead of one per
+// event: applying peers' events is the cluster's main cost per decision).
+// The slice belongs to the Node: the sink must copy it if it keeps it.
+type BatchSink interface {
+	ApplyRemoteBatch(evs []*messages.SequenceEvent)
+}

@@ -113,7 +113,10 @@ func (r *Replica) Members() []cluster.Member {
 type routerSink struct{ r *actors.Router }
 
 func (s routerSink) ApplyRemote(ev *messages.SequenceEvent) { s.r.ApplyRemote(ev) }
-func (s routerSink) DropOrigin(origin string)               { s.r.DropOrigin(origin) }
+
+// ApplyRemoteBatch implements cluster.BatchSink.
+func (s routerSink) ApplyRemoteBatch(evs []*messages.SequenceEvent) { s.r.ApplyRemoteBatch(evs) }
+func (s routerSink) DropOrigin(origin string)                       { s.r.DropOrigin(origin) }
 func (s routerSink) ReplaceOrigin(origin string, evs []*messages.SequenceEvent) {
 	s.r.ReplaceOrigin(origin, evs)
 }
