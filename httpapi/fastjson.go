@@ -17,13 +17,17 @@ import (
 // well-formed object the fast path steps aside and encoding/json reports
 // the error as usual.
 func unmarshalWithTokens(body []byte, dst any, tokens **TokenIDs) error {
+	// A recycled buffer may be pre-set in *tokens; it must never stand in
+	// for an absent token_ids.
+	reuse := *tokens
+	*tokens = nil
 	start, end, ok := findTopLevelArray(body, "token_ids")
 	if !ok {
 		return json.Unmarshal(body, dst)
 	}
 	var ids TokenIDs
-	if *tokens != nil {
-		ids = (**tokens)[:0] // a recycled buffer
+	if reuse != nil {
+		ids = (*reuse)[:0]
 	}
 	if err := ids.UnmarshalJSON(body[start:end]); err != nil {
 		return err // names the element: "token_ids[3]: ..."

@@ -212,3 +212,23 @@ func drain(resp *http.Response) (int64, error) {
 	defer resp.Body.Close()
 	return io.Copy(io.Discard, resp.Body)
 }
+
+// Recycled token buffers never leak into the next request: a body without
+// token_ids is "required", not "empty", and a short prompt after a long
+// one decodes exactly.
+func TestRouteBuffersAreNotShared(t *testing.T) {
+	s, _ := newTestServer(t, 1)
+	long := `{"update_states":false,"token_ids":[` + strings.Repeat("7,", 63) + `7]}`
+	for i := 0; i < 3; i++ {
+		if code, out := do(t, s, "POST", "/route", long); code != 200 {
+			t.Fatalf("long prompt: %d %v", code, out)
+		}
+		code, out := do(t, s, "POST", "/route", `{"update_states":false}`)
+		if code != 400 || !strings.Contains(out["error"].(string), "required") {
+			t.Fatalf("missing token_ids: %d %v", code, out)
+		}
+		if code, out := do(t, s, "POST", "/route", `{"update_states":false,"token_ids":[1,2]}`); code != 200 || out["overlap_blocks"] != 0.0 {
+			t.Fatalf("short prompt: %d %v", code, out)
+		}
+	}
+}
