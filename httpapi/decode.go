@@ -17,7 +17,7 @@ import (
 type TokenIDs []uint32
 
 func (t *TokenIDs) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
+	b = trimJSONSpace(b) // not bytes.TrimSpace: JSON's whitespace is narrower
 	if bytes.Equal(b, []byte("null")) {
 		*t = nil
 		return nil
@@ -80,6 +80,17 @@ func (t *TokenIDs) UnmarshalJSON(b []byte) error {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
+
+// trimJSONSpace trims JSON whitespace (space, tab, CR, LF) from both ends.
+func trimJSONSpace(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
 
 // errorBody is every error response: {"error": "..."} plus optional
 // queue figures on 429.
