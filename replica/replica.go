@@ -47,6 +47,7 @@ type Replica struct {
 
 	// warm: the KV-event replay caught up and the shards applied it.
 	warm      atomic.Bool
+	wasReady  atomic.Bool   // warm-up done once: from then on only NATS gates readiness
 	snapshots atomic.Uint64 // index snapshots stored
 
 	shutdownOnce sync.Once
@@ -194,12 +195,21 @@ func (r *Replica) Ready() error {
 	if err := r.bus.Ready(); err != nil {
 		return err
 	}
+	if r.wasReady.Load() {
+		// Warm-up conditions gate the first readiness only: a peer's
+		// digest lagging under load later must not flip every replica
+		// out of the load balancer at once.
+		return nil
+	}
 	if !r.warm.Load() {
 		return errors.New("KV event replay is being applied to the index")
 	}
 	if r.cluster != nil {
-		return r.cluster.node.PeersSynced()
+		if err := r.cluster.node.PeersSynced(); err != nil {
+			return err
+		}
 	}
+	r.wasReady.Store(true)
 	return nil
 }
 
