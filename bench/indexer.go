@@ -32,7 +32,12 @@ type IndexerBenchConfig struct {
 	SyncEvery int
 	// Shards is the router's indexer shard count (0 = GOMAXPROCS).
 	Shards int
-	Logger *slog.Logger
+	// FullRoute times whole routing decisions (hash, shards, load,
+	// select) instead of index lookups only (hash, every shard's
+	// FindMatches, merged overlap scores), which is what Dynamo's
+	// Mooncake indexer benchmark times.
+	FullRoute bool
+	Logger    *slog.Logger
 }
 
 // IndexerBenchResult is what one replay measured.
@@ -104,7 +109,7 @@ func RunIndexerBench(ctx context.Context, cfg IndexerBenchConfig) (IndexerBenchR
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, n, e := queryLoop(ctx, router, recs, &pos, replayDone, uint64(q))
+			l, n, e := queryLoop(ctx, router, recs, &pos, replayDone, uint64(q), cfg.FullRoute)
 			mu.Lock()
 			lat, queries, qerrs = append(lat, l...), queries+n, qerrs+e
 			mu.Unlock()
@@ -206,7 +211,7 @@ func replay(ctx context.Context, router *actors.Router, steps [][]*kv.Event, syn
 // queryLoop routes prompts of requests just ahead of the replay (those a
 // router would be asked about next) until the replay ends. The prompt is
 // synthesized outside the timed section.
-func queryLoop(ctx context.Context, router *actors.Router, recs []TraceRecord, pos *atomic.Int64, done <-chan struct{}, seed uint64) ([]time.Duration, int, int) {
+func queryLoop(ctx context.Context, router *actors.Router, recs []TraceRecord, pos *atomic.Int64, done <-chan struct{}, seed uint64, fullRoute bool) ([]time.Duration, int, int) {
 	r := rand.New(rand.NewPCG(seed, 17))
 	synth := NewTraceSynth()
 	var lat []time.Duration
@@ -227,7 +232,11 @@ func queryLoop(ctx context.Context, router *actors.Router, recs []TraceRecord, p
 			continue
 		}
 		start := time.Now()
-		_, err = router.Route(ctx, &messages.RouteRequest{RequestId: fmt.Sprintf("q-%d-%d", seed, n), TokenIds: toks})
+		if fullRoute {
+			_, err = router.Route(ctx, &messages.RouteRequest{RequestId: fmt.Sprintf("q-%d-%d", seed, n), TokenIds: toks})
+		} else {
+			_, err = router.OverlapScores(ctx, toks, "")
+		}
 		lat = append(lat, time.Since(start))
 		n++
 		if err != nil && !errors.Is(err, context.Canceled) {

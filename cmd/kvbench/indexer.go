@@ -22,6 +22,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&cfg.Queriers, "queriers", 2, "goroutines issuing routing queries (update_states=false) during the replay")
 	fs.IntVar(&cfg.SyncEvery, "sync-every", 64, "trace requests between waits for the shards to catch up")
 	fs.IntVar(&cfg.Shards, "shards", 0, "indexer shards (0 = GOMAXPROCS)")
+	fs.BoolVar(&cfg.FullRoute, "full-route", false, "time whole routing decisions instead of index lookups (Dynamo's benchmark times lookups)")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
 	if err := fs.Parse(args); err != nil {
 		return err
