@@ -124,19 +124,14 @@ func decodeBodyBuf(w http.ResponseWriter, r *http.Request, limit int64, buf *[]b
 	if buf != nil {
 		reuse = (*buf)[:0]
 	}
-	body, err := readBody(w, r, limit, reuse)
-	if buf != nil && err == nil {
-		*buf = body
-	}
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", limit)
-			return false
-		}
-		writeError(w, http.StatusBadRequest, "read body: %v", err)
+	body, ok := readBodyOrFail(w, r, limit, reuse)
+	if !ok {
 		return false
 	}
+	if buf != nil {
+		*buf = body
+	}
+	var err error
 	if len(bytes.TrimSpace(body)) == 0 {
 		writeError(w, http.StatusBadRequest, "empty body: want a JSON object")
 		return false
@@ -170,6 +165,22 @@ func describeJSONError(err error) string {
 }
 
 func parseUint(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
+
+// readBodyOrFail is readBody that answers the client itself (413 for a
+// body over limit, 400 otherwise) and returns false on failure.
+func readBodyOrFail(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, bool) {
+	body, err := readBody(w, r, limit, buf)
+	if err == nil {
+		return body, true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", limit)
+	} else {
+		writeError(w, http.StatusBadRequest, "read body: %v", err)
+	}
+	return nil, false
+}
 
 // readBody reads a whole body under limit, sized from Content-Length
 // when the client sent one (prompts are tens of kilobytes; growing a

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/sequence"
 )
 
 // The proxy is Dynamo's KvPushRouter over HTTP: route, forward to the
@@ -51,14 +52,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, s.opts.MaxBodyBytes, nil)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", s.opts.MaxBodyBytes)
-			return
-		}
-		writeError(w, http.StatusBadRequest, "read body: %v", err)
+	body, ok := readBodyOrFail(w, r, s.opts.MaxBodyBytes, nil)
+	if !ok {
 		return
 	}
 	var fields map[string]json.RawMessage
@@ -246,10 +241,8 @@ func (p *proxied) maybeOutputBlock(tokens uint64) {
 	if !s.opts.TrackOutputBlocks || bs == 0 || tokens%bs != 0 {
 		return
 	}
-	frac := 1.0
-	if p.maxTokens > 0 {
-		frac = max(1-float64(tokens)/float64(p.maxTokens), s.opts.OutputBlockDecayFloor)
-	}
+	frac := sequence.DecayFraction(tokens, p.maxTokens) // 1 when max_tokens is unknown
+	frac = min(max(frac, s.opts.OutputBlockDecayFloor), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = s.opts.Router.AddOutputBlock(ctx, p.requestID, frac)

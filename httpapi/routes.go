@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sort"
 	"sync"
 
 	"github.com/kvrouter/kvrouter/actors"
-	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -275,13 +273,4 @@ func (s *Server) potentialLoads(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"loads": rows})
-}
-
-func sortRanks(ws []kv.WorkerWithDpRank) {
-	sort.Slice(ws, func(i, j int) bool {
-		if ws[i].WorkerID != ws[j].WorkerID {
-			return ws[i].WorkerID < ws[j].WorkerID
-		}
-		return ws[i].DpRank < ws[j].DpRank
-	})
 }
