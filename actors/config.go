@@ -104,6 +104,9 @@ func (c *Config) Validate() error {
 	if c.Index.MaxTreeSize <= 0 {
 		errs = append(errs, fmt.Errorf("router_max_tree_size must be > 0, got %d", c.Index.MaxTreeSize))
 	}
+	if err := c.Sequence.Validate(); err != nil {
+		return err
+	}
 	if err := c.Scheduling.Validate(); err != nil {
 		errs = append(errs, err)
 	}

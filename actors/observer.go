@@ -18,6 +18,9 @@ type Observer interface {
 	EventDropped(reason string)
 	ShardRestarted(shard uint32, intact bool)
 	WorkerRejected(reason string)
+	// StrideMismatch counts a peer's add dropped for its different
+	// router_active_sequence_stride.
+	StrideMismatch()
 	QueueDepth(n int)
 }
 
@@ -31,4 +34,5 @@ func (NopObserver) EventApplied(string)                 {}
 func (NopObserver) EventDropped(string)                 {}
 func (NopObserver) ShardRestarted(uint32, bool)         {}
 func (NopObserver) WorkerRejected(string)               {}
+func (NopObserver) StrideMismatch()                     {}
 func (NopObserver) QueueDepth(int)                      {}

@@ -75,13 +75,9 @@ func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
 
 // askLoads fans a load query out to the sequence actors of p.eligible.
 func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
-	hashes := make([]uint64, len(p.seqs))
-	for i, h := range p.seqs {
-		hashes[i] = uint64(h)
-	}
 	p.loads = make(map[kv.WorkerWithDpRank]*messages.LoadReply, len(p.eligible))
 	p.ranksLeft = 0
-	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: hashes}
+	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: s.sampledHashes(p), PromptBlocks: uint32(len(p.seqs))}
 	for _, w := range p.eligible {
 		r, ok := s.ranks[w]
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/sequence"
 )
 
 func routeErr(code messages.RouteErrorCode, format string, args ...any) *messages.RouteError {
@@ -47,6 +48,18 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	s.askShards(ctx, p)
 	s.askLoads(ctx, p)
 	s.maybeFinish(ctx, p) // no shards and no workers cannot happen, but stay safe
+}
+
+// sampledHashes is the decision's sequence hashes as the sequence actors
+// and peers take them: one per router-active-sequence-stride blocks, in a
+// slice of its own (messages are never shared with later mutation).
+func (s *schedulerActor) sampledHashes(p *pending) []uint64 {
+	stride := s.cfg.Sequence.EffectiveStride()
+	out := make([]uint64, 0, len(p.seqs)/stride)
+	for _, h := range sequence.Sample(p.seqs, stride) {
+		out = append(out, uint64(h))
+	}
+	return out
 }
 
 func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeReuse bool) {
@@ -197,12 +210,9 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		_, cached = scheduling.CacheHitEstimate(cfg, s.cfg.BlockSize, o.ConfirmedDeviceBlocks, 0, 0)
 	}
 	prefill := isl - min(cached, isl)
-	hashes := make([]uint64, len(p.seqs))
-	for i, h := range p.seqs {
-		hashes[i] = uint64(h)
-	}
 	add := &messages.AddRequest{
-		RequestId: p.req.RequestId, Worker: rankMsg(d.Worker), SequenceHashes: hashes,
+		RequestId: p.req.RequestId, Worker: rankMsg(d.Worker), SequenceHashes: s.sampledHashes(p),
+		PromptBlocks: uint32(len(p.seqs)), Stride: uint32(s.cfg.Sequence.EffectiveStride()),
 		PrefillTokens: prefill, ExpectedOutputTokens: p.req.ExpectedOutputTokens,
 		TrackPrefillTokens: cfg.TrackPrefillTokens, Isl: isl,
 	}

@@ -18,10 +18,12 @@ import (
 // every decision in flight. It never blocks: fan-outs are plain messages
 // whose replies come back to it, matched by query id.
 type schedulerActor struct {
-	cfg    Config
-	log    *slog.Logger
-	obs    Observer
-	shards []*actor.PID
+	cfg Config
+	log *slog.Logger
+	// strideWarned: peers whose stride mismatch was logged already.
+	strideWarned map[string]bool
+	obs          Observer
+	shards       []*actor.PID
 
 	workers  map[kv.WorkerID]*workerEntry
 	ranks    map[kv.WorkerWithDpRank]*rankEntry
@@ -277,6 +279,21 @@ func (s *schedulerActor) remote(ctx actor.Context, ev *messages.SequenceEvent) {
 		id, w = d.Add.RequestId, rankOf(d.Add.Worker)
 		if _, known := s.ranks[w]; !known {
 			return // a worker we do not know (yet): nothing to load
+		}
+		if max(d.Add.Stride, 1) != uint32(s.cfg.Sequence.EffectiveStride()) {
+			// Its hashes sample other blocks than ours: counting them
+			// would corrupt the shared-prefix deduplication.
+			s.obs.StrideMismatch()
+			if s.strideWarned[ev.Origin] {
+				return
+			}
+			if s.strideWarned == nil {
+				s.strideWarned = map[string]bool{}
+			}
+			s.strideWarned[ev.Origin] = true // once per peer; the counter keeps the rate
+			s.log.Warn("dropped a peer's add: different router-active-sequence-stride",
+				"origin", ev.Origin, "peer_stride", max(d.Add.Stride, 1), "stride", s.cfg.Sequence.EffectiveStride())
+			return
 		}
 		s.track(id, owner{worker: w, origin: ev.Origin})
 	case *messages.SequenceEvent_PrefillCompleted:

@@ -66,6 +66,7 @@ func (a *sequenceActor) add(m *messages.AddRequest, origin string) {
 		ID:                   m.RequestId,
 		Origin:               origin,
 		SequenceHashes:       toSeq(m.SequenceHashes),
+		PromptBlocks:         uint64(m.PromptBlocks),
 		ISL:                  m.Isl,
 		PrefillTokens:        m.PrefillTokens,
 		TrackPrefill:         m.TrackPrefillTokens,
@@ -107,7 +108,7 @@ func (a *sequenceActor) load(m *messages.LoadQuery) *messages.LoadReply {
 		Worker:              rankMsg(a.worker),
 		ActivePrefillTokens: l.ActivePrefillTokens,
 		ActiveBlocks:        l.ActiveBlocks,
-		NewBlocks:           sequence.CountNewBlocks(a.seqs, m.SequenceHashes),
+		NewBlocks:           sequence.CountNewBlocks(a.seqs, m.SequenceHashes, uint64(m.PromptBlocks)),
 		ActiveRequests:      uint32(l.ActiveRequests),
 	}
 }
@@ -126,6 +127,7 @@ func (a *sequenceActor) requests(q *messages.ActiveRequestsQuery) *messages.Acti
 			Origin: r.Origin,
 			Data: &messages.SequenceEvent_Add{Add: &messages.AddRequest{
 				RequestId: r.ID, Worker: rankMsg(a.worker), SequenceHashes: hashes,
+				PromptBlocks: uint32(r.PromptBlocks), Stride: uint32(a.seqs.Config().EffectiveStride()),
 				PrefillTokens: r.PrefillTokens, ExpectedOutputTokens: r.ExpectedOutputTokens,
 				TrackPrefillTokens: r.TrackPrefill, Isl: r.ISL,
 			}},

@@ -57,6 +57,7 @@ type Config struct {
 	RouterTrackOutputBlocks    bool          `flag:"router-track-output-blocks" help:"count generated blocks as they grow"`
 	RouterTrackPrefillTokens   bool          `flag:"router-track-prefill-tokens" help:"count prompt tokens still to prefill as load"`
 	RouterAssumeKVReuse        bool          `flag:"router-assume-kv-reuse" help:"deduplicate shared prefix blocks in the active-block count"`
+	RouterActiveSequenceStride int           `flag:"router-active-sequence-stride" help:"keep one sequence hash per N prompt blocks in the active-sequence tracker and its gossip (fewer hashes per add on every peer; shared prefixes deduplicated in steps of N blocks); every replica must use the same value"`
 	RouterTTLSecs              float64       `flag:"router-ttl-secs" help:"approximate mode: TTL of predicted blocks"`
 	RouterMaxTreeSize          int           `flag:"router-max-tree-size" help:"approximate mode: max predicted blocks before pruning"`
 	RouterPruneTargetRatio     float64       `flag:"router-prune-target-ratio" help:"approximate mode: prune down to this fraction of the max"`
@@ -115,6 +116,7 @@ func Default() Config {
 		RouterTrackOutputBlocks:    false,
 		RouterTrackPrefillTokens:   sc.TrackPrefillTokens,
 		RouterAssumeKVReuse:        sc.AssumeKVReuse,
+		RouterActiveSequenceStride: 1,
 		RouterTTLSecs:              120,
 		RouterMaxTreeSize:          1 << 20,
 		RouterPruneTargetRatio:     0.8,
@@ -195,6 +197,7 @@ func (c *Config) Actors() actors.Config {
 		TrackOutputBlocks: c.RouterTrackOutputBlocks && c.RouterTrackActiveBlocks,
 		AssumeKVReuse:     c.RouterAssumeKVReuse,
 		ExpiryDuration:    c.StaleRequestExpiry,
+		Stride:            c.RouterActiveSequenceStride,
 	}
 	ac.DefaultMaxNumBatchedTokens = c.MaxNumBatchedTokens
 	ac.DecisionTimeout = c.DecisionTimeout

@@ -808,8 +808,15 @@ type AddRequest struct {
 	ExpectedOutputTokens uint64   `protobuf:"varint,5,opt,name=expected_output_tokens,json=expectedOutputTokens,proto3" json:"expected_output_tokens,omitempty"`
 	TrackPrefillTokens   bool     `protobuf:"varint,6,opt,name=track_prefill_tokens,json=trackPrefillTokens,proto3" json:"track_prefill_tokens,omitempty"`
 	Isl                  uint64   `protobuf:"varint,7,opt,name=isl,proto3" json:"isl,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// prompt_blocks is the prompt's full-block count; with a stride > 1 the
+	// hashes sample one block in `stride` (router_active_sequence_stride), so
+	// the count is not len(sequence_hashes). 0 means len(sequence_hashes).
+	PromptBlocks uint32 `protobuf:"varint,8,opt,name=prompt_blocks,json=promptBlocks,proto3" json:"prompt_blocks,omitempty"`
+	// stride the hashes were sampled with (0 = 1); a peer with another
+	// stride drops the add and counts it, as Dynamo does.
+	Stride        uint32 `protobuf:"varint,9,opt,name=stride,proto3" json:"stride,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddRequest) Reset() {
@@ -887,6 +894,20 @@ func (x *AddRequest) GetTrackPrefillTokens() bool {
 func (x *AddRequest) GetIsl() uint64 {
 	if x != nil {
 		return x.Isl
+	}
+	return 0
+}
+
+func (x *AddRequest) GetPromptBlocks() uint32 {
+	if x != nil {
+		return x.PromptBlocks
+	}
+	return 0
+}
+
+func (x *AddRequest) GetStride() uint32 {
+	if x != nil {
+		return x.Stride
 	}
 	return 0
 }
@@ -1037,7 +1058,8 @@ func (x *AddOutputBlock) GetDecayFrac() float64 {
 type LoadQuery struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	QueryId        uint64                 `protobuf:"varint,1,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
-	SequenceHashes []uint64               `protobuf:"varint,2,rep,packed,name=sequence_hashes,json=sequenceHashes,proto3" json:"sequence_hashes,omitempty"`
+	SequenceHashes []uint64               `protobuf:"varint,2,rep,packed,name=sequence_hashes,json=sequenceHashes,proto3" json:"sequence_hashes,omitempty"` // sampled with the replica's stride
+	PromptBlocks   uint32                 `protobuf:"varint,3,opt,name=prompt_blocks,json=promptBlocks,proto3" json:"prompt_blocks,omitempty"`              // the prompt's full-block count
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1084,6 +1106,13 @@ func (x *LoadQuery) GetSequenceHashes() []uint64 {
 		return x.SequenceHashes
 	}
 	return nil
+}
+
+func (x *LoadQuery) GetPromptBlocks() uint32 {
+	if x != nil {
+		return x.PromptBlocks
+	}
+	return 0
 }
 
 // LoadReply is a worker's current load plus what the prospective request
@@ -3255,7 +3284,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\fOverlapReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x126\n" +
-	"\boverlaps\x18\x03 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\"\xa6\x02\n" +
+	"\boverlaps\x18\x03 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\"\xe3\x02\n" +
 	"\n" +
 	"AddRequest\x12\x1d\n" +
 	"\n" +
@@ -3265,7 +3294,9 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x0eprefill_tokens\x18\x04 \x01(\x04R\rprefillTokens\x124\n" +
 	"\x16expected_output_tokens\x18\x05 \x01(\x04R\x14expectedOutputTokens\x120\n" +
 	"\x14track_prefill_tokens\x18\x06 \x01(\bR\x12trackPrefillTokens\x12\x10\n" +
-	"\x03isl\x18\a \x01(\x04R\x03isl\"5\n" +
+	"\x03isl\x18\a \x01(\x04R\x03isl\x12#\n" +
+	"\rprompt_blocks\x18\b \x01(\rR\fpromptBlocks\x12\x16\n" +
+	"\x06stride\x18\t \x01(\rR\x06stride\"5\n" +
 	"\x14MarkPrefillCompleted\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\",\n" +
@@ -3276,10 +3307,11 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
 	"\n" +
-	"decay_frac\x18\x02 \x01(\x01R\tdecayFrac\"O\n" +
+	"decay_frac\x18\x02 \x01(\x01R\tdecayFrac\"t\n" +
 	"\tLoadQuery\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12'\n" +
-	"\x0fsequence_hashes\x18\x02 \x03(\x04R\x0esequenceHashes\"\xf8\x01\n" +
+	"\x0fsequence_hashes\x18\x02 \x03(\x04R\x0esequenceHashes\x12#\n" +
+	"\rprompt_blocks\x18\x03 \x01(\rR\fpromptBlocks\"\xf8\x01\n" +
 	"\tLoadReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12/\n" +
 	"\x06worker\x18\x02 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x122\n" +

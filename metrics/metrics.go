@@ -25,6 +25,7 @@ type Router struct {
 	eventsDropped   *prometheus.CounterVec
 	shardRestarts   *prometheus.CounterVec
 	workerRejected  *prometheus.CounterVec
+	strideMismatch  prometheus.Counter
 	queueDepth      prometheus.Gauge
 	HTTPRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
@@ -67,6 +68,10 @@ func New() *Router {
 		workerRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_workers_rejected_total", Help: "Worker registrations refused, by reason.",
 		}, []string{"reason"}),
+		strideMismatch: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_active_sequence_stride_mismatches_total",
+			Help: "Peer adds dropped because the peer samples sequence hashes with another router-active-sequence-stride.",
+		}),
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvrouter_queue_depth", Help: "Requests waiting because every eligible worker is over the queue threshold.",
 		}),
@@ -82,7 +87,7 @@ func New() *Router {
 		}),
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded,
-		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.queueDepth,
+		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.queueDepth,
 		m.HTTPRequests, m.ProxyRequests, m.ProxyTTFT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -108,6 +113,7 @@ func (m *Router) DecisionDegraded(reason string) { m.degraded.WithLabelValues(re
 func (m *Router) EventApplied(kind string)       { m.eventsApplied.WithLabelValues(kind).Inc() }
 func (m *Router) EventDropped(reason string)     { m.eventsDropped.WithLabelValues(reason).Inc() }
 func (m *Router) WorkerRejected(reason string)   { m.workerRejected.WithLabelValues(reason).Inc() }
+func (m *Router) StrideMismatch()                { m.strideMismatch.Inc() }
 func (m *Router) QueueDepth(n int)               { m.queueDepth.Set(float64(n)) }
 
 func (m *Router) ShardRestarted(_ uint32, intact bool) {

@@ -27,7 +27,23 @@ type Config struct {
 	// ExpiryDuration is how long a request may stay active before
 	// ExpireStale frees it. Default DefaultExpiryDuration.
 	ExpiryDuration time.Duration
+
+	// Stride (router_active_sequence_stride, default 1) keeps one
+	// sequence hash per Stride prompt blocks: Request.SequenceHashes and
+	// load queries carry Sample(hashes, Stride), and each kept hash stands
+	// for the Stride blocks it ends. Replicas gossip every request's
+	// hashes to every peer, so a stride of 4 cuts that traffic and the
+	// peers' per-block work fourfold, at the price of deduplicating shared
+	// prefixes in steps of Stride blocks. Every replica must use the same
+	// value. 0 means 1.
+	Stride int
 }
+
+// EffectiveStride is Stride with 0 read as 1.
+func (c Config) EffectiveStride() int { return max(c.Stride, 1) }
+
+// MaxStride bounds Stride; beyond it a prompt keeps almost no hashes.
+const MaxStride = 1024
 
 // DefaultConfig returns Dynamo's defaults.
 func DefaultConfig() Config {
@@ -35,6 +51,7 @@ func DefaultConfig() Config {
 		TrackOutputBlocks: false,
 		AssumeKVReuse:     true,
 		ExpiryDuration:    DefaultExpiryDuration,
+		Stride:            1,
 	}
 }
 
@@ -42,6 +59,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.ExpiryDuration <= 0 {
 		return fmt.Errorf("sequence: expiry duration must be positive, got %s", c.ExpiryDuration)
+	}
+	if c.Stride < 0 || c.Stride > MaxStride {
+		return fmt.Errorf("sequence: stride must be in 1..%d, got %d", MaxStride, c.Stride)
 	}
 	return nil
 }

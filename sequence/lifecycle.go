@@ -16,6 +16,7 @@ type RequestInfo struct {
 	ID             string
 	Origin         string
 	SequenceHashes []kv.SequenceHash
+	PromptBlocks   uint64
 	ISL            uint64
 	// PrefillTokens still to compute; 0 once prefill completed or when the
 	// request's prefill is not tracked.
@@ -35,6 +36,7 @@ func (s *ActiveSequences) Requests() []RequestInfo {
 			ID:                   id,
 			Origin:               st.origin,
 			SequenceHashes:       slices.Clone(st.hashes),
+			PromptBlocks:         st.promptBlocks,
 			ISL:                  st.isl,
 			PrefillTokens:        st.pendingPrefill(),
 			TrackPrefill:         st.trackPrefill,
@@ -54,6 +56,7 @@ func (s *ActiveSequences) Restore(info RequestInfo) error {
 		ID:                   info.ID,
 		Origin:               info.Origin,
 		SequenceHashes:       info.SequenceHashes,
+		PromptBlocks:         info.PromptBlocks,
 		ISL:                  info.ISL,
 		PrefillTokens:        info.PrefillTokens,
 		TrackPrefill:         info.TrackPrefill,
@@ -68,6 +71,7 @@ func (s *ActiveSequences) Restore(info RequestInfo) error {
 	s.insert(r.ID, &requestState{
 		origin:          r.Origin,
 		hashes:          slices.Clone(r.SequenceHashes),
+		promptBlocks:    s.promptBlocks(r),
 		isl:             r.ISL,
 		expectedOutput:  r.ExpectedOutputTokens,
 		startedAt:       info.StartedAt,

@@ -33,12 +33,13 @@ func (s *ActiveSequences) AddOutputBlock(id string, decayFrac float64) error {
 	s.exclusiveWeight += float64(st.exclusiveBlocks())*decayFrac - before
 
 	if s.cfg.AssumeKVReuse {
+		stride := float64(s.cfg.EffectiveStride())
 		for _, h := range st.hashes {
 			ref, ok := s.blocks[h]
 			if !ok || ref.refs != 1 {
 				continue
 			}
-			s.sharedWeight += decayFrac - ref.weight
+			s.sharedWeight += stride * (decayFrac - ref.weight)
 			ref.weight = decayFrac
 			s.blocks[h] = ref
 		}

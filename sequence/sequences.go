@@ -36,8 +36,13 @@ type Request struct {
 	ID string
 	// Origin is the router replica that owns the request; "" means this
 	// replica. FreeOrigin drops everything of a dead replica.
-	Origin         string
+	Origin string
+	// SequenceHashes are the prompt's chained block hashes, sampled with
+	// the tracker's stride (see Sample).
 	SequenceHashes []kv.SequenceHash
+	// PromptBlocks is the prompt's full-block count; 0 means it is
+	// len(SequenceHashes)·stride (no trailing partial group).
+	PromptBlocks uint64
 	// ISL is the prompt length in tokens.
 	ISL uint64
 	// PrefillTokens is what the engine still has to compute: ISL minus the
@@ -67,7 +72,8 @@ type blockRef struct {
 
 type requestState struct {
 	origin         string
-	hashes         []kv.SequenceHash
+	hashes         []kv.SequenceHash // sampled with the stride
+	promptBlocks   uint64
 	isl            uint64
 	expectedOutput uint64
 	startedAt      time.Time
@@ -77,7 +83,8 @@ type requestState struct {
 	prefillDone   bool
 
 	// exclusiveBlocks are blocks no other request can share: prompt blocks
-	// when AssumeKVReuse is off, and every output block. They all carry
+	// when AssumeKVReuse is off or when no sampled hash covers them (a
+	// trailing group shorter than the stride), and every output block. They all carry
 	// exclusiveWeight, the request's latest decay fraction.
 	promptPrivate   int
 	outputBlocks    int
@@ -139,6 +146,7 @@ func (s *ActiveSequences) AddRequest(r Request, now time.Time) error {
 	st := &requestState{
 		origin:          r.Origin,
 		hashes:          append([]kv.SequenceHash(nil), r.SequenceHashes...),
+		promptBlocks:    s.promptBlocks(r),
 		isl:             r.ISL,
 		expectedOutput:  r.ExpectedOutputTokens,
 		startedAt:       now,
@@ -148,6 +156,12 @@ func (s *ActiveSequences) AddRequest(r Request, now time.Time) error {
 	}
 	s.insert(r.ID, st)
 	return nil
+}
+
+// promptBlocks is r's block count, defaulted from its sampled hashes.
+func (s *ActiveSequences) promptBlocks(r Request) uint64 {
+	covered := uint64(len(r.SequenceHashes)) * uint64(s.cfg.EffectiveStride())
+	return max(r.PromptBlocks, covered)
 }
 
 func validateRequest(r Request) error {
@@ -161,24 +175,27 @@ func validateRequest(r Request) error {
 	return nil
 }
 
-// insert accounts a fully built request state.
+// insert accounts a fully built request state. Each shared-map entry is
+// one sampled hash standing for stride blocks.
 func (s *ActiveSequences) insert(id string, st *requestState) {
 	if s.cfg.AssumeKVReuse {
+		stride := float64(s.cfg.EffectiveStride())
 		for _, h := range st.hashes {
 			ref := s.blocks[h]
 			if ref.refs == 0 {
-				s.sharedWeight++
+				s.sharedWeight += stride
 			} else {
 				// A decayed block picked up by a new request is needed for
 				// the new request's whole life, so it counts fully again.
-				s.sharedWeight += 1 - ref.weight
+				s.sharedWeight += stride * (1 - ref.weight)
 			}
 			ref.refs++
 			ref.weight = 1
 			s.blocks[h] = ref
 		}
+		st.promptPrivate = int(st.promptBlocks) - len(st.hashes)*s.cfg.EffectiveStride()
 	} else {
-		st.promptPrivate = len(st.hashes)
+		st.promptPrivate = int(st.promptBlocks)
 	}
 	s.exclusiveWeight += float64(st.exclusiveBlocks()) * st.exclusiveWeight
 	s.prefillTokens += st.pendingPrefill()
@@ -219,7 +236,7 @@ func (s *ActiveSequences) remove(id string, st *requestState) {
 			}
 			ref.refs--
 			if ref.refs <= 0 {
-				s.sharedWeight -= ref.weight
+				s.sharedWeight -= float64(s.cfg.EffectiveStride()) * ref.weight
 				delete(s.blocks, h)
 				continue
 			}
@@ -237,18 +254,21 @@ func (s *ActiveSequences) remove(id string, st *requestState) {
 	}
 }
 
-// NewBlocks counts how many of a prospective request's prompt blocks are
-// not already active on this rank: the blocks it would add to ActiveBlocks.
-// With AssumeKVReuse off nothing is shared, so every block is new.
-func (s *ActiveSequences) NewBlocks(hashes []kv.SequenceHash) uint64 {
-	return CountNewBlocks(s, hashes)
+// NewBlocks counts how many of a prospective request's promptBlocks
+// prompt blocks are not already active on this rank: the blocks it would
+// add to ActiveBlocks. hashes are its sequence hashes sampled with the
+// stride. With AssumeKVReuse off nothing is shared, so every block is new.
+func (s *ActiveSequences) NewBlocks(hashes []kv.SequenceHash, promptBlocks uint64) uint64 {
+	return CountNewBlocks(s, hashes, promptBlocks)
 }
 
 // CountNewBlocks is NewBlocks for any uint64-shaped hash slice, so an
 // actor can pass a message's []uint64 without copying it.
-func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H) uint64 {
+func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H, promptBlocks uint64) uint64 {
+	stride := uint64(s.cfg.EffectiveStride())
+	promptBlocks = max(promptBlocks, uint64(len(hashes))*stride)
 	if !s.cfg.AssumeKVReuse {
-		return uint64(len(hashes))
+		return promptBlocks
 	}
 	// Sequence hashes are chained: hash i names the whole prefix up to
 	// block i, and an active request holds every block of its prompt. So
@@ -258,10 +278,10 @@ func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H) uint64 {
 	// to N workers is the router's hottest loop.
 	for i, h := range hashes {
 		if _, ok := s.blocks[kv.SequenceHash(h)]; !ok {
-			return uint64(len(hashes) - i)
+			return promptBlocks - uint64(i)*stride
 		}
 	}
-	return 0
+	return promptBlocks - uint64(len(hashes))*stride
 }
 
 // Load returns the rank's current load in O(1).

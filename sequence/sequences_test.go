@@ -106,7 +106,7 @@ func TestActiveBlocksDedup(t *testing.T) {
 			if got := s.Load().ActiveBlocks; got != tt.wantBlocks {
 				t.Errorf("ActiveBlocks = %v, want %v", got, tt.wantBlocks)
 			}
-			if got := s.NewBlocks(tt.probe); got != tt.wantNew {
+			if got := s.NewBlocks(tt.probe, uint64(len(tt.probe))); got != tt.wantNew {
 				t.Errorf("NewBlocks = %d, want %d", got, tt.wantNew)
 			}
 			for _, id := range tt.free {
@@ -279,7 +279,7 @@ func TestRequestsRestoreRoundTrip(t *testing.T) {
 		t.Fatalf("info b = %+v", b)
 	}
 	infos[1].SequenceHashes[0] = 777 // the snapshot is a copy
-	if src.NewBlocks(hashes(1)) != 0 {
+	if src.NewBlocks(hashes(1), 1) != 0 {
 		t.Fatal("mutating a snapshot changed the tracker")
 	}
 	infos[1].SequenceHashes[0] = 1

@@ -12,19 +12,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/bench"
 	"github.com/kvrouter/kvrouter/cluster"
-	"github.com/kvrouter/kvrouter/replica"
 )
 
 // startHAProxy puts HAProxy (from Debian's packages; `make test` installs
-// it) in front of the replicas, with /readyz health checks and retries on
-// connection failure, as deploy/local/haproxy.cfg does.
-func startHAProxy(t *testing.T, reps []*replica.Replica) string {
+// it) in front of the replicas at addrs (host:port), with /readyz health
+// checks and retries on connection failure, as deploy/local/haproxy.cfg
+// does.
+func startHAProxy(t *testing.T, addrs []string) string {
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
@@ -37,8 +36,8 @@ func startHAProxy(t *testing.T, reps []*replica.Replica) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	var servers strings.Builder
-	for i, r := range reps {
-		fmt.Fprintf(&servers, "    server r%d %s check\n", i, r.HTTPAddr())
+	for i, a := range addrs {
+		fmt.Fprintf(&servers, "    server r%d %s check\n", i, a)
 	}
 	cfg := fmt.Sprintf(`global
     maxconn 1024
@@ -92,20 +91,37 @@ backend replicas
 	return base
 }
 
-// TestFailoverBehindLoadBalancer kills a replica (no leave, sockets shut
-// as by kill -9) while clients send completions through HAProxy: no
-// client request fails, and the peers drop the dead replica's in-flight
-// requests within memberlist's failure-detection bound.
-func TestFailoverBehindLoadBalancer(t *testing.T) {
+// TestFailoverKill9BehindLoadBalancer runs 3 replicas as separate
+// processes behind HAProxy, drives them with kvbench's shared-prefix
+// workload through the load balancer, and kill -9s one of them mid-run:
+// no client request fails, and every survivor drops the dead replica's
+// in-flight requests within memberlist's failure-detection bound.
+func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts 3 replicas, 4 engines and HAProxy")
+		t.Skip("starts 3 replica processes, 4 engines and HAProxy")
 	}
-	reps := startCluster(t, 3)
+	command, env := childReplicaCommand(t)
+	startCtx, cancelStart := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelStart()
+	c, err := bench.StartProcessCluster(startCtx, bench.ProcessClusterOptions{
+		Command: command, Env: env, Replicas: 3, Fast: true, Dir: t.TempDir(),
+		Args: []string{"--heartbeat-timeout", "1m", "--log-level", "warn"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
 	for id := uint64(1); id <= 4; id++ {
-		StartMockWorker(t, reps[0], id, nil)
+		StartMockWorkerOn(t, c.NATSURL, id, nil)
 	}
-	for _, r := range reps {
-		base := BaseURL(r)
+	var addrs []string
+	for _, r := range c.Replicas {
+		base := r.BaseURL
+		addrs = append(addrs, strings.TrimPrefix(base, "http://"))
 		Eventually(t, 10*time.Second, func() error {
 			if n := len(workers(t, base).Workers); n != 4 {
 				return fmt.Errorf("%s: %d workers", base, n)
@@ -113,14 +129,15 @@ func TestFailoverBehindLoadBalancer(t *testing.T) {
 			return nil
 		})
 	}
-	lb := startHAProxy(t, reps)
-	victim := reps[1]
+	lb := startHAProxy(t, addrs)
+	victim := c.Replicas[1]
+	survivors := []string{c.Replicas[0].BaseURL, c.Replicas[2].BaseURL}
 
 	// A long streamed request owned by the victim: its peers must drop it.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	body, _ := json.Marshal(map[string]any{"prompt": tokens(256, 99), "max_tokens": 100000, "stream": true})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, BaseURL(victim)+"/v1/completions", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, victim.BaseURL+"/v1/completions", bytes.NewReader(body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +146,6 @@ func TestFailoverBehindLoadBalancer(t *testing.T) {
 	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	survivors := []string{BaseURL(reps[0]), BaseURL(reps[2])}
 	Eventually(t, 5*time.Second, func() error {
 		for _, b := range survivors {
 			if n := totalActive(t, b); n < 1 {
@@ -139,66 +155,46 @@ func TestFailoverBehindLoadBalancer(t *testing.T) {
 		return nil
 	})
 
-	// Clients through the load balancer.
-	var ok, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 30 * time.Second}
-	for c := 0; c < 6; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b, _ := json.Marshal(map[string]any{"prompt": tokens(256, uint32(c*1000+i%8)), "max_tokens": 4})
-				resp, err := client.Post(lb+"/v1/completions", "application/json", bytes.NewReader(b))
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				_, _ = bufio.NewReader(resp.Body).Discard(1 << 20)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d", resp.StatusCode))
-					continue
-				}
-				ok.Add(1)
-			}
-		}(c)
+	// kvbench's shared-prefix workload through the load balancer.
+	const qps = 40
+	w := bench.WorkloadOptions{Kind: bench.WorkloadSharedPrefix, Duration: 5 * time.Second, Seed: 1}
+	w.SharedPrefix = bench.SharedPrefixConfig{Groups: 8, PromptsPerGroup: 25, SystemTokens: 1024, QuestionTokens: 128, OutputTokens: 16}
+	schedule, _, err := w.Build([]float64{qps})
+	if err != nil {
+		t.Fatal(err)
 	}
+	reqs, err := schedule(qps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loadDone := make(chan bench.LoadResult, 1)
+	go func() { loadDone <- bench.RunLoad(ctx, lb, reqs, qps, "mock-model", 30*time.Second) }()
+
 	time.Sleep(1500 * time.Millisecond)
 	killed := time.Now()
-	victim.Kill()
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	bound := cluster.LocalTestConfig().FailureDetectionBound(3)
 	Eventually(t, bound+2*time.Second, func() error {
 		for _, b := range survivors {
-			if m := len(workersMembers(t, b)); m > 2 {
-				return fmt.Errorf("%s still counts %d members", b, m)
+			if n := originsDropped(t, b); n < 1 {
+				return fmt.Errorf("%s has not dropped the dead replica's requests", b)
 			}
 		}
 		return nil
 	})
 	dropped := time.Since(killed)
-	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	cancel()
-	t.Logf("requests through the LB: %d ok, %d failed; victim's requests dropped by peers %v after the kill (bound %v)",
-		ok.Load(), failed.Load(), dropped, bound)
-	if failed.Load() != 0 {
-		t.Fatalf("%d client requests failed (first: %v)", failed.Load(), firstErr.Load())
+	res := <-loadDone
+	t.Logf("kvbench through the LB: %d requests, %d failed, hit rate %.3f, TTFT p90 %.0f ms; victim's requests dropped by both peers %v after kill -9 (bound %v)",
+		res.Requests, res.Errors, res.HitRate, res.TTFTP90, dropped.Round(time.Millisecond), bound)
+	if res.Errors != 0 {
+		t.Fatalf("%d of %d client requests failed (first: %s)", res.Errors, res.Requests, res.FirstErr)
 	}
-	if ok.Load() < 20 {
-		t.Fatalf("only %d requests completed", ok.Load())
+	if res.Requests < 150 {
+		t.Fatalf("only %d requests were sent", res.Requests)
 	}
-	if dropped > bound+time.Second {
+	if dropped > bound {
 		t.Fatalf("peers took %v to drop the dead replica, bound %v", dropped, bound)
 	}
 	// Nothing of the victim's stays in the survivors' load view.
@@ -212,15 +208,16 @@ func TestFailoverBehindLoadBalancer(t *testing.T) {
 	})
 }
 
-// workersMembers reads the cluster members a replica reports on /metrics.
-func workersMembers(t *testing.T, base string) []string {
+// originsDropped reads how many departed replicas' requests a replica has
+// dropped (kvrouter_gossip_origins_dropped_total).
+func originsDropped(t *testing.T, base string) int {
 	_, m := Get(t, base+"/metrics")
 	for _, line := range strings.Split(m, "\n") {
-		if strings.HasPrefix(line, "kvrouter_cluster_members ") {
-			var n int
-			fmt.Sscanf(strings.TrimPrefix(line, "kvrouter_cluster_members "), "%d", &n)
-			return make([]string, n)
+		if strings.HasPrefix(line, "kvrouter_gossip_origins_dropped_total{") {
+			var n float64
+			fmt.Sscanf(line[strings.LastIndexByte(line, ' ')+1:], "%g", &n)
+			return int(n)
 		}
 	}
-	return nil
+	return 0
 }

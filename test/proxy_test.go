@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
@@ -23,6 +25,13 @@ import (
 // events and heartbeats to the replica's NATS.
 func StartMockWorker(t testing.TB, rep *replica.Replica, id uint64, mutate func(*mockengine.ServerConfig)) string {
 	t.Helper()
+	return StartMockWorkerOn(t, rep.NATSURL(), id, mutate)
+}
+
+// StartMockWorkerOn starts a mock engine publishing heartbeats and KV
+// events to the NATS server at natsURL.
+func StartMockWorkerOn(t testing.TB, natsURL string, id uint64, mutate func(*mockengine.ServerConfig)) string {
+	t.Helper()
 	cfg := mockengine.DefaultServerConfig()
 	cfg.Engine.WorkerID = kv.WorkerID(id)
 	cfg.Engine.Speedup = 10
@@ -31,7 +40,11 @@ func StartMockWorker(t testing.TB, rep *replica.Replica, id uint64, mutate func(
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	nc := connect(t, rep)
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatalf("connect to NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
 	srv, err := mockengine.NewServer(cfg, mockengine.NewNATSPublisher(nc, "kvrouter.kv_events", "kvrouter.workers"))
 	if err != nil {
 		t.Fatal(err)

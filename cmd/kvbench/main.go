@@ -20,6 +20,8 @@ commands:
   run      sweep policies x QPS points over an embedded fleet (NATS, router, mock workers)
   demo     the README preset: 8 mock workers, a short shared-prefix sweep, out/demo/
   indexer  replay the Mooncake trace as KV events against an in-process router
+  scale    routing decisions/s of 1 vs N replica processes, each on its own CPU quota
+  load     send a workload to a running router or load balancer (completions)
 
 kvbench <command> -h lists a command's flags.
 `
@@ -47,6 +49,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "indexer":
 		return runIndexer(ctx, args[1:], stdout, stderr)
+	case "scale":
+		return runScale(ctx, args[1:], stdout, stderr)
+	case "load":
+		return runLoad(ctx, args[1:], stdout, stderr)
+	case replicaCommand:
+		return runReplica(ctx, args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

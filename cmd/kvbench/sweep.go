@@ -23,7 +23,17 @@ type sweepFlags struct {
 }
 
 func (f *sweepFlags) register(fs *flag.FlagSet) {
-	w := &f.workload
+	registerWorkload(fs, &f.workload)
+	fs.StringVar(&f.qps, "qps", "2,4,8", "comma-separated offered loads (requests/s); mooncake may leave it empty")
+	fs.StringVar(&f.policies, "policies", "kvrouter,round_robin,random,least_loaded,oracle", "comma-separated policies")
+	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
+	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded fleet and the sweep")
+	f.fleet.Register(fs)
+}
+
+// registerWorkload registers the flags that describe a workload.
+func registerWorkload(fs *flag.FlagSet, w *bench.WorkloadOptions) {
 	fs.StringVar(&w.Kind, "workload", bench.WorkloadSharedPrefix, "shared-prefix, multi-turn, random or mooncake")
 	fs.IntVar(&w.SharedPrefix.Groups, "groups", 150, "shared-prefix: number of system prompts")
 	fs.IntVar(&w.SharedPrefix.PromptsPerGroup, "prompts-per-group", 5, "shared-prefix: questions per system prompt")
@@ -39,17 +49,12 @@ func (f *sweepFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&w.Requests, "requests", 0, "requests per point (mooncake: trace lines to replay; 0 = all)")
 	fs.DurationVar(&w.Duration, "duration", 20*time.Second, "synthetic workloads without --requests: arrivals span this long per point")
 	fs.Uint64Var(&w.Seed, "seed", 1, "seed of every random choice")
-	fs.StringVar(&f.qps, "qps", "2,4,8", "comma-separated offered loads (requests/s); mooncake may leave it empty")
-	fs.StringVar(&f.policies, "policies", "kvrouter,round_robin,random,least_loaded,oracle", "comma-separated policies")
-	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
-	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")
-	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded fleet and the sweep")
-	f.fleet.Register(fs)
 }
 
 // finish copies the shared output length into every synthetic workload.
-func (f *sweepFlags) finish() {
-	w := &f.workload
+func (f *sweepFlags) finish() { finishWorkload(&f.workload) }
+
+func finishWorkload(w *bench.WorkloadOptions) {
 	w.MultiTurn.SystemTokens = w.SharedPrefix.SystemTokens
 	w.MultiTurn.OutputTokens = w.SharedPrefix.OutputTokens
 	w.Random.OutputTokens = w.SharedPrefix.OutputTokens

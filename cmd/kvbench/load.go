@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/bench"
+)
+
+// runLoad sends a workload to a router that is already running — one
+// replica's proxy or the load balancer in front of a cluster — and prints
+// what it achieved. It starts nothing itself; `make cluster` or a
+// deployment provides the fleet.
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var w bench.WorkloadOptions
+	fs := flag.NewFlagSet("kvbench load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	registerWorkload(fs, &w)
+	target := fs.String("target", "", "base URL of a router replica or of the load balancer in front of several (required)")
+	qps := fs.Float64("qps", 8, "offered load (requests/s)")
+	model := fs.String("model", "mock-model", "model name sent in each completion")
+	timeout := fs.Duration("request-timeout", 2*time.Minute, "longest a single request may take")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *target == "" {
+		return errors.New("--target is required")
+	}
+	finishWorkload(&w)
+	schedule, points, err := w.Build([]float64{*qps})
+	if err != nil {
+		return err
+	}
+	reqs, err := schedule(points[0])
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	res := bench.RunLoad(ctx, *target, reqs, points[0], *model, *timeout)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(stdout, "%d requests to %s at %s QPS in %s: %d failed, hit rate %.3f, TTFT p50 %.0f ms p90 %.0f ms, %.0f tok/s\n",
+		res.Requests, *target, strconv.FormatFloat(points[0], 'g', 4, 64), time.Since(start).Round(time.Millisecond),
+		res.Errors, res.HitRate, res.TTFTP50, res.TTFTP90, res.ThroughputTokS)
+	if res.Errors > 0 {
+		return fmt.Errorf("%d of %d requests failed (first: %s)", res.Errors, res.Requests, res.FirstErr)
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/replica"
+)
+
+// replicaCommand is the hidden command kvbench re-executes itself with to
+// run a router replica (exactly `kvrouter serve`), so `go run` needs no
+// separately built binary.
+const replicaCommand = "_replica"
+
+func runReplica(ctx context.Context, args []string, stderr io.Writer) error {
+	return replica.Serve(ctx, args, os.Getenv, stderr)
+}
+
+type scaleFlags struct {
+	replicas        string
+	cpuPerReplica   float64
+	workers         int
+	promptTokens    int
+	prompts         int
+	blockSize       int
+	stride          int
+	replicaArgs     string
+	clientsPerRepl  int
+	warmup, measure time.Duration
+	out             string
+	seed            uint64
+	rounds          int
+}
+
+// runScale measures routing decisions/s of 1 vs N replica processes, each
+// capped to the same CPU share, under a closed-loop /route load.
+func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f scaleFlags
+	fs := flag.NewFlagSet("kvbench scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.replicas, "replicas", "1,3", "comma-separated replica counts to compare")
+	fs.Float64Var(&f.cpuPerReplica, "cpu-per-replica", 0.5, "cores each replica process may use (its own cgroup CPU quota); 0 = no cap")
+	fs.IntVar(&f.workers, "workers", 16, "workers registered (static; /route never contacts them)")
+	fs.IntVar(&f.promptTokens, "prompt-tokens", 4096, "tokens per prompt")
+	fs.IntVar(&f.prompts, "prompts", 64, "distinct prompts, used in turn")
+	fs.IntVar(&f.blockSize, "block-size", 16, "KV block size")
+	fs.IntVar(&f.stride, "router-active-sequence-stride", 1, "the replicas' router-active-sequence-stride (hashes per gossiped add: prompt blocks / stride)")
+	fs.IntVar(&f.clientsPerRepl, "clients-per-replica", 4, "closed-loop clients per replica")
+	fs.DurationVar(&f.warmup, "warmup", 3*time.Second, "load before measuring")
+	fs.DurationVar(&f.measure, "duration", 10*time.Second, "measured window per replica count")
+	fs.StringVar(&f.replicaArgs, "replica-args", "", "extra `kvrouter serve` flags for every replica, space-separated (e.g. \"--pprof\")")
+	fs.StringVar(&f.out, "out", "out/scale", "directory for the replicas' logs")
+	fs.Uint64Var(&f.seed, "seed", 1, "prompt seed")
+	fs.IntVar(&f.rounds, "rounds", 3, "rounds; each measures every replica count in turn, and the summary takes medians (a shared VM is noisy)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	counts, err := parseCounts(f.replicas)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	static := make([]string, f.workers)
+	for i := range static {
+		static[i] = fmt.Sprintf("%d=http://127.0.0.1:%d", i+1, 1+i)
+	}
+	rng := rand.New(rand.NewPCG(f.seed, 7))
+	prompts := make([][]uint32, f.prompts)
+	for i := range prompts {
+		prompts[i] = make([]uint32, f.promptTokens)
+		for j := range prompts[i] {
+			prompts[i][j] = rng.Uint32N(32000)
+		}
+	}
+	fmt.Fprintf(stdout, "routing decisions (route + prefill_done + free over HTTP), %d-token prompts, %d workers, %v cores per replica, stride %d\n\n",
+		f.promptTokens, f.workers, capText(f.cpuPerReplica), f.stride)
+	fmt.Fprintf(stdout, "%-6s %-9s %12s %10s %10s %8s %16s %14s\n", "round", "replicas", "decisions/s", "route p50", "route p99", "errors", "cpu-µs/decision", "client cores")
+	perSec := make(map[int][]float64)
+	cpu := make(map[int][]float64)
+	var ratios []float64
+	for round := 1; round <= max(f.rounds, 1); round++ {
+		var base float64
+		for _, n := range counts {
+			res, err := scalePoint(ctx, f, exe, static, prompts, n)
+			if err != nil {
+				return fmt.Errorf("round %d, %d replicas: %w", round, n, err)
+			}
+			if res.load.Errors > 0 {
+				return fmt.Errorf("round %d, %d replicas: %d failed decisions (first: %s)", round, n, res.load.Errors, res.load.FirstErr)
+			}
+			fmt.Fprintf(stdout, "%-6d %-9d %12.0f %10v %10v %8d %16.1f %14.2f\n", round, n, res.load.PerSec(),
+				res.load.RouteP50.Round(time.Microsecond), res.load.RouteP99.Round(time.Microsecond), res.load.Errors,
+				res.cpuPerDecision, res.clientCores)
+			perSec[n] = append(perSec[n], res.load.PerSec())
+			cpu[n] = append(cpu[n], res.cpuPerDecision)
+			if base == 0 {
+				base = res.load.PerSec()
+			} else if n == counts[len(counts)-1] && base > 0 {
+				ratios = append(ratios, res.load.PerSec()/base)
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "\nmedians over %d round(s):\n", max(f.rounds, 1))
+	for _, n := range counts {
+		fmt.Fprintf(stdout, "  %d replica(s): %.0f decisions/s, %.1f cpu-µs/decision\n", n, median(perSec[n]), median(cpu[n]))
+	}
+	if len(ratios) > 0 {
+		first, last := counts[0], counts[len(counts)-1]
+		fmt.Fprintf(stdout, "  %d vs %d replica(s): %.2fx decisions/s (per round: %s); from CPU per decision: %.2fx\n",
+			last, first, median(ratios), formatRatios(ratios),
+			float64(last)/float64(first)*median(cpu[first])/median(cpu[last]))
+	}
+	return nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func formatRatios(rs []float64) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = strconv.FormatFloat(r, 'f', 2, 64) + "x"
+	}
+	return strings.Join(parts, " ")
+}
+
+type scaleResult struct {
+	load           bench.DecisionLoadResult
+	cpuPerDecision float64 // µs of replica CPU, all replicas together
+	clientCores    float64 // CPU the load generator used, in cores
+}
+
+func scalePoint(ctx context.Context, f scaleFlags, exe string, static []string, prompts [][]uint32, n int) (scaleResult, error) {
+	dir := filepath.Join(f.out, fmt.Sprintf("replicas-%d", n))
+	_ = os.RemoveAll(dir)
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	c, err := bench.StartProcessCluster(startCtx, bench.ProcessClusterOptions{
+		Command: []string{exe, replicaCommand}, Replicas: n, CPUPerReplica: f.cpuPerReplica, Dir: dir,
+		Args: append([]string{"--block-size", strconv.Itoa(f.blockSize), "--router-active-sequence-stride", strconv.Itoa(f.stride),
+			"--static-workers", strings.Join(static, ","), "--log-level", "warn"}, strings.Fields(f.replicaArgs)...),
+	})
+	if err != nil {
+		return scaleResult{}, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = c.Close(sctx)
+	}()
+	// CPU is sampled around the measured window only.
+	var cpu0, cpuEnd time.Duration
+	var self0, selfEnd time.Duration
+	load := bench.DecisionLoadConfig{URLs: c.URLs(), Clients: f.clientsPerRepl * n, Warmup: f.warmup, Duration: f.measure, Prompts: prompts}
+	sample := func() (time.Duration, time.Duration, error) {
+		var sum time.Duration
+		for _, r := range c.Replicas {
+			t, err := r.CPUTime()
+			if err != nil {
+				return 0, 0, err
+			}
+			sum += t
+		}
+		return sum, selfCPU(), nil
+	}
+	done := make(chan struct{})
+	var sampleErr error
+	go func() {
+		defer close(done)
+		select {
+		case <-time.After(f.warmup):
+		case <-ctx.Done():
+			return
+		}
+		if cpu0, self0, sampleErr = sample(); sampleErr != nil {
+			return
+		}
+		select {
+		case <-time.After(f.measure):
+		case <-ctx.Done():
+			return
+		}
+		cpuEnd, selfEnd, sampleErr = sample()
+	}()
+	res, err := bench.RunDecisionLoad(ctx, load)
+	<-done
+	if err != nil {
+		return scaleResult{}, err
+	}
+	if sampleErr != nil {
+		return scaleResult{}, sampleErr
+	}
+	out := scaleResult{load: res}
+	if res.Decisions > 0 {
+		out.cpuPerDecision = float64((cpuEnd - cpu0).Microseconds()) / float64(res.Decisions)
+	}
+	out.clientCores = (selfEnd - self0).Seconds() / res.Elapsed.Seconds()
+	return out, nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("replica count %q: want a positive integer", part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func capText(cores float64) string {
+	if cores <= 0 {
+		return "uncapped"
+	}
+	return strconv.FormatFloat(cores, 'g', -1, 64)
+}

@@ -1,0 +1,46 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/kvrouter/kvrouter/config"
+)
+
+// Serve runs one replica process from its command-line arguments and
+// environment until ctx is cancelled, then shuts it down within the
+// configured timeout. It is what `kvrouter serve` runs; the bench harness
+// and the multi-process tests start their child replicas through it too,
+// so what they kill with SIGKILL is exactly the shipped binary's code.
+func Serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := config.Load(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return fmt.Errorf("log level %q: %w", cfg.LogLevel, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.GCPercent > 0 && getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCPercent)
+	}
+	rep, err := Start(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("start replica: %w", err)
+	}
+	log.Info("kvrouter serving", "http", rep.HTTPAddr(), "nats", rep.NATSURL(), "replica", rep.ID())
+	<-ctx.Done()
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	return rep.Shutdown(shutdownCtx)
+}
