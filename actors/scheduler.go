@@ -102,9 +102,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 	case *messages.SequenceEvent:
 		s.remote(ctx, m)
 	case *messages.SequenceEventBatch:
-		for _, ev := range m.Events {
-			s.remote(ctx, ev)
-		}
+		s.remoteBatch(ctx, m.Events)
 	case *messages.DropOrigin:
 		s.dropOrigin(ctx, m.Origin)
 	case *messages.ReplaceOrigin:
@@ -269,23 +267,63 @@ func (s *schedulerActor) gossip(ev *messages.SequenceEvent) {
 
 // remote applies an active-sequence change gossiped by a peer replica.
 func (s *schedulerActor) remote(ctx actor.Context, ev *messages.SequenceEvent) {
-	if ev.Origin == s.cfg.ReplicaID {
-		return // our own echo
+	if w, ok := s.trackRemote(ev); ok {
+		ctx.Send(s.ranks[w].pid, ev)
 	}
-	var id string
+}
+
+// remoteBatch applies a run of peers' changes, giving each rank all of its
+// events in one message: every replica applies every peer's decisions, so
+// a mailbox operation per rank instead of per event is most of what a
+// peer's share of a decision costs. A rank's events keep their order;
+// ranks are independent.
+func (s *schedulerActor) remoteBatch(ctx actor.Context, evs []*messages.SequenceEvent) {
+	if len(evs) == 1 {
+		s.remote(ctx, evs[0])
+		return
+	}
+	byRank := make(map[kv.WorkerWithDpRank][]*messages.SequenceEvent)
+	var order []kv.WorkerWithDpRank
+	for _, ev := range evs {
+		w, ok := s.trackRemote(ev)
+		if !ok {
+			continue
+		}
+		if _, seen := byRank[w]; !seen {
+			order = append(order, w)
+		}
+		byRank[w] = append(byRank[w], ev)
+	}
+	for _, w := range order {
+		if run := byRank[w]; len(run) == 1 {
+			ctx.Send(s.ranks[w].pid, run[0])
+		} else {
+			ctx.Send(s.ranks[w].pid, &messages.SequenceEventBatch{Events: run})
+		}
+	}
+}
+
+// trackRemote updates the request→worker map for a peer's change and
+// returns the rank whose sequence actor must apply it (false: nothing to
+// apply — our own echo, an unknown worker or request, a stride mismatch).
+func (s *schedulerActor) trackRemote(ev *messages.SequenceEvent) (kv.WorkerWithDpRank, bool) {
+	if ev.Origin == s.cfg.ReplicaID {
+		return kv.WorkerWithDpRank{}, false // our own echo
+	}
 	var w kv.WorkerWithDpRank
 	switch d := ev.Data.(type) {
 	case *messages.SequenceEvent_Add:
-		id, w = d.Add.RequestId, rankOf(d.Add.Worker)
+		id := d.Add.RequestId
+		w = rankOf(d.Add.Worker)
 		if _, known := s.ranks[w]; !known {
-			return // a worker we do not know (yet): nothing to load
+			return w, false // a worker we do not know (yet): nothing to load
 		}
 		if max(d.Add.Stride, 1) != uint32(s.cfg.Sequence.EffectiveStride()) {
 			// Its hashes sample other blocks than ours: counting them
 			// would corrupt the shared-prefix deduplication.
 			s.obs.StrideMismatch()
 			if s.strideWarned[ev.Origin] {
-				return
+				return w, false
 			}
 			if s.strideWarned == nil {
 				s.strideWarned = map[string]bool{}
@@ -293,22 +331,27 @@ func (s *schedulerActor) remote(ctx actor.Context, ev *messages.SequenceEvent) {
 			s.strideWarned[ev.Origin] = true // once per peer; the counter keeps the rate
 			s.log.Warn("dropped a peer's add: different router-active-sequence-stride",
 				"origin", ev.Origin, "peer_stride", max(d.Add.Stride, 1), "stride", s.cfg.Sequence.EffectiveStride())
-			return
+			return w, false
 		}
 		s.track(id, owner{worker: w, origin: ev.Origin})
 	case *messages.SequenceEvent_PrefillCompleted:
-		id = d.PrefillCompleted.RequestId
-		w = s.owners[id].worker
+		o, known := s.owners[d.PrefillCompleted.RequestId]
+		if !known {
+			return w, false
+		}
+		w = o.worker
 	case *messages.SequenceEvent_Free:
-		id = d.Free.RequestId
-		w = s.owners[id].worker
-		s.untrack(id)
+		o, known := s.owners[d.Free.RequestId]
+		if !known {
+			return w, false
+		}
+		w = o.worker
+		s.untrack(d.Free.RequestId)
 	default:
-		return
+		return w, false
 	}
-	if r, ok := s.ranks[w]; ok {
-		ctx.Send(r.pid, ev)
-	}
+	_, ok := s.ranks[w]
+	return w, ok
 }
 
 func (s *schedulerActor) dropOrigin(ctx actor.Context, origin string) {

@@ -42,6 +42,10 @@ func (a *sequenceActor) Receive(ctx actor.Context) {
 		a.add(m, a.replica)
 	case *messages.SequenceEvent:
 		a.applyRemote(m)
+	case *messages.SequenceEventBatch:
+		for _, ev := range m.Events {
+			a.applyRemote(ev)
+		}
 	case *messages.MarkPrefillCompleted:
 		_ = a.seqs.MarkPrefillCompleted(m.RequestId)
 	case *messages.FreeRequest:

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/kvrouter/kvrouter/mockengine"
 )
@@ -18,6 +19,11 @@ type FleetOptions struct {
 	Replicas int
 	// BlockSize is shared by the router and every worker.
 	BlockSize int
+	// Stride and BatchInterval are the replicas'
+	// router-active-sequence-stride and cluster-batch-interval (0 keeps
+	// the router's defaults).
+	Stride        int
+	BatchInterval time.Duration
 	// Engine is every worker's engine config; WorkerID and BlockSize are
 	// filled in per worker.
 	Engine mockengine.Config
@@ -31,6 +37,8 @@ func (o *FleetOptions) Register(fs *flag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", 8, "mock workers in the fleet")
 	fs.IntVar(&o.Replicas, "replicas", 1, "router replicas (a memberlist cluster when > 1; requests spread over them round-robin)")
 	fs.IntVar(&o.BlockSize, "block-size", 16, "KV block size of the router and the workers")
+	fs.IntVar(&o.Stride, "router-active-sequence-stride", 0, "router replicas: one sequence hash per N blocks in the active-sequence tracker and its gossip (0 = the router's default)")
+	fs.DurationVar(&o.BatchInterval, "cluster-batch-interval", 0, "router replicas: longest a gossip batch waits (0 = the router's default)")
 	fs.Float64Var(&o.Engine.Speedup, "speedup", 10, "mock engine: simulated time runs this many times faster than real time")
 	fs.Float64Var(&o.Engine.PrefillTokensPerSec, "prefill-tokens-per-sec", o.Engine.PrefillTokensPerSec, "mock engine: prompt tokens processed per simulated second")
 	fs.IntVar(&o.Engine.TotalKVBlocks, "kv-blocks", o.Engine.TotalKVBlocks, "mock engine: KV cache capacity per worker, in blocks")

@@ -110,6 +110,12 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, dataDir string) (_
 	cfg.DataDir = dir
 	cfg.BlockSize = opts.BlockSize
 	cfg.MaxNumBatchedTokens = uint64(opts.Engine.MaxNumBatchedTokens)
+	if opts.Stride > 0 {
+		cfg.RouterActiveSequenceStride = opts.Stride
+	}
+	if opts.BatchInterval > 0 {
+		cfg.ClusterBatchInterval = opts.BatchInterval
+	}
 	for i := range max(opts.Replicas, 1) {
 		rc := cfg
 		rc.ReplicaID = fmt.Sprintf("bench-%d", i)

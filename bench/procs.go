@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -31,6 +32,9 @@ type ProcessOptions struct {
 	LogPath string
 }
 
+// groupSeq numbers the CPU groups this process creates.
+var groupSeq atomic.Uint64
+
 // ReplicaProcess is a router replica running as a child process.
 type ReplicaProcess struct {
 	Name    string
@@ -49,7 +53,8 @@ func StartReplicaProcess(name string, o ProcessOptions) (*ReplicaProcess, error)
 	}
 	p := &ReplicaProcess{Name: name, BaseURL: "http://" + o.HTTPAddr, exited: make(chan struct{})}
 	if o.CPU > 0 {
-		g, err := NewCPUGroup(fmt.Sprintf("kvbench-%d-%s", os.Getpid(), name), o.CPU)
+		// One group per process, even when two clusters name replicas alike.
+		g, err := NewCPUGroup(fmt.Sprintf("kvbench-%d-%d-%s", os.Getpid(), groupSeq.Add(1), name), o.CPU)
 		if err != nil {
 			return nil, err
 		}

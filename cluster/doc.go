@@ -12,14 +12,15 @@
 //
 // Batches are not put on memberlist's gossip queue: user broadcasts only get
 // what is left of a 1400-byte packet after membership traffic, and their
-// spread is probabilistic. Instead a per-peer sender sends each batch
-// straight to the peer: over UDP (SendBestEffort) when the encoded batch fits
-// in one packet, which is the common case at moderate load (no handshake, no
-// goroutine per message on the receiver), and over a TCP stream
-// (SendReliable) otherwise, which has no size limit and whose dial cost is
-// amortised over a large batch. Both paths can reorder and UDP can lose, so
-// the receiver re-orders by Seq, waits a short time for gaps to fill and then
-// asks the origin for its full state.
+// spread is probabilistic. Instead a per-peer sender writes each batch to
+// the peer over one persistent TCP stream (the peer advertises its stream
+// port in node metadata): one write per batch, no size limit, the peer's
+// batches in order. Without a stream (a peer that advertises none, or a
+// broken connection) a batch falls back to memberlist: UDP (SendBestEffort)
+// when it fits in one packet, memberlist's per-message TCP (SendReliable)
+// otherwise. The fallback can reorder and UDP can lose, so the receiver
+// re-orders by Seq, waits a short time for gaps to fill and then asks the
+// origin for its full state.
 //
 // # Anti-entropy
 //

@@ -77,6 +77,9 @@ type Config struct {
 	ClusterJoin      []string `flag:"cluster-join" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
 	ClusterAdvertise string   `flag:"cluster-advertise" help:"address peers reach this replica at (default: bind address)"`
 	ClusterFast      bool     `flag:"cluster-fast" help:"fast failure detection for loopback clusters and tests (memberlist probes every 100 ms)"`
+	// Dynamo's MAX_REPLICA_BATCH_EVENTS and MAX_REPLICA_BATCH_DURATION.
+	ClusterBatchMaxEvents int           `flag:"cluster-batch-max-events" help:"gossip: send a batch of active-sequence events once it holds this many (Dynamo: 256)"`
+	ClusterBatchInterval  time.Duration `flag:"cluster-batch-interval" help:"gossip: send a batch this long after its first event at the latest (Dynamo: 1ms); longer batches cost peers less per event and add this much to the gossip delay"`
 }
 
 // Default returns the defaults (Dynamo's where Dynamo has the knob).
@@ -129,6 +132,8 @@ func Default() Config {
 		DecisionTimeout:            250 * time.Millisecond,
 		StaleRequestExpiry:         time.Hour,
 		ProxyOutputBlockDecayFloor: 0.1,
+		ClusterBatchMaxEvents:      256,
+		ClusterBatchInterval:       time.Millisecond,
 	}
 }
 

@@ -133,7 +133,8 @@ func (s *ActiveSequences) Has(id string) bool {
 	return ok
 }
 
-// AddRequest records r as started at now. A duplicate id is rejected with
+// AddRequest records r as started at now; it keeps r.SequenceHashes, which
+// the caller must not modify afterwards. A duplicate id is rejected with
 // ErrDuplicateRequest and leaves the state unchanged (Dynamo ignores it
 // with an error log; the caller decides here).
 func (s *ActiveSequences) AddRequest(r Request, now time.Time) error {
@@ -145,7 +146,7 @@ func (s *ActiveSequences) AddRequest(r Request, now time.Time) error {
 	}
 	st := &requestState{
 		origin:          r.Origin,
-		hashes:          append([]kv.SequenceHash(nil), r.SequenceHashes...),
+		hashes:          r.SequenceHashes,
 		promptBlocks:    s.promptBlocks(r),
 		isl:             r.ISL,
 		expectedOutput:  r.ExpectedOutputTokens,

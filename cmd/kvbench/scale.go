@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,6 +42,8 @@ type scaleFlags struct {
 	out             string
 	seed            uint64
 	rounds          int
+	loadReplicas    int
+	concurrent      bool
 }
 
 // runScale measures routing decisions/s of 1 vs N replica processes, each
@@ -62,6 +65,8 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.replicaArgs, "replica-args", "", "extra `kvrouter serve` flags for every replica, space-separated (e.g. \"--pprof\")")
 	fs.StringVar(&f.out, "out", "out/scale", "directory for the replicas' logs")
 	fs.Uint64Var(&f.seed, "seed", 1, "prompt seed")
+	fs.IntVar(&f.loadReplicas, "load-replicas", 0, "send the load to only the first K replicas (0 = all): with 1, the others' CPU is the pure cost of applying its gossip")
+	fs.BoolVar(&f.concurrent, "concurrent", false, "measure every replica count at the same time (each with its own load and CPU caps) so both sides of the ratio share the machine's drift; client cores are then the total")
 	fs.IntVar(&f.rounds, "rounds", 3, "rounds; each measures every replica count in turn, and the summary takes medians (a shared VM is noisy)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -94,17 +99,34 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var ratios []float64
 	for round := 1; round <= max(f.rounds, 1); round++ {
 		var base float64
-		for _, n := range counts {
-			res, err := scalePoint(ctx, f, exe, static, prompts, n)
+		results := make([]scaleResult, len(counts))
+		errs := make([]error, len(counts))
+		if f.concurrent {
+			// Every replica count at once, each with its own load and its
+			// own capped processes: a shared VM's speed drifts from one
+			// window to the next, and both sides of the ratio then see the
+			// same drift.
+			var wg sync.WaitGroup
+			for i, n := range counts {
+				wg.Go(func() { results[i], errs[i] = scalePoint(ctx, f, exe, static, prompts, n) })
+			}
+			wg.Wait()
+		} else {
+			for i, n := range counts {
+				results[i], errs[i] = scalePoint(ctx, f, exe, static, prompts, n)
+			}
+		}
+		for i, n := range counts {
+			res, err := results[i], errs[i]
 			if err != nil {
 				return fmt.Errorf("round %d, %d replicas: %w", round, n, err)
 			}
 			if res.load.Errors > 0 {
 				return fmt.Errorf("round %d, %d replicas: %d failed decisions (first: %s)", round, n, res.load.Errors, res.load.FirstErr)
 			}
-			fmt.Fprintf(stdout, "%-6d %-9d %12.0f %10v %10v %8d %16.1f %14.2f\n", round, n, res.load.PerSec(),
+			fmt.Fprintf(stdout, "%-6d %-9d %12.0f %10v %10v %8d %16.1f %14.2f   per replica: %s\n", round, n, res.load.PerSec(),
 				res.load.RouteP50.Round(time.Microsecond), res.load.RouteP99.Round(time.Microsecond), res.load.Errors,
-				res.cpuPerDecision, res.clientCores)
+				res.cpuPerDecision, res.clientCores, formatFloats(res.perReplica))
 			perSec[n] = append(perSec[n], res.load.PerSec())
 			cpu[n] = append(cpu[n], res.cpuPerDecision)
 			if base == 0 {
@@ -139,6 +161,14 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+func formatFloats(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.FormatFloat(x, 'f', 1, 64)
+	}
+	return strings.Join(parts, " ")
+}
+
 func formatRatios(rs []float64) string {
 	parts := make([]string, len(rs))
 	for i, r := range rs {
@@ -151,6 +181,7 @@ type scaleResult struct {
 	load           bench.DecisionLoadResult
 	cpuPerDecision float64 // µs of replica CPU, all replicas together
 	clientCores    float64 // CPU the load generator used, in cores
+	perReplica     []float64
 }
 
 func scalePoint(ctx context.Context, f scaleFlags, exe string, static []string, prompts [][]uint32, n int) (scaleResult, error) {
@@ -172,20 +203,24 @@ func scalePoint(ctx context.Context, f scaleFlags, exe string, static []string, 
 		_ = c.Close(sctx)
 	}()
 	// CPU is sampled around the measured window only.
-	var cpu0, cpuEnd time.Duration
-	var self0, selfEnd time.Duration
-	load := bench.DecisionLoadConfig{URLs: c.URLs(), Clients: f.clientsPerRepl * n, Warmup: f.warmup, Duration: f.measure, Prompts: prompts}
-	sample := func() (time.Duration, time.Duration, error) {
-		var sum time.Duration
-		for _, r := range c.Replicas {
+	urls := c.URLs()
+	if f.loadReplicas > 0 && f.loadReplicas < n {
+		urls = urls[:f.loadReplicas]
+	}
+	load := bench.DecisionLoadConfig{URLs: urls, Clients: f.clientsPerRepl * len(urls), Warmup: f.warmup, Duration: f.measure, Prompts: prompts}
+	sample := func() ([]time.Duration, time.Duration, error) {
+		per := make([]time.Duration, n)
+		for i, r := range c.Replicas {
 			t, err := r.CPUTime()
 			if err != nil {
-				return 0, 0, err
+				return nil, 0, err
 			}
-			sum += t
+			per[i] = t
 		}
-		return sum, selfCPU(), nil
+		return per, selfCPU(), nil
 	}
+	var cpu0, cpuEnd []time.Duration
+	var self0, selfEnd time.Duration
 	done := make(chan struct{})
 	var sampleErr error
 	go func() {
@@ -215,7 +250,11 @@ func scalePoint(ctx context.Context, f scaleFlags, exe string, static []string, 
 	}
 	out := scaleResult{load: res}
 	if res.Decisions > 0 {
-		out.cpuPerDecision = float64((cpuEnd - cpu0).Microseconds()) / float64(res.Decisions)
+		for i := range cpuEnd {
+			us := float64((cpuEnd[i] - cpu0[i]).Microseconds()) / float64(res.Decisions)
+			out.perReplica = append(out.perReplica, us)
+			out.cpuPerDecision += us
+		}
 	}
 	out.clientCores = (selfEnd - self0).Seconds() / res.Elapsed.Seconds()
 	return out, nil

@@ -12,6 +12,9 @@ fi
 mkdir -p out/cluster bin
 "$GO" build -o bin/ ./cmd/kvrouter ./cmd/mockworker ./cmd/kvbench
 export KVROUTER_LB_PORT=${KVROUTER_LB_PORT:-8080}
+# Scale-out settings, as in deploy/k8s/router.yaml (same stride everywhere).
+export KVROUTER_ROUTER_ACTIVE_SEQUENCE_STRIDE=${KVROUTER_ROUTER_ACTIVE_SEQUENCE_STRIDE:-8}
+export KVROUTER_CLUSTER_BATCH_INTERVAL=${KVROUTER_CLUSTER_BATCH_INTERVAL:-5ms}
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
