@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -58,12 +60,12 @@ func TestActiveSequenceStride(t *testing.T) {
 		t.Fatalf("potential decode blocks %v, want 22 active + 2 new", got)
 	}
 
-	peer := *add
+	peer := proto.Clone(add).(*messages.AddRequest)
 	peer.RequestId = "peer-same-stride"
-	r.ApplyRemote(&messages.SequenceEvent{Origin: "B", Data: &messages.SequenceEvent_Add{Add: &peer}})
-	other := peer
+	r.ApplyRemote(&messages.SequenceEvent{Origin: "B", Data: &messages.SequenceEvent_Add{Add: peer}})
+	other := proto.Clone(peer).(*messages.AddRequest)
 	other.RequestId, other.Stride = "peer-other-stride", 1
-	r.ApplyRemote(&messages.SequenceEvent{Origin: "C", Data: &messages.SequenceEvent_Add{Add: &other}})
+	r.ApplyRemote(&messages.SequenceEvent{Origin: "C", Data: &messages.SequenceEvent_Add{Add: other}})
 	eventually(t, "peer add applied, mismatched one dropped", func() bool {
 		l, err := r.PotentialLoads(ctx, tokens, "")
 		return err == nil && l.Loads[0].ActiveRequests == 2 && obs.mismatches.Load() == 1
