@@ -56,10 +56,15 @@ type completionChunk struct {
 	} `json:"usage"`
 }
 
-// Client sends streamed completions and times them.
+// Client sends completions and times them.
 type Client struct {
 	HTTP  *http.Client
 	Model string
+	// Unary asks for whole (non-streamed) completions: TTFT is then the
+	// time to the whole answer. A load balancer can retry a unary request
+	// whose replica dies before answering; a stream already flowing
+	// through a dead replica is cut.
+	Unary bool
 }
 
 // Do sends one streamed completion to baseURL and records its timings.
@@ -72,10 +77,11 @@ func (c *Client) Do(ctx context.Context, baseURL string, req Request) Result {
 }
 
 func (c *Client) do(ctx context.Context, baseURL string, req Request, res *Result) error {
-	body, err := json.Marshal(completionRequest{
-		Model: c.Model, Prompt: req.Tokens, MaxTokens: req.MaxTokens, Stream: true,
-		StreamOptions: map[string]any{"include_usage": true},
-	})
+	creq := completionRequest{Model: c.Model, Prompt: req.Tokens, MaxTokens: req.MaxTokens, Stream: !c.Unary}
+	if !c.Unary {
+		creq.StreamOptions = map[string]any{"include_usage": true}
+	}
+	body, err := json.Marshal(creq)
 	if err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
@@ -97,7 +103,24 @@ func (c *Client) do(ctx context.Context, baseURL string, req Request, res *Resul
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("%w: %s answered %d: %s", ErrBadResponse, baseURL, resp.StatusCode, bytes.TrimSpace(msg))
 	}
+	if c.Unary {
+		return readWhole(resp.Body, res)
+	}
 	return readStream(resp.Body, res)
+}
+
+// readWhole decodes a non-streamed completion.
+func readWhole(r io.Reader, res *Result) error {
+	var ch completionChunk
+	if err := json.NewDecoder(r).Decode(&ch); err != nil {
+		return fmt.Errorf("%w: completion is not JSON: %v", ErrBadResponse, err)
+	}
+	if len(ch.Choices) == 0 {
+		return fmt.Errorf("%w: completion without choices", ErrBadResponse)
+	}
+	res.TTFT = time.Since(res.Start)
+	res.consumeUsage(&ch)
+	return nil
 }
 
 // readStream consumes SSE "data:" lines until [DONE]. Every chunk with a
@@ -148,6 +171,12 @@ func (res *Result) consumeLine(line []byte, last *time.Time) (done bool, err err
 		*last = now
 		res.OutputTokens++
 	}
+	res.consumeUsage(&ch)
+	return false, nil
+}
+
+// consumeUsage records the engine's token counts when ch carries them.
+func (res *Result) consumeUsage(ch *completionChunk) {
 	if u := ch.Usage; u != nil {
 		res.HasUsage = true
 		res.PromptTokens = u.PromptTokens
@@ -158,7 +187,6 @@ func (res *Result) consumeLine(line []byte, last *time.Time) (done bool, err err
 			res.OutputTokens = max(res.OutputTokens, u.CompletionTokens)
 		}
 	}
-	return false, nil
 }
 
 // newHTTPClient keeps enough idle connections per host that an open-loop

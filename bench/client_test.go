@@ -110,3 +110,29 @@ func TestSummarizeAllFailed(t *testing.T) {
 		t.Fatalf("an all-failed point is not valid JSON: %v", err)
 	}
 }
+
+func TestClientUnaryCompletion(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body completionRequest
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Stream || body.StreamOptions != nil {
+			http.Error(w, "want a unary request", http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, `{"choices":[{"text":"abc"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":16}}}`,
+			len(body.Prompt), body.MaxTokens)
+	}))
+	defer srv.Close()
+	c := &Client{HTTP: srv.Client(), Model: "m", Unary: true}
+	res := c.Do(context.Background(), srv.URL, Request{ID: "r", Prompt: Prompt{Tokens: make([]uint32, 32), MaxTokens: 5}})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if !res.HasUsage || res.OutputTokens != 5 || res.PromptTokens != 32 || res.CachedTokens != 16 || res.TTFT <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"choices":[]}`) }))
+	defer bad.Close()
+	if res := c.Do(context.Background(), bad.URL, Request{ID: "r"}); !errors.Is(res.Err, ErrBadResponse) {
+		t.Fatalf("a completion without choices: err %v", res.Err)
+	}
+}

@@ -130,6 +130,23 @@ func (p *ReplicaProcess) Kill() error {
 	return nil
 }
 
+// Pause freezes the process (SIGSTOP): it neither sends nor answers
+// anything, as if cut off by a network partition, until Resume.
+func (p *ReplicaProcess) Pause() error {
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("replica %s: pause: %w", p.Name, err)
+	}
+	return nil
+}
+
+// Resume continues a paused process (SIGCONT).
+func (p *ReplicaProcess) Resume() error {
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("replica %s: resume: %w", p.Name, err)
+	}
+	return nil
+}
+
 // Stop sends SIGTERM (graceful shutdown) and waits; past ctx it kills.
 func (p *ReplicaProcess) Stop(ctx context.Context) error {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {

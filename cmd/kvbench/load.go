@@ -27,6 +27,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	model := fs.String("model", "mock-model", "model name sent in each completion")
 	timeout := fs.Duration("request-timeout", 2*time.Minute, "longest a single request may take")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	unary := fs.Bool("unary", false, "ask for whole completions instead of streams (a load balancer can retry them when a replica dies; TTFT is then the whole answer's time)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,7 +44,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	start := time.Now()
-	res := bench.RunLoad(ctx, *target, reqs, points[0], *model, *timeout)
+	res := bench.RunLoad(ctx, *target, reqs, points[0], *model, *unary, *timeout)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

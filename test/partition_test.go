@@ -1,0 +1,103 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/cluster"
+)
+
+// TestPartitionedReplicaReconciles cuts one replica process off (SIGSTOP:
+// it neither sends nor answers) long enough for memberlist to declare it
+// dead, changes the fleet's load while it is away, then lets it back.
+// While it is away its peers drop its requests; once it is back, the
+// anti-entropy digests make every replica hold the same fleet-wide load
+// again: its peers regain its requests and it learns what changed.
+func TestPartitionedReplicaReconciles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3 replica processes")
+	}
+	command, env := childReplicaCommand(t)
+	var static []string
+	for id := 1; id <= 4; id++ {
+		static = append(static, fmt.Sprintf("%d=http://127.0.0.1:%d", id, id)) // /route never contacts them
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := bench.StartProcessCluster(ctx, bench.ProcessClusterOptions{
+		Command: command, Env: env, Replicas: 3, Fast: true, Dir: t.TempDir(),
+		Args: []string{"--static-workers", strings.Join(static, ","), "--log-level", "warn"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	cut, a, b := c.Replicas[1], c.Replicas[0].BaseURL, c.Replicas[2].BaseURL
+	all := []string{a, cut.BaseURL, b}
+	route := func(base, id string) {
+		t.Helper()
+		body := map[string]any{"request_id": id, "token_ids": tokens(512, uint32(len(id))), "update_states": true}
+		if code := Post(t, base+"/route", body, nil); code != 200 {
+			t.Fatalf("route %s on %s: status %d", id, base, code)
+		}
+	}
+	free := func(base, id string) {
+		t.Helper()
+		if code := Post(t, base+"/free", map[string]any{"request_id": id}, nil); code != 200 {
+			t.Fatalf("free %s on %s: status %d", id, base, code)
+		}
+	}
+	agree := func(what string, want uint32, urls ...string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		Eventually(t, 15*time.Second, func() error {
+			for _, u := range urls {
+				if n := totalActive(t, u); n != want {
+					return fmt.Errorf("%s: %s holds %d requests, want %d", what, u, n, want)
+				}
+			}
+			return nil
+		})
+		return time.Since(start)
+	}
+	for i := range 5 {
+		route(cut.BaseURL, fmt.Sprintf("cut-%d", i))
+		route(a, fmt.Sprintf("a-%d", i))
+	}
+	agree("before the partition", 10, all...)
+
+	if err := cut.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	bound := cluster.LocalTestConfig().FailureDetectionBound(3)
+	dropped := agree("peers drop the cut-off replica's requests", 5, a, b)
+	t.Logf("peers dropped the cut-off replica's 5 requests %v after the cut (bound %v)", dropped, bound)
+	if dropped > bound {
+		t.Fatalf("peers took %v to drop the cut-off replica, bound %v", dropped, bound)
+	}
+	// The fleet moves on without it.
+	free(a, "a-0")
+	free(a, "a-1")
+	route(b, "b-0")
+	route(b, "b-1")
+	route(b, "b-2")
+	agree("while cut off", 6, a, b)
+
+	if err := cut.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	healed := agree("after the partition heals", 11, all...)
+	t.Logf("all three replicas hold the same 11 requests %v after the cut-off replica came back", healed)
+	// And they keep agreeing as the load changes.
+	free(cut.BaseURL, "cut-0")
+	free(b, "b-0")
+	agree("after more changes", 9, all...)
+}
