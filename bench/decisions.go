@@ -62,6 +62,9 @@ func RunDecisionLoad(ctx context.Context, cfg DecisionLoadConfig) (DecisionLoadR
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
 
+	// Ids are unique per run, so runs against the same replicas never
+	// collide with each other's requests.
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	var measuring atomic.Bool
 	var decisions, failures atomic.Int64
 	var firstErr atomic.Value
@@ -76,7 +79,7 @@ func RunDecisionLoad(ctx context.Context, cfg DecisionLoadConfig) (DecisionLoadR
 			url := cfg.URLs[c%len(cfg.URLs)]
 			var body []byte
 			for i := 0; runCtx.Err() == nil; i++ {
-				id := "c" + strconv.Itoa(c) + "-" + strconv.Itoa(i)
+				id := run + "-c" + strconv.Itoa(c) + "-" + strconv.Itoa(i)
 				start := time.Now()
 				err := decide(runCtx, client, url, id, tokens[(c+i)%len(tokens)], &body)
 				if runCtx.Err() != nil {
@@ -131,11 +134,15 @@ func decide(ctx context.Context, c *http.Client, url, id string, tokens []byte, 
 	if err := post(ctx, c, url+"/route", b); err != nil {
 		return err
 	}
+	// A routed request is always finished, even when the load stops in
+	// between: an abandoned one would weigh on the worker until expiry.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	idBody := []byte(`{"request_id":"` + id + `"}`)
-	if err := post(ctx, c, url+"/prefill_done", idBody); err != nil {
+	if err := post(fctx, c, url+"/prefill_done", idBody); err != nil {
 		return err
 	}
-	return post(ctx, c, url+"/free", idBody)
+	return post(fctx, c, url+"/free", idBody)
 }
 
 func post(ctx context.Context, c *http.Client, url string, body []byte) error {

@@ -44,6 +44,7 @@ type scaleFlags struct {
 	rounds          int
 	loadReplicas    int
 	concurrent      bool
+	interleave      time.Duration
 }
 
 // runScale measures routing decisions/s of 1 vs N replica processes, each
@@ -66,6 +67,7 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.out, "out", "out/scale", "directory for the replicas' logs")
 	fs.Uint64Var(&f.seed, "seed", 1, "prompt seed")
 	fs.IntVar(&f.loadReplicas, "load-replicas", 0, "send the load to only the first K replicas (0 = all): with 1, the others' CPU is the pure cost of applying its gossip")
+	fs.DurationVar(&f.interleave, "interleave", 0, "keep every cluster up and alternate the load between them in windows this long (each after 1 s of warm-up), one window per count per round; 0 = a fresh cluster per measurement")
 	fs.BoolVar(&f.concurrent, "concurrent", false, "measure every replica count at the same time (each with its own load and CPU caps) so both sides of the ratio share the machine's drift; client cores are then the total")
 	fs.IntVar(&f.rounds, "rounds", 3, "rounds; each measures every replica count in turn, and the summary takes medians (a shared VM is noisy)")
 	if err := fs.Parse(args); err != nil {
@@ -97,11 +99,34 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	perSec := make(map[int][]float64)
 	cpu := make(map[int][]float64)
 	var ratios []float64
+	var clusters map[int]*bench.ProcessCluster
+	if f.interleave > 0 {
+		// Every cluster stays up and the load alternates between them in
+		// short windows, so the machine's drift over tens of seconds hits
+		// both sides of each round's ratio alike.
+		clusters = make(map[int]*bench.ProcessCluster)
+		defer func() {
+			for _, c := range clusters {
+				stopScaleCluster(c)
+			}
+		}()
+		for _, n := range counts {
+			c, err := startScaleCluster(ctx, f, exe, static, n)
+			if err != nil {
+				return fmt.Errorf("%d replicas: %w", n, err)
+			}
+			clusters[n] = c
+		}
+	}
 	for round := 1; round <= max(f.rounds, 1); round++ {
 		var base float64
 		results := make([]scaleResult, len(counts))
 		errs := make([]error, len(counts))
-		if f.concurrent {
+		if clusters != nil {
+			for i, n := range counts {
+				results[i], errs[i] = measureScale(ctx, f, clusters[n], prompts, time.Second, f.interleave)
+			}
+		} else if f.concurrent {
 			// Every replica count at once, each with its own load and its
 			// own capped processes: a shared VM's speed drifts from one
 			// window to the next, and both sides of the ratio then see the
@@ -184,30 +209,43 @@ type scaleResult struct {
 	perReplica     []float64
 }
 
+// scalePoint starts a cluster of n, measures it once and stops it.
 func scalePoint(ctx context.Context, f scaleFlags, exe string, static []string, prompts [][]uint32, n int) (scaleResult, error) {
+	c, err := startScaleCluster(ctx, f, exe, static, n)
+	if err != nil {
+		return scaleResult{}, err
+	}
+	defer stopScaleCluster(c)
+	return measureScale(ctx, f, c, prompts, f.warmup, f.measure)
+}
+
+func startScaleCluster(ctx context.Context, f scaleFlags, exe string, static []string, n int) (*bench.ProcessCluster, error) {
 	dir := filepath.Join(f.out, fmt.Sprintf("replicas-%d", n))
 	_ = os.RemoveAll(dir)
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	c, err := bench.StartProcessCluster(startCtx, bench.ProcessClusterOptions{
+	return bench.StartProcessCluster(startCtx, bench.ProcessClusterOptions{
 		Command: []string{exe, replicaCommand}, Replicas: n, CPUPerReplica: f.cpuPerReplica, Dir: dir,
 		Args: append([]string{"--block-size", strconv.Itoa(f.blockSize), "--router-active-sequence-stride", strconv.Itoa(f.stride),
 			"--static-workers", strings.Join(static, ","), "--log-level", "warn"}, strings.Fields(f.replicaArgs)...),
 	})
-	if err != nil {
-		return scaleResult{}, err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = c.Close(sctx)
-	}()
-	// CPU is sampled around the measured window only.
+}
+
+func stopScaleCluster(c *bench.ProcessCluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// measureScale loads a running cluster for warmup+measure and samples the
+// replicas' CPU around the measured window only.
+func measureScale(ctx context.Context, f scaleFlags, c *bench.ProcessCluster, prompts [][]uint32, warmup, measure time.Duration) (scaleResult, error) {
+	n := len(c.Replicas)
 	urls := c.URLs()
 	if f.loadReplicas > 0 && f.loadReplicas < n {
 		urls = urls[:f.loadReplicas]
 	}
-	load := bench.DecisionLoadConfig{URLs: urls, Clients: f.clientsPerRepl * len(urls), Warmup: f.warmup, Duration: f.measure, Prompts: prompts}
+	load := bench.DecisionLoadConfig{URLs: urls, Clients: f.clientsPerRepl * len(urls), Warmup: warmup, Duration: measure, Prompts: prompts}
 	sample := func() ([]time.Duration, time.Duration, error) {
 		per := make([]time.Duration, n)
 		for i, r := range c.Replicas {
@@ -226,7 +264,7 @@ func scalePoint(ctx context.Context, f scaleFlags, exe string, static []string, 
 	go func() {
 		defer close(done)
 		select {
-		case <-time.After(f.warmup):
+		case <-time.After(warmup):
 		case <-ctx.Done():
 			return
 		}
@@ -234,7 +272,7 @@ func scalePoint(ctx context.Context, f scaleFlags, exe string, static []string, 
 			return
 		}
 		select {
-		case <-time.After(f.measure):
+		case <-time.After(measure):
 		case <-ctx.Done():
 			return
 		}
