@@ -100,21 +100,7 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 3 replica processes, 4 engines and HAProxy")
 	}
-	command, env := childReplicaCommand(t)
-	startCtx, cancelStart := context.WithTimeout(context.Background(), time.Minute)
-	defer cancelStart()
-	c, err := bench.StartProcessCluster(startCtx, bench.ProcessClusterOptions{
-		Command: command, Env: env, Replicas: 3, Fast: true, Dir: t.TempDir(),
-		Args: []string{"--heartbeat-timeout", "1m", "--log-level", "warn"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-	})
+	c := startProcessCluster(t, 3, "--heartbeat-timeout", "1m", "--log-level", "warn")
 	for id := uint64(1); id <= 4; id++ {
 		StartMockWorkerOn(t, c.NATSURL, id, nil)
 	}

@@ -7,7 +7,9 @@ import (
 	"os/signal"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/kvrouter/kvrouter/bench"
 	"github.com/kvrouter/kvrouter/replica"
 )
 
@@ -31,12 +33,28 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// childReplicaCommand is the argv prefix and environment that run a
-// replica process from this test binary.
-func childReplicaCommand(t testing.TB) ([]string, []string) {
+// startProcessCluster starts n replicas as processes of this test binary
+// on loopback, with fast failure detection and the given extra flags, and
+// stops them when the test ends.
+func startProcessCluster(t *testing.T, n int, args ...string) *bench.ProcessCluster {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatalf("own executable: %v", err)
 	}
-	return []string{exe}, []string{childReplicaEnv + "=1"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := bench.StartProcessCluster(ctx, bench.ProcessClusterOptions{
+		Command: []string{exe}, Env: []string{childReplicaEnv + "=1"},
+		Replicas: n, Fast: true, Dir: t.TempDir(), Args: args,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	return c
 }

@@ -1,13 +1,11 @@
 package test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/bench"
 	"github.com/kvrouter/kvrouter/cluster"
 )
 
@@ -21,25 +19,11 @@ func TestPartitionedReplicaReconciles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 3 replica processes")
 	}
-	command, env := childReplicaCommand(t)
 	var static []string
 	for id := 1; id <= 4; id++ {
 		static = append(static, fmt.Sprintf("%d=http://127.0.0.1:%d", id, id)) // /route never contacts them
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := bench.StartProcessCluster(ctx, bench.ProcessClusterOptions{
-		Command: command, Env: env, Replicas: 3, Fast: true, Dir: t.TempDir(),
-		Args: []string{"--static-workers", strings.Join(static, ","), "--log-level", "warn"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-	})
+	c := startProcessCluster(t, 3, "--static-workers", strings.Join(static, ","), "--log-level", "warn")
 	cut, a, b := c.Replicas[1], c.Replicas[0].BaseURL, c.Replicas[2].BaseURL
 	all := []string{a, cut.BaseURL, b}
 	route := func(base, id string) {
