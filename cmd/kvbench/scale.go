@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -43,7 +42,6 @@ type scaleFlags struct {
 	seed            uint64
 	rounds          int
 	loadReplicas    int
-	concurrent      bool
 	interleave      time.Duration
 }
 
@@ -68,7 +66,6 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Uint64Var(&f.seed, "seed", 1, "prompt seed")
 	fs.IntVar(&f.loadReplicas, "load-replicas", 0, "send the load to only the first K replicas (0 = all): with 1, the others' CPU is the pure cost of applying its gossip")
 	fs.DurationVar(&f.interleave, "interleave", 0, "keep every cluster up and alternate the load between them in windows this long (each after 1 s of warm-up), one window per count per round; 0 = a fresh cluster per measurement")
-	fs.BoolVar(&f.concurrent, "concurrent", false, "measure every replica count at the same time (each with its own load and CPU caps) so both sides of the ratio share the machine's drift; client cores are then the total")
 	fs.IntVar(&f.rounds, "rounds", 3, "rounds; each measures every replica count in turn, and the summary takes medians (a shared VM is noisy)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -126,16 +123,6 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			for i, n := range counts {
 				results[i], errs[i] = measureScale(ctx, f, clusters[n], prompts, time.Second, f.interleave)
 			}
-		} else if f.concurrent {
-			// Every replica count at once, each with its own load and its
-			// own capped processes: a shared VM's speed drifts from one
-			// window to the next, and both sides of the ratio then see the
-			// same drift.
-			var wg sync.WaitGroup
-			for i, n := range counts {
-				wg.Go(func() { results[i], errs[i] = scalePoint(ctx, f, exe, static, prompts, n) })
-			}
-			wg.Wait()
 		} else {
 			for i, n := range counts {
 				results[i], errs[i] = scalePoint(ctx, f, exe, static, prompts, n)
