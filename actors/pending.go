@@ -35,9 +35,12 @@ type pending struct {
 	seq        uint64 // own gossip seq when a requests query started
 
 	// Route and load queries.
-	req      *messages.RouteRequest
-	local    []kv.LocalBlockHash
-	seqs     []kv.SequenceHash
+	req   *messages.RouteRequest
+	local []kv.LocalBlockHash
+	seqs  []kv.SequenceHash
+	// sampled is seqs as load queries and adds carry them (one per stride
+	// blocks); the load query and the add share it, and neither is mutated.
+	sampled  []uint64
 	eligible []kv.WorkerWithDpRank
 	hashed   time.Time
 	scored   time.Time
@@ -77,7 +80,8 @@ func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
 func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 	p.loads = make(map[kv.WorkerWithDpRank]*messages.LoadReply, len(p.eligible))
 	p.ranksLeft = 0
-	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: s.sampledHashes(p), PromptBlocks: uint32(len(p.seqs))}
+	p.sampled = s.sampledHashes(p)
+	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(len(p.seqs))}
 	for _, w := range p.eligible {
 		r, ok := s.ranks[w]
 		if !ok {

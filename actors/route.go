@@ -211,7 +211,7 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 	}
 	prefill := isl - min(cached, isl)
 	add := &messages.AddRequest{
-		RequestId: p.req.RequestId, Worker: rankMsg(d.Worker), SequenceHashes: s.sampledHashes(p),
+		RequestId: p.req.RequestId, Worker: rankMsg(d.Worker), SequenceHashes: p.sampled,
 		PromptBlocks: uint32(len(p.seqs)), Stride: uint32(s.cfg.Sequence.EffectiveStride()),
 		PrefillTokens: prefill, ExpectedOutputTokens: p.req.ExpectedOutputTokens,
 		TrackPrefillTokens: cfg.TrackPrefillTokens, Isl: isl,
