@@ -155,6 +155,10 @@ func (c *Config) Validate() error {
 	if _, err := ParseZMQEndpoints(c.ZMQEndpoints); err != nil {
 		errs = append(errs, err)
 	}
+	if c.ClusterBatchMaxEvents <= 0 || c.ClusterBatchInterval <= 0 {
+		errs = append(errs, fmt.Errorf("cluster-batch-max-events and cluster-batch-interval must be > 0, got %d and %v",
+			c.ClusterBatchMaxEvents, c.ClusterBatchInterval))
+	}
 	ac := c.Actors()
 	if err := ac.Validate(); err != nil {
 		errs = append(errs, err)

@@ -98,3 +98,32 @@ func TestParseZMQEndpoints(t *testing.T) {
 		}
 	}
 }
+
+func TestScaleOutKnobs(t *testing.T) {
+	env := map[string]string{
+		"KVROUTER_ROUTER_ACTIVE_SEQUENCE_STRIDE": "8",
+		"KVROUTER_CLUSTER_BATCH_INTERVAL":        "5ms",
+	}
+	cfg, err := Load(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RouterActiveSequenceStride != 8 || cfg.ClusterBatchInterval != 5*time.Millisecond || cfg.ClusterBatchMaxEvents != 256 {
+		t.Fatalf("stride %d, batch %v / %d events", cfg.RouterActiveSequenceStride, cfg.ClusterBatchInterval, cfg.ClusterBatchMaxEvents)
+	}
+	if ac := cfg.Actors(); ac.Sequence.Stride != 8 {
+		t.Fatalf("stride not passed to the sequence trackers: %+v", ac.Sequence)
+	}
+	if d := Default(); d.RouterActiveSequenceStride != 1 || d.ClusterBatchInterval != time.Millisecond {
+		t.Fatalf("Dynamo's defaults changed: stride %d, batch %v", d.RouterActiveSequenceStride, d.ClusterBatchInterval)
+	}
+	for _, args := range [][]string{
+		{"--router-active-sequence-stride", "-2"},
+		{"--cluster-batch-interval", "0s"},
+		{"--cluster-batch-max-events", "0"},
+	} {
+		if _, err := Load(args, func(string) string { return "" }); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}

@@ -38,12 +38,7 @@ func (r *Replica) joinCluster(ctx context.Context) error {
 		}
 	}
 	cc.Join = r.cfg.ClusterJoin
-	if r.cfg.ClusterBatchMaxEvents > 0 {
-		cc.BatchMaxEvents = r.cfg.ClusterBatchMaxEvents
-	}
-	if r.cfg.ClusterBatchInterval > 0 {
-		cc.BatchInterval = r.cfg.ClusterBatchInterval
-	}
+	cc.BatchMaxEvents, cc.BatchInterval = r.cfg.ClusterBatchMaxEvents, r.cfg.ClusterBatchInterval
 	cc.HTTPAddr, cc.Version, cc.Logger = r.HTTPAddrOrConfig(), Version, r.log
 	node, err := cluster.Start(ctx, cc, routerSink{r.router})
 	if err != nil {
