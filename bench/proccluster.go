@@ -26,6 +26,9 @@ type ProcessClusterOptions struct {
 	Dir string
 	// Fast selects memberlist's fast failure detection (--cluster-fast).
 	Fast bool
+	// NoGossip starts independent replicas (no memberlist, no shared
+	// load view): a baseline that isolates what gossip costs.
+	NoGossip bool
 }
 
 // ProcessCluster is a running set of replica processes.
@@ -95,7 +98,10 @@ func (c *ProcessCluster) start() (*ReplicaProcess, error) {
 	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
 	gossipAddr := fmt.Sprintf("127.0.0.1:%d", gossipPort)
-	args := []string{"--http-addr", httpAddr, "--replica-id", name, "--cluster-bind", gossipAddr}
+	args := []string{"--http-addr", httpAddr, "--replica-id", name}
+	if !c.opts.NoGossip {
+		args = append(args, "--cluster-bind", gossipAddr)
+	}
 	if c.opts.Fast {
 		args = append(args, "--cluster-fast")
 	}
@@ -103,7 +109,10 @@ func (c *ProcessCluster) start() (*ReplicaProcess, error) {
 		args = append(args, "--nats-listen", c.NATSURL[len("nats://"):], "--data-dir", filepath.Join(c.opts.Dir, "nats"))
 		c.seed = gossipAddr
 	} else {
-		args = append(args, "--nats-url", c.NATSURL, "--cluster-join", c.seed)
+		args = append(args, "--nats-url", c.NATSURL)
+		if !c.opts.NoGossip {
+			args = append(args, "--cluster-join", c.seed)
+		}
 	}
 	args = append(args, c.opts.Args...)
 	r, err := StartReplicaProcess(name, ProcessOptions{

@@ -39,13 +39,17 @@ type Node struct {
 
 	synced syncedSet // peers whose requests we hold as they see them
 
-	// pubMu orders Publish: Seq stamping, the ledger and the enqueue
-	// happen together, so queue order is Seq order.
-	pubMu  sync.Mutex
-	seq    uint64
-	ledger *ledger
-	closed bool
-	queue  chan *messages.SequenceEvent
+	// pubMu orders Publish: Seq stamping, the ledger and the append to
+	// pending happen together, so pending is in Seq order.
+	pubMu   sync.Mutex
+	seq     uint64
+	ledger  *ledger
+	closed  bool
+	pending []*messages.SequenceEvent // stamped, not yet batched
+	// kick wakes the batcher when pending opens a batch (first event) or
+	// fills one; events in between wake nobody, so publishing costs no
+	// goroutine switch per event.
+	kick chan struct{}
 
 	// memMu guards members and serialises every Sink call that changes an
 	// origin's state (ApplyRemote, ReplaceOrigin, DropOrigin).
@@ -95,7 +99,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		log:         cfg.logger().With("replica", cfg.ReplicaID),
 		meta:        meta,
 		ledger:      newLedger(),
-		queue:       make(chan *messages.SequenceEvent, cfg.QueueSize),
+		kick:        make(chan struct{}, 1),
 		members:     make(map[string]*memberEntry),
 		inbox:       make(chan []byte, cfg.InboxSize),
 		snapshots:   make(chan struct{}, maxConcurrentSnapshots),
@@ -165,14 +169,35 @@ func (n *Node) Publish(ev *messages.SequenceEvent) error {
 	// The ledger follows the replica's state even when the queue drops the
 	// event: peers then see a Seq gap or a digest mismatch and repair.
 	n.ledger.apply(out, id)
-	select {
-	case n.queue <- out:
-		n.stats.eventsPublished.Add(1)
-		return nil
-	default:
+	if len(n.pending) >= n.cfg.QueueSize {
 		n.stats.eventsDropped.Add(1)
 		return ErrQueueFull
 	}
+	n.pending = append(n.pending, out)
+	n.stats.eventsPublished.Add(1)
+	if len(n.pending) == 1 || len(n.pending) == n.cfg.BatchMaxEvents {
+		select {
+		case n.kick <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+	return nil
+}
+
+// takePending hands the batcher every stamped event, in Seq order, and
+// gives Publish spare (emptied) to fill next.
+func (n *Node) takePending(spare []*messages.SequenceEvent) []*messages.SequenceEvent {
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	out := n.pending
+	n.pending = spare[:0]
+	return out
+}
+
+func (n *Node) pendingLen() int {
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	return len(n.pending)
 }
 
 // lastSeq is the Seq of the last published event.

@@ -144,12 +144,13 @@ func (n *Node) flushPeers(timeout time.Duration) {
 	}
 }
 
-// runBatcher drains the publish queue into batches of at most
-// BatchMaxEvents, each sent BatchInterval after its first event at the
-// latest, and sends the anti-entropy digest every AntiEntropyInterval.
+// runBatcher sends the published events in batches of at most
+// BatchMaxEvents, each BatchInterval after its first event at the latest,
+// and the anti-entropy digest every AntiEntropyInterval. It wakes once per
+// batch (Publish kicks it when a batch opens or fills), not per event.
 func (n *Node) runBatcher() {
 	defer close(n.batcherDone)
-	batch := make([]*messages.SequenceEvent, 0, n.cfg.BatchMaxEvents)
+	var spare []*messages.SequenceEvent
 	window := time.NewTimer(time.Hour)
 	window.Stop()
 	defer window.Stop()
@@ -157,53 +158,47 @@ func (n *Node) runBatcher() {
 	defer antiEntropy.Stop()
 	for {
 		select {
-		case ev := <-n.queue:
-			batch = append(batch, ev)
-			window.Reset(n.cfg.BatchInterval)
-			stopping := false
-		collect:
-			for len(batch) < n.cfg.BatchMaxEvents {
-				select {
-				case ev := <-n.queue:
-					batch = append(batch, ev)
-				case <-window.C:
-					break collect
-				case <-n.batcherStop:
-					stopping = true
-					break collect
-				}
-			}
-			window.Stop()
-			n.flush(batch)
-			batch = batch[:0]
-			if stopping {
-				n.drainQueue(batch)
-				return
-			}
+		case <-n.kick:
 		case <-antiEntropy.C:
 			n.sendDigest()
+			continue
 		case <-n.batcherStop:
-			n.drainQueue(batch)
+			n.flushPending(spare)
+			return
+		}
+		window.Reset(n.cfg.BatchInterval)
+		stopping := false
+	collect:
+		for n.pendingLen() < n.cfg.BatchMaxEvents {
+			select {
+			case <-n.kick: // the batch filled (or a stale kick): re-check
+			case <-window.C:
+				break collect
+			case <-n.batcherStop:
+				stopping = true
+				break collect
+			}
+		}
+		window.Stop()
+		spare = n.flushPending(spare)
+		if stopping {
+			n.flushPending(spare) // what was published while stopping
 			return
 		}
 	}
 }
 
-// drainQueue flushes whatever is still queued at shutdown.
-func (n *Node) drainQueue(batch []*messages.SequenceEvent) {
-	for {
-		select {
-		case ev := <-n.queue:
-			batch = append(batch, ev)
-			if len(batch) == n.cfg.BatchMaxEvents {
-				n.flush(batch)
-				batch = batch[:0]
-			}
-		default:
-			n.flush(batch)
-			return
-		}
+// flushPending sends everything published so far, in batches of at most
+// BatchMaxEvents, and returns the drained slice for reuse.
+func (n *Node) flushPending(spare []*messages.SequenceEvent) []*messages.SequenceEvent {
+	all := n.takePending(spare)
+	for evs := all; len(evs) > 0; {
+		k := min(len(evs), n.cfg.BatchMaxEvents)
+		n.flush(evs[:k])
+		evs = evs[k:]
 	}
+	clear(all) // flush keeps no reference; let the events go
+	return all[:0]
 }
 
 func (n *Node) flush(batch []*messages.SequenceEvent) {

@@ -43,6 +43,7 @@ type scaleFlags struct {
 	rounds          int
 	loadReplicas    int
 	interleave      time.Duration
+	noGossip        bool
 }
 
 // runScale measures routing decisions/s of 1 vs N replica processes, each
@@ -66,6 +67,7 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Uint64Var(&f.seed, "seed", 1, "prompt seed")
 	fs.IntVar(&f.loadReplicas, "load-replicas", 0, "send the load to only the first K replicas (0 = all): with 1, the others' CPU is the pure cost of applying its gossip")
 	fs.DurationVar(&f.interleave, "interleave", 0, "keep every cluster up and alternate the load between them in windows this long (each after 1 s of warm-up), one window per count per round; 0 = a fresh cluster per measurement")
+	fs.BoolVar(&f.noGossip, "no-gossip", false, "run the replicas independently (no memberlist, no shared load view): the baseline that shows what the machine itself, not gossip, costs when N replicas share it")
 	fs.IntVar(&f.rounds, "rounds", 3, "rounds; each measures every replica count in turn, and the summary takes medians (a shared VM is noisy)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -212,7 +214,7 @@ func startScaleCluster(ctx context.Context, f scaleFlags, exe string, static []s
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return bench.StartProcessCluster(startCtx, bench.ProcessClusterOptions{
-		Command: []string{exe, replicaCommand}, Replicas: n, CPUPerReplica: f.cpuPerReplica, Dir: dir,
+		Command: []string{exe, replicaCommand}, Replicas: n, CPUPerReplica: f.cpuPerReplica, Dir: dir, NoGossip: f.noGossip,
 		Args: append([]string{"--block-size", strconv.Itoa(f.blockSize), "--router-active-sequence-stride", strconv.Itoa(f.stride),
 			"--static-workers", strings.Join(static, ","), "--log-level", "warn"}, strings.Fields(f.replicaArgs)...),
 	})
