@@ -58,6 +58,7 @@ type Node struct {
 	peers   atomic.Pointer[[]*peerSender]
 
 	inbox     chan []byte
+	recv      *receiver
 	snapshots chan struct{} // semaphore for serving full states
 	stats     counters
 
@@ -108,6 +109,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		stop:        make(chan struct{}),
 		streams:     st,
 	}
+	n.recv = newReceiver(n)
 	n.peers.Store(&[]*peerSender{})
 
 	mc := cfg.memberlistConfig()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/kvrouter/kvrouter/messages"
@@ -29,19 +30,34 @@ type repairState struct {
 	log     []*messages.SequenceEvent
 }
 
-// receiver is owned by the apply goroutine: no locks on its fields.
+// receiver decodes peers' messages and drives the Sink one message at a
+// time, so every origin's events reach the Sink in order. mu serialises
+// it: frames from the persistent streams are handled on their reader
+// goroutine (no hand-off per batch), memberlist's fallback messages and
+// the housekeeping ticks on the apply goroutine.
 type receiver struct {
+	mu      sync.Mutex
 	n       *Node
 	origins map[string]*originState
 	nonce   uint64
 	scratch []*messages.SequenceEvent
 }
 
-// runApply decodes received messages and drives the Sink, one message at a
-// time, so every origin's events reach the Sink in order.
+func newReceiver(n *Node) *receiver {
+	return &receiver{n: n, origins: make(map[string]*originState)}
+}
+
+// receive handles one message under the receiver's lock.
+func (r *receiver) receive(buf []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handle(buf, time.Now())
+}
+
+// runApply handles memberlist's messages (the inbox) and the gap and
+// repair timeouts.
 func (n *Node) runApply() {
 	defer n.wg.Done()
-	r := &receiver{n: n, origins: make(map[string]*originState)}
 	tick := time.NewTicker(max(n.cfg.GapTimeout/2, time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -49,9 +65,11 @@ func (n *Node) runApply() {
 		case <-n.stop:
 			return
 		case buf := <-n.inbox:
-			r.handle(buf, time.Now())
+			n.recv.receive(buf)
 		case now := <-tick.C:
-			r.housekeep(now)
+			n.recv.mu.Lock()
+			n.recv.housekeep(now)
+			n.recv.mu.Unlock()
 		}
 	}
 }

@@ -41,8 +41,9 @@ func listenStreams(bindAddr string) (*streams, error) {
 
 func (s *streams) port() int { return s.ln.Addr().(*net.TCPAddr).Port }
 
-// acceptStreams hands every frame read from peers to the inbox, as
-// NotifyMsg does for memberlist's paths.
+// acceptStreams serves every peer's stream on a reader goroutine of its
+// own, which hands each frame to the receiver (memberlist's paths go
+// through NotifyMsg and the inbox instead).
 func (n *Node) acceptStreams() {
 	defer n.wg.Done()
 	for {
@@ -82,11 +83,11 @@ func (n *Node) readStream(conn net.Conn) {
 			return
 		}
 		n.stats.messagesReceived.Add(1)
-		select {
-		case n.inbox <- buf:
-		default:
-			n.stats.inboxDrops.Add(1)
-		}
+		// Handled here, not handed to the apply goroutine: a goroutine
+		// switch per batch was a measurable share of what a peer pays.
+		// A slow apply now pushes back on this peer's stream (TCP), and
+		// its sender's bounded queue drops and counts, as before.
+		n.recv.receive(buf)
 	}
 }
 
