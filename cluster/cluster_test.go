@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -56,7 +57,7 @@ func startCluster(t *testing.T, size int, tweak func(*Config)) []*replica {
 	for i := 1; i < size; i++ {
 		rs = append(rs, startReplica(t, fmt.Sprintf("r%d", i), []string{rs[0].node.LocalAddr()}, tweak))
 	}
-	waitFor(t, 5*time.Second, "full membership", func() bool {
+	testutil.Eventually(t, 5*time.Second, "full membership", func() bool {
 		for _, r := range rs {
 			if r.node.Stats().Members != size {
 				return false
@@ -65,19 +66,6 @@ func startCluster(t *testing.T, size int, tweak func(*Config)) []*replica {
 		return true
 	})
 	return rs
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 func TestPublishReachesEveryPeer(t *testing.T) {
@@ -112,7 +100,7 @@ func TestPublishReachesEveryPeer(t *testing.T) {
 	}
 	want := a.sink.view("r0")
 	for _, r := range rs[1:] {
-		waitFor(t, 2*time.Second, r.node.ID()+" to hold A's requests", func() bool {
+		testutil.Eventually(t, 2*time.Second, r.node.ID()+" to hold A's requests", func() bool {
 			return maps.Equal(r.sink.view("r0"), want)
 		})
 	}
@@ -143,7 +131,7 @@ func TestOwnEchoIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	memberDelegate{a.node}.NotifyMsg(echo)
-	waitFor(t, time.Second, "echo counted", func() bool { return a.node.Stats().EchoesIgnored == 1 })
+	testutil.Eventually(t, time.Second, "echo counted", func() bool { return a.node.Stats().EchoesIgnored == 1 })
 	if v := a.sink.view("r0"); len(v) != 0 {
 		t.Fatalf("echo reached the sink: %v", v)
 	}
@@ -154,13 +142,13 @@ func TestFailedReplicaIsDropped(t *testing.T) {
 	c := rs[2]
 	mustPublish(t, c, addEvent("c-1", 1))
 	for _, r := range rs[:2] {
-		waitFor(t, 2*time.Second, "C's request at "+r.node.ID(), func() bool { return len(r.sink.view("r2")) == 1 })
+		testutil.Eventually(t, 2*time.Second, "C's request at "+r.node.ID(), func() bool { return len(r.sink.view("r2")) == 1 })
 	}
 	bound := c.node.cfg.FailureDetectionBound(3) + time.Second // slack for a loaded CI machine
 	killed := time.Now()
 	c.node.Shutdown() // no Leave: looks like a crash
 	for _, r := range rs[:2] {
-		waitFor(t, bound, "DropOrigin(r2) at "+r.node.ID(), func() bool {
+		testutil.Eventually(t, bound, "DropOrigin(r2) at "+r.node.ID(), func() bool {
 			_, ok := r.sink.dropTime("r2")
 			return ok
 		})
@@ -179,7 +167,7 @@ func TestGracefulLeaveIsDroppedQuickly(t *testing.T) {
 	rs := startCluster(t, 3, nil)
 	c := rs[2]
 	mustPublish(t, c, addEvent("c-1", 1))
-	waitFor(t, 2*time.Second, "C's request at A", func() bool { return len(rs[0].sink.view("r2")) == 1 })
+	testutil.Eventually(t, 2*time.Second, "C's request at A", func() bool { return len(rs[0].sink.view("r2")) == 1 })
 	left := time.Now()
 	if err := c.node.Leave(time.Second); err != nil {
 		t.Fatalf("leave: %v", err)
@@ -187,7 +175,7 @@ func TestGracefulLeaveIsDroppedQuickly(t *testing.T) {
 	c.node.Shutdown()
 	const bound = time.Second
 	for _, r := range rs[:2] {
-		waitFor(t, bound, "DropOrigin(r2) at "+r.node.ID(), func() bool {
+		testutil.Eventually(t, bound, "DropOrigin(r2) at "+r.node.ID(), func() bool {
 			_, ok := r.sink.dropTime("r2")
 			return ok
 		})
@@ -220,15 +208,15 @@ func TestAntiEntropyRepairsLostEvents(t *testing.T) {
 		}
 	}
 	want := a.sink.view("r0")
-	waitFor(t, 2*time.Second, "C in sync", func() bool { return maps.Equal(rs[2].sink.view("r0"), want) })
+	testutil.Eventually(t, 2*time.Second, "C in sync", func() bool { return maps.Equal(rs[2].sink.view("r0"), want) })
 	// B applied everything yet lost 5: only anti-entropy can fix it.
-	waitFor(t, 2*time.Second, "B to apply all of A's events", func() bool {
+	testutil.Eventually(t, 2*time.Second, "B to apply all of A's events", func() bool {
 		return b.sink.appliedFrom("r0") >= 16
 	})
 	if maps.Equal(b.sink.view("r0"), want) {
 		t.Fatal("B is in sync before anti-entropy: the test lost nothing")
 	}
-	d := waitFor(t, 10*a.node.cfg.AntiEntropyInterval, "B repaired", func() bool {
+	d := testutil.Eventually(t, 10*a.node.cfg.AntiEntropyInterval, "B repaired", func() bool {
 		return maps.Equal(b.sink.view("r0"), want)
 	})
 	st := b.node.Stats()
@@ -240,7 +228,7 @@ func TestAntiEntropyRepairsLostEvents(t *testing.T) {
 	// Traffic after the repair keeps flowing in order.
 	mustPublish(t, a, freeEvent("a-0"))
 	delete(want, "a-0")
-	waitFor(t, 2*time.Second, "B follows after repair", func() bool { return maps.Equal(b.sink.view("r0"), want) })
+	testutil.Eventually(t, 2*time.Second, "B follows after repair", func() bool { return maps.Equal(b.sink.view("r0"), want) })
 }
 
 func TestLateJoinerGetsFullState(t *testing.T) {
@@ -253,9 +241,9 @@ func TestLateJoinerGetsFullState(t *testing.T) {
 	want := a.sink.view("r0")
 	// Once B holds them, A's batches are gone: the late joiner never sees
 	// these events and must learn them from A's digest and full state.
-	waitFor(t, 2*time.Second, "B holds A's requests", func() bool { return maps.Equal(rs[1].sink.view("r0"), want) })
+	testutil.Eventually(t, 2*time.Second, "B holds A's requests", func() bool { return maps.Equal(rs[1].sink.view("r0"), want) })
 	late := startReplica(t, "late", []string{a.node.LocalAddr()}, nil)
-	d := waitFor(t, 10*a.node.cfg.AntiEntropyInterval, "late joiner holds A's requests", func() bool {
+	d := testutil.Eventually(t, 10*a.node.cfg.AntiEntropyInterval, "late joiner holds A's requests", func() bool {
 		return maps.Equal(late.sink.view("r0"), want)
 	})
 	st := late.node.Stats()
@@ -286,13 +274,12 @@ func TestLargeBatchDeliveredIntact(t *testing.T) {
 	}
 	// The sender counts after the send returns, which may be after B
 	// applied the event.
-	deadline := time.Now().Add(2 * time.Second)
-	for st := a.node.Stats(); st.TCPMessages+st.StreamMessages == 0 || st.BytesSent < 3200; st = a.node.Stats() {
-		if time.Now().After(deadline) {
-			t.Fatalf("A stats = %+v, want the batch sent over TCP", st)
+	testutil.EventuallyNil(t, 2*time.Second, func() error {
+		if st := a.node.Stats(); st.TCPMessages+st.StreamMessages == 0 || st.BytesSent < 3200 {
+			return fmt.Errorf("A stats = %+v, want the batch sent over TCP", st)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestStartRejectsBadInput(t *testing.T) {
@@ -332,7 +319,7 @@ func TestMembersCarryMetadata(t *testing.T) {
 func TestLostMessagesAreRepaired(t *testing.T) {
 	a := startReplica(t, "r0", nil, func(c *Config) { c.BatchMaxEvents = 1; c.PeerQueueSize = 1 })
 	b := startReplica(t, "r1", []string{a.node.LocalAddr()}, nil)
-	waitFor(t, 5*time.Second, "membership", func() bool {
+	testutil.Eventually(t, 5*time.Second, "membership", func() bool {
 		return a.node.Stats().Members == 2 && b.node.Stats().Members == 2
 	})
 	for i := range 2000 {
@@ -343,7 +330,7 @@ func TestLostMessagesAreRepaired(t *testing.T) {
 		}
 	}
 	want := a.sink.view("r0")
-	d := waitFor(t, 20*a.node.cfg.AntiEntropyInterval, "B repaired", func() bool {
+	d := testutil.Eventually(t, 20*a.node.cfg.AntiEntropyInterval, "B repaired", func() bool {
 		return maps.Equal(b.sink.view("r0"), want)
 	})
 	st := b.node.Stats()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -73,7 +74,7 @@ func TestGossipAt1kDecisionsPerSecond(t *testing.T) {
 			}
 			elapsed := time.Since(start)
 			want := a.sink.view("r0")
-			waitFor(t, 5*time.Second, "B in sync", func() bool { return maps.Equal(b.sink.view("r0"), want) })
+			testutil.Eventually(t, 5*time.Second, "B in sync", func() bool { return maps.Equal(b.sink.view("r0"), want) })
 			after := a.node.Stats()
 
 			mu.Lock()
@@ -165,12 +166,8 @@ func startBenchCluster(b *testing.B) []*replica {
 		b.Cleanup(n.Shutdown)
 		rs = append(rs, &replica{node: n, sink: h})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for rs[2].node.Stats().Members != 3 || rs[0].node.Stats().Members != 3 {
-		if time.Now().After(deadline) {
-			b.Fatal("cluster did not form")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(b, 5*time.Second, "cluster to form", func() bool {
+		return rs[2].node.Stats().Members == 3 && rs[0].node.Stats().Members == 3
+	})
 	return rs
 }

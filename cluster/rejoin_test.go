@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
 // TestRejoinFindsLateSeed starts a replica whose only seed is not up yet:
@@ -25,7 +27,7 @@ func TestRejoinFindsLateSeed(t *testing.T) {
 	}
 	p, _ := strconv.Atoi(port)
 	startReplica(t, "seed", nil, func(c *Config) { c.BindPort = p })
-	d := waitFor(t, 3*time.Second, "rejoin", func() bool { return waiting.node.Stats().Members == 2 })
+	d := testutil.Eventually(t, 3*time.Second, "rejoin", func() bool { return waiting.node.Stats().Members == 2 })
 	t.Logf("rejoined %v after the seed came up", d)
 	if waiting.node.needsRejoin() {
 		t.Fatal("seed is a member, yet rejoin still wanted")

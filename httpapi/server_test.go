@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/metrics"
 )
@@ -33,17 +34,10 @@ func newTestServer(t testing.TB, workers int) (*Server, *actors.Router) {
 	for i := 1; i <= workers; i++ {
 		r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: uint64(i), DataParallelSize: 1}, true)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(t, 5*time.Second, "workers registered", func() bool {
 		reg, err := r.Registry(context.Background())
-		if err == nil && len(reg.Workers) == workers {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("workers not registered")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err == nil && len(reg.Workers) == workers
+	})
 	return New(Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20,
 		Log: slog.New(slog.DiscardHandler)}), r
 }

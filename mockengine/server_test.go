@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 )
 
@@ -86,17 +87,6 @@ func startWorker(t *testing.T, mutate func(*ServerConfig), pub Publisher) *testW
 	}
 	t.Cleanup(stop)
 	return &testWorker{srv: srv, url: "http://" + ln.Addr().String(), stop: stop}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func post(t *testing.T, ctx context.Context, url, body string, header map[string]string) *http.Response {
@@ -270,7 +260,7 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	eventually(t, "blocks to be freed", func() bool {
+	testutil.Eventually(t, 5*time.Second, "blocks to be freed", func() bool {
 		st := w.srv.Engine().Stats()[0]
 		return st.Running == 0 && st.Waiting == 0 && st.UsedBlocks == 0
 	})
@@ -289,7 +279,7 @@ func TestDpRanksHaveIndependentCachesAndEventStreams(t *testing.T) {
 	if got := complete(t, w.url, prompt, 1, `,"dp_rank":0`, nil).Usage.PromptTokensDetails.CachedTokens; got != 48 {
 		t.Fatalf("rank 0 warm: cached %d, want 48", got)
 	}
-	eventually(t, "one stored event per rank", func() bool {
+	testutil.Eventually(t, 5*time.Second, "one stored event per rank", func() bool {
 		evs, _ := pub.snapshot()
 		return len(evs) >= 2
 	})
@@ -315,7 +305,7 @@ func TestMissingRankPicksLeastLoaded(t *testing.T) {
 	long := fmt.Sprintf(`{"prompt":[1,2,3],"max_tokens":5000,"stream":true,"dp_rank":%d}`, 0)
 	resp := post(t, ctx, w.url, long, nil)
 	defer resp.Body.Close()
-	eventually(t, "rank 0 busy", func() bool { return w.srv.Engine().Stats()[0].Running == 1 })
+	testutil.Eventually(t, 5*time.Second, "rank 0 busy", func() bool { return w.srv.Engine().Stats()[0].Running == 1 })
 	out := post(t, context.Background(), w.url, `{"prompt":[9],"max_tokens":1}`, nil)
 	out.Body.Close()
 	if got := out.Header.Get("X-Dp-Rank"); got != "1" {
@@ -355,7 +345,7 @@ func TestHealthAndHeartbeatsAndShutdownClears(t *testing.T) {
 		t.Fatalf("health: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	eventually(t, "two heartbeats", func() bool {
+	testutil.Eventually(t, 5*time.Second, "two heartbeats", func() bool {
 		_, hbs := pub.snapshot()
 		return len(hbs) >= 2
 	})

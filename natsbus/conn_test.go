@@ -3,9 +3,10 @@ package natsbus
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
 func TestStartEmbeddedRejectsBadConfig(t *testing.T) {
@@ -30,13 +31,8 @@ func TestStartEmbeddedRejectsBadConfig(t *testing.T) {
 }
 
 func TestConnectFailsClearly(t *testing.T) {
-	// A port nothing listens on: take a free one and release it.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "nats://" + l.Addr().String()
-	l.Close()
+	// A port nothing listens on.
+	url := "nats://" + testutil.FreeAddr(t)
 	if _, err := Connect(context.Background(), url, "t", quiet); err == nil || !strings.Contains(err.Error(), url) {
 		t.Fatalf("err = %v, want one naming %s", err, url)
 	}
@@ -61,13 +57,13 @@ func TestConnectionReconnectsAfterServerRestart(t *testing.T) {
 	}
 	addr := strings.TrimPrefix(e.ClientURL(), "nats://")
 	e.Shutdown()
-	waitFor(t, "disconnect noticed", func() bool { return !Status(nc).Connected })
+	testutil.Eventually(t, waitTimeout, "disconnect noticed", func() bool { return !Status(nc).Connected })
 	e2, err := StartEmbedded(EmbeddedConfig{Listen: addr, StoreDir: dir, JetStream: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e2.Shutdown)
-	waitFor(t, "reconnect", func() bool { st := Status(nc); return st.Connected && st.Reconnects == 1 })
+	testutil.Eventually(t, waitTimeout, "reconnect", func() bool { st := Status(nc); return st.Connected && st.Reconnects == 1 })
 	if st := Status(nil); st.Connected || st.State != "DISCONNECTED" {
 		t.Fatalf("nil connection status %+v", st)
 	}

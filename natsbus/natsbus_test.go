@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 )
 
@@ -52,16 +53,8 @@ func (c *collector) len() int {
 	return len(c.evs)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitTimeout bounds every wait for events in this package's tests.
+const waitTimeout = 10 * time.Second
 
 func stored(worker uint64, id uint64) kv.Event {
 	return kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: kv.WorkerID(worker)}, EventID: id, Kind: kv.EventStored,
@@ -108,7 +101,7 @@ func TestEventSourceDecodesBothFormsAndSurvivesGarbage(t *testing.T) {
 			msg.Header.Set("Content-Type", ProtobufContentType)
 			msg.Data, _ = events.EncodeProtoBatch([]kv.Event{stored(2, 0)})
 			_ = nc.PublishMsg(msg)
-			waitFor(t, "4 events", func() bool { return c.len() == 4 })
+			testutil.Eventually(t, waitTimeout, "4 events", func() bool { return c.len() == 4 })
 			st := src.Stats()
 			if st.Malformed["json"] != 1 || st.Malformed["protobuf"] != 1 || st.Gaps != 1 || st.Events != 4 {
 				t.Fatalf("stats %+v", st)
@@ -136,14 +129,14 @@ func TestLateSourceReplaysInOrder(t *testing.T) {
 	for i := 0; i < n; i++ {
 		publishJSON(t, nc, "kv.events", stored(uint64(i%4), uint64(i/4)))
 	}
-	waitFor(t, "live source got everything", func() bool { return first.len() == n })
+	testutil.Eventually(t, waitTimeout, "live source got everything", func() bool { return first.len() == n })
 	var late collector
 	src2, err := StartEventSource(context.Background(), dial(t, e), cfg, late.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src2.Close()
-	waitFor(t, "late source replayed and ready", func() bool { return late.len() == n && src2.Ready() })
+	testutil.Eventually(t, waitTimeout, "late source replayed and ready", func() bool { return late.len() == n && src2.Ready() })
 	for i, ev := range late.evs {
 		if ev.EventID != uint64(i/4) || ev.Worker.WorkerID != kv.WorkerID(i%4) {
 			t.Fatalf("replay out of order at %d: %+v", i, ev)
@@ -173,5 +166,5 @@ func TestHeartbeatSource(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no heartbeat")
 	}
-	waitFor(t, "malformed counted", func() bool { _, bad := h.Stats(); return bad == 1 })
+	testutil.Eventually(t, waitTimeout, "malformed counted", func() bool { _, bad := h.Stats(); return bad == 1 })
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 )
 
@@ -62,7 +63,7 @@ func TestPublisherToSources(t *testing.T) {
 			if err := pub.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "three events", func() bool { return c.len() == len(want) })
+			testutil.Eventually(t, waitTimeout, "three events", func() bool { return c.len() == len(want) })
 			c.mu.Lock()
 			got := append([]kv.Event(nil), c.evs...)
 			c.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 )
 
@@ -45,7 +46,7 @@ func TestEventSourceTracksEventIDsPerRank(t *testing.T) {
 	for _, ev := range seq {
 		publishJSON(t, nc, "kv.ids", ev)
 	}
-	waitFor(t, "all events", func() bool { return c.len() == len(seq) })
+	testutil.Eventually(t, waitTimeout, "all events", func() bool { return c.len() == len(seq) })
 	st := src.Stats()
 	if st.Gaps != 4 || st.Reordered != 2 || st.Events != uint64(len(seq)) || st.Messages != uint64(len(seq)) {
 		t.Fatalf("stats %+v, want 4 gaps, 2 reordered, %d events", st, len(seq))
@@ -74,7 +75,7 @@ func TestEventSourceSurvivesGarbageFirst(t *testing.T) {
 				t.Fatal(err)
 			}
 			publishJSON(t, nc, "kv.g", stored(3, 0))
-			waitFor(t, "the valid event after the garbage", func() bool { return c.len() == 1 })
+			testutil.Eventually(t, waitTimeout, "the valid event after the garbage", func() bool { return c.len() == 1 })
 			st := src.Stats()
 			if st.Malformed["json"] != 6 || st.Malformed["protobuf"] != 1 || st.Events != 1 || st.Messages != 8 {
 				t.Fatalf("stats %+v", st)
@@ -101,7 +102,7 @@ func TestEventSourceFallsBackWithoutJetStream(t *testing.T) {
 		t.Fatalf("mode %s ready %v, want a ready plain subscription", src.Mode(), src.Ready())
 	}
 	publishJSON(t, nc, DefaultEventsSubject, stored(1, 0))
-	waitFor(t, "event on the default subject", func() bool { return c.len() == 1 })
+	testutil.Eventually(t, waitTimeout, "event on the default subject", func() bool { return c.len() == 1 })
 }
 
 // The stream gets the configured names and a 1 h age limit by default.
@@ -140,7 +141,7 @@ func TestEventSourceCloseStopsDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	publishJSON(t, nc, "kv.c", stored(1, 0))
-	waitFor(t, "first event", func() bool { return calls.Load() == 1 })
+	testutil.Eventually(t, waitTimeout, "first event", func() bool { return calls.Load() == 1 })
 	src.Close()
 	src.Close()
 	for i := range 50 {
@@ -158,7 +159,7 @@ func TestEventSourceCloseStopsDelivery(t *testing.T) {
 	}
 	defer probe.Close()
 	publishJSON(t, nc, "kv.c", stored(1, 99))
-	waitFor(t, "probe event", func() bool { return c.len() == 1 })
+	testutil.Eventually(t, waitTimeout, "probe event", func() bool { return c.len() == 1 })
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("closed source handled %d events, want 1", n)
 	}
@@ -181,7 +182,7 @@ func TestReplayReadyWhenBacklogPurged(t *testing.T) {
 	for i := range n {
 		publishJSON(t, nc, "kv.p", stored(1, uint64(i)))
 	}
-	waitFor(t, "stream holds everything", func() bool { return first.len() == n })
+	testutil.Eventually(t, waitTimeout, "stream holds everything", func() bool { return first.len() == n })
 
 	blocked := make(chan struct{})
 	release := make(chan struct{})
@@ -209,17 +210,13 @@ func TestReplayReadyWhenBacklogPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	waitFor(t, "ready after the purge", src2.Ready)
+	testutil.Eventually(t, waitTimeout, "ready after the purge", src2.Ready)
 	if got := late.Load(); got >= n {
 		t.Fatalf("late source read all %d events: the purge came too late to test anything", got)
 	}
 	publishJSON(t, nc, "kv.p", stored(1, n))
-	waitFor(t, "live event after the purge", func() bool { return first.len() == n+1 })
-	deadline := time.Now().Add(5 * time.Second)
-	for src2.Stats().StreamGaps == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if src2.Stats().StreamGaps == 0 {
-		t.Fatal("the purged messages were not counted as a stream gap")
-	}
+	testutil.Eventually(t, waitTimeout, "live event after the purge", func() bool { return first.len() == n+1 })
+	testutil.Eventually(t, 5*time.Second, "the purged messages to be counted as a stream gap", func() bool {
+		return src2.Stats().StreamGaps > 0
+	})
 }

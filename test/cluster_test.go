@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/replica"
 )
 
@@ -42,7 +43,7 @@ func startMember(t testing.TB, peers []*replica.Replica, i int) *replica.Replica
 
 func waitMembers(t testing.TB, reps []*replica.Replica, n int) {
 	t.Helper()
-	Eventually(t, 15*time.Second, func() error {
+	testutil.EventuallyNil(t, 15*time.Second, func() error {
 		for _, r := range reps {
 			if m := len(r.Members()); m != n {
 				return fmt.Errorf("%s sees %d members, want %d", r.ID(), m, n)
@@ -73,7 +74,7 @@ func TestClusterSharesLoadAndDropsDeadReplica(t *testing.T) {
 	publish(t, nc, "kvrouter.workers", heartbeat(2))
 	for _, base := range []string{a, b, c} {
 		base := base
-		Eventually(t, 5*time.Second, func() error {
+		testutil.EventuallyNil(t, 5*time.Second, func() error {
 			if n := len(workers(t, base).Workers); n != 2 {
 				return fmt.Errorf("%s: %d workers", base, n)
 			}
@@ -87,7 +88,7 @@ func TestClusterSharesLoadAndDropsDeadReplica(t *testing.T) {
 	if code := Post(t, a+"/route", map[string]any{"request_id": "via-a", "token_ids": tokens(320, 1)}, &got); code != 200 {
 		t.Fatalf("route via A: %d", code)
 	}
-	Eventually(t, 2*time.Second, func() error {
+	testutil.EventuallyNil(t, 2*time.Second, func() error {
 		for _, base := range []string{b, c} {
 			if n := rankActive(t, base, got.WorkerID); n != 1 {
 				return fmt.Errorf("%s sees %d active requests on worker %d", base, n, got.WorkerID)
@@ -101,7 +102,7 @@ func TestClusterSharesLoadAndDropsDeadReplica(t *testing.T) {
 	if code := Post(t, a+"/free", map[string]any{"request_id": "via-a"}, nil); code != 200 {
 		t.Fatal("free via A")
 	}
-	Eventually(t, 2*time.Second, func() error {
+	testutil.EventuallyNil(t, 2*time.Second, func() error {
 		if n := rankActive(t, b, got.WorkerID); n != 0 {
 			return fmt.Errorf("B still sees %d", n)
 		}
@@ -118,7 +119,7 @@ func TestClusterSharesLoadAndDropsDeadReplica(t *testing.T) {
 			t.Fatalf("route via B: %d", code)
 		}
 	}
-	Eventually(t, 2*time.Second, func() error {
+	testutil.EventuallyNil(t, 2*time.Second, func() error {
 		if n := totalActive(t, c); n != 4 {
 			return fmt.Errorf("C sees %d of B's requests", n)
 		}
@@ -126,7 +127,7 @@ func TestClusterSharesLoadAndDropsDeadReplica(t *testing.T) {
 	})
 	killed := time.Now()
 	reps[1].Kill()
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		for _, base := range []string{a, c} {
 			if n := totalActive(t, base); n != 0 {
 				return fmt.Errorf("%s still holds %d of the dead replica's requests", base, n)
@@ -139,7 +140,7 @@ func TestClusterSharesLoadAndDropsDeadReplica(t *testing.T) {
 	// (3) A late replica replays the stream to the same index.
 	late := startMember(t, []*replica.Replica{reps[0], reps[2]}, 3)
 	lbase := BaseURL(late)
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		code, body := Get(t, lbase+"/readyz")
 		if code != 200 {
 			return fmt.Errorf("late replica not ready: %s", body)
@@ -148,7 +149,7 @@ func TestClusterSharesLoadAndDropsDeadReplica(t *testing.T) {
 	})
 	publish(t, nc, "kvrouter.workers", heartbeat(1))
 	publish(t, nc, "kvrouter.workers", heartbeat(2))
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		want := workers(t, a).IndexDigest
 		if got := workers(t, lbase).IndexDigest; got != want || want == 0 {
 			return fmt.Errorf("late replica index digest %d, others %d", got, want)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/bench"
 	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
 // startHAProxy puts HAProxy (from Debian's packages; `make test` installs
@@ -29,12 +29,7 @@ func startHAProxy(t *testing.T, addrs []string) string {
 	if err != nil {
 		t.Fatalf("haproxy is not installed (make test installs it with apt-get): %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testutil.FreeAddr(t)
 	var servers strings.Builder
 	for i, a := range addrs {
 		fmt.Fprintf(&servers, "    server r%d %s check\n", i, a)
@@ -77,7 +72,7 @@ backend replicas
 		}
 	})
 	base := "http://" + addr
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			return err
@@ -108,7 +103,7 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	for _, r := range c.Replicas {
 		base := r.BaseURL
 		addrs = append(addrs, strings.TrimPrefix(base, "http://"))
-		Eventually(t, 10*time.Second, func() error {
+		testutil.EventuallyNil(t, 10*time.Second, func() error {
 			if n := len(workers(t, base).Workers); n != 4 {
 				return fmt.Errorf("%s: %d workers", base, n)
 			}
@@ -132,7 +127,7 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		for _, b := range survivors {
 			if n := totalActive(t, b); n < 1 {
 				return fmt.Errorf("%s does not see the victim's request", b)
@@ -165,7 +160,7 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := cluster.LocalTestConfig().FailureDetectionBound(3)
-	Eventually(t, bound+2*time.Second, func() error {
+	testutil.EventuallyNil(t, bound+2*time.Second, func() error {
 		for _, b := range survivors {
 			if n := originsDropped(t, b); n < 1 {
 				return fmt.Errorf("%s has not dropped the dead replica's requests", b)
@@ -187,7 +182,7 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 		t.Fatalf("peers took %v to drop the dead replica, bound %v", dropped, bound)
 	}
 	// Nothing of the victim's stays in the survivors' load view.
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		for _, b := range survivors {
 			if n := totalActive(t, b); n != 0 {
 				return fmt.Errorf("%s holds %d requests after the load stopped", b, n)

@@ -53,22 +53,6 @@ func StartReplica(t testing.TB, mutate func(*config.Config)) *replica.Replica {
 	return rep
 }
 
-// Eventually polls cond until it returns nil or the timeout passes.
-func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %v", timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Post sends a JSON body (a string is sent as is) and decodes the answer.
 func Post(t testing.TB, url string, body any, out any) int {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
 // TestPartitionedReplicaReconciles cuts one replica process off (SIGSTOP:
@@ -42,7 +43,7 @@ func TestPartitionedReplicaReconciles(t *testing.T) {
 	agree := func(what string, want uint32, urls ...string) time.Duration {
 		t.Helper()
 		start := time.Now()
-		Eventually(t, 15*time.Second, func() error {
+		testutil.EventuallyNil(t, 15*time.Second, func() error {
 			for _, u := range urls {
 				if n := totalActive(t, u); n != want {
 					return fmt.Errorf("%s: %s holds %d requests, want %d", what, u, n, want)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/replica"
@@ -78,7 +79,7 @@ func TestProxyLifecycle(t *testing.T) {
 	base := BaseURL(rep)
 	StartMockWorker(t, rep, 1, nil)
 	StartMockWorker(t, rep, 2, nil)
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		if n := len(workers(t, base).Workers); n != 2 {
 			return fmt.Errorf("%d workers", n)
 		}
@@ -110,7 +111,7 @@ func TestProxyLifecycle(t *testing.T) {
 	if chunks != 40 || !done {
 		t.Fatalf("got %d chunks, done=%v; want 40 and [DONE]", chunks, done)
 	}
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		if n := activeRequests(t, base); n != 0 {
 			return fmt.Errorf("%d requests still active after completion", n)
 		}
@@ -118,7 +119,7 @@ func TestProxyLifecycle(t *testing.T) {
 	})
 
 	// The same prompt again lands where its prefix is cached.
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		var got routeReply
 		Post(t, base+"/route", map[string]any{"token_ids": prompt, "update_states": false}, &got)
 		if got.OverlapBlocks < 31 {
@@ -146,7 +147,7 @@ func TestProxyLifecycle(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		if n := activeRequests(t, base); n != 0 {
 			return fmt.Errorf("%d requests still active after cancel", n)
 		}
@@ -176,13 +177,11 @@ func TestProxyRetriesAnotherWorker(t *testing.T) {
 	rep := StartReplica(t, nil)
 	base := BaseURL(rep)
 	StartMockWorker(t, rep, 1, nil)
-	dead, _ := net.Listen("tcp", "127.0.0.1:0")
-	deadURL := "http://" + dead.Addr().String()
-	dead.Close()
+	deadURL := "http://" + testutil.FreeAddr(t)
 	if code := Post(t, base+"/workers", map[string]any{"worker_id": 99, "url": deadURL}, nil); code != 200 {
 		t.Fatalf("register: %d", code)
 	}
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		if n := len(workers(t, base).Workers); n != 2 {
 			return fmt.Errorf("%d workers", n)
 		}

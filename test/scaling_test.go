@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/replica"
 )
@@ -35,7 +36,7 @@ func BenchmarkClusterDecisionCPU(b *testing.B) {
 			}
 			for _, r := range reps {
 				base := BaseURL(r)
-				Eventually(b, 10*time.Second, func() error {
+				testutil.EventuallyNil(b, 10*time.Second, func() error {
 					if k := len(workers(b, base).Workers); k != 16 {
 						return fmt.Errorf("%d workers", k)
 					}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/hashing"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/replica"
 )
 
@@ -98,7 +99,7 @@ func TestEventsDriveRouting(t *testing.T) {
 	rep := StartReplica(t, nil)
 	base := BaseURL(rep)
 	nc := connect(t, rep)
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		if code, body := Get(t, base+"/readyz"); code != http.StatusOK {
 			return fmt.Errorf("not ready: %s", body)
 		}
@@ -106,7 +107,7 @@ func TestEventsDriveRouting(t *testing.T) {
 	})
 	publish(t, nc, "kvrouter.workers", heartbeat(1))
 	publish(t, nc, "kvrouter.workers", heartbeat(2))
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		if n := len(workers(t, base).Workers); n != 2 {
 			return fmt.Errorf("%d workers registered", n)
 		}
@@ -114,7 +115,7 @@ func TestEventsDriveRouting(t *testing.T) {
 	})
 	prompt := tokens(200, 3) // 12 full blocks + 8 tokens
 	publish(t, nc, "kvrouter.kv_events", storedEvent(1, 0, prompt[:160], 5000))
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		var got routeReply
 		Post(t, base+"/route", map[string]any{"token_ids": prompt, "update_states": false}, &got)
 		if got.WorkerID != 1 || got.OverlapBlocks != 10 || got.CachedTokens != 160 {
@@ -124,7 +125,7 @@ func TestEventsDriveRouting(t *testing.T) {
 	})
 	publish(t, nc, "kvrouter.kv_events",
 		`{"worker_id":1,"event":{"event_id":1,"dp_rank":0,"data":{"removed":{"block_hashes":[5005]}}}}`)
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		var got routeReply
 		Post(t, base+"/route", map[string]any{"token_ids": prompt, "update_states": false}, &got)
 		if got.WorkerID != 1 || got.OverlapBlocks != 5 {
@@ -155,7 +156,7 @@ func TestGarbageIsRefusedAndChangesNothing(t *testing.T) {
 	publish(t, nc, "kvrouter.workers", heartbeat(1))
 	prompt := tokens(64, 1)
 	publish(t, nc, "kvrouter.kv_events", storedEvent(1, 0, prompt, 100))
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		w := workers(t, base)
 		if len(w.Workers) != 1 || w.Workers[0].Ranks[0].IndexedBlocks != 4 {
 			return fmt.Errorf("not indexed yet: %+v", w)
@@ -198,7 +199,7 @@ func TestGarbageIsRefusedAndChangesNothing(t *testing.T) {
 		publish(t, nc, "kvrouter.kv_events", g)
 	}
 	publish(t, nc, "kvrouter.workers", `{"worker_id":"x"}`)
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		_, m := Get(t, base+"/metrics")
 		if n := metricSum(m, "kvrouter_kv_events_malformed_total"); n < 5 {
 			return fmt.Errorf("%v malformed events counted, want >= 5", n)
@@ -210,7 +211,7 @@ func TestGarbageIsRefusedAndChangesNothing(t *testing.T) {
 	}
 	// A valid event after the garbage proves the subscription survived.
 	publish(t, nc, "kvrouter.kv_events", storedEvent(1, 1, tokens(32, 9), 900))
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		if n := workers(t, base).Workers[0].Ranks[0].IndexedBlocks; n != 6 {
 			return fmt.Errorf("%d blocks indexed, want 6", n)
 		}

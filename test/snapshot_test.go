@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
 // TestSnapshotBoundsTheStream: past router_snapshot_threshold messages the
@@ -33,7 +34,7 @@ func TestSnapshotBoundsTheStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		_, m := Get(t, base+"/metrics")
 		if metricSum(m, "kvrouter_index_snapshots_total") < 1 {
 			return fmt.Errorf("no snapshot yet")
@@ -55,7 +56,7 @@ func TestSnapshotBoundsTheStream(t *testing.T) {
 	for i := 120; i < 130; i++ {
 		publish(t, nc, "kvrouter.kv_events", storedEvent(2, uint64(i), tokens(64, uint32(i)), uint64(1000*i)))
 	}
-	Eventually(t, 5*time.Second, func() error {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		w := workers(t, base).Workers
 		if len(w) != 2 {
 			return fmt.Errorf("first replica lists %d workers", len(w))
@@ -69,7 +70,7 @@ func TestSnapshotBoundsTheStream(t *testing.T) {
 
 	late := StartReplica(t, func(c *config.Config) { c.NATSURL = first.NATSURL() })
 	lbase := BaseURL(late)
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		if code, body := Get(t, lbase+"/readyz"); code != http.StatusOK {
 			return fmt.Errorf("late replica not ready: %s", body)
 		}

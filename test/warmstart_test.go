@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/replica"
 )
@@ -40,7 +41,7 @@ func BenchmarkWarmStart1M(b *testing.B) {
 		b.Fatal(err)
 	}
 	base := BaseURL(first)
-	Eventually(b, 2*time.Minute, func() error {
+	testutil.EventuallyNil(b, 2*time.Minute, func() error {
 		if n := workers(b, base).IndexDigest; n == 0 {
 			return fmt.Errorf("not indexed")
 		}
@@ -59,14 +60,14 @@ func BenchmarkWarmStart1M(b *testing.B) {
 		start := time.Now()
 		late := StartReplica(b, func(c *config.Config) { c.NATSURL = first.NATSURL() })
 		lbase := BaseURL(late)
-		Eventually(b, 5*time.Minute, func() error {
+		testutil.EventuallyNil(b, 5*time.Minute, func() error {
 			if code, body := Get(b, lbase+"/readyz"); code != http.StatusOK {
 				return fmt.Errorf("not ready: %s", body)
 			}
 			return nil
 		})
 		ready := time.Since(start)
-		Eventually(b, time.Minute, func() error {
+		testutil.EventuallyNil(b, time.Minute, func() error {
 			if got := workers(b, lbase).IndexDigest; got != want {
 				return fmt.Errorf("digest %d, want %d", got, want)
 			}

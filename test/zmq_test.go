@@ -9,21 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/zmqevents"
 )
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // TestZMQWorkerEndToEnd: a mock engine that publishes its KV events in
 // vLLM's ZMQ format (heartbeats on NATS announce the endpoints) is found
@@ -35,8 +25,8 @@ func TestZMQWorkerEndToEnd(t *testing.T) {
 	nc := connect(t, rep)
 	for id, enc := range map[uint64]zmqevents.Encoding{1: zmqevents.EncodingArray, 2: zmqevents.EncodingMap} {
 		pub, err := mockengine.NewZMQPublisher(mockengine.ZMQPublisherConfig{
-			Endpoint:       fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)),
-			ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)),
+			Endpoint:       fmt.Sprintf("tcp://127.0.0.1:%d", testutil.FreePort(t)),
+			ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", testutil.FreePort(t)),
 			Encoding:       enc, BlockSize: 16, DPSize: 1,
 			Heartbeats: mockengine.NewNATSPublisher(nc, "kvrouter.kv_events", "kvrouter.workers"),
 			Logger:     slog.New(slog.DiscardHandler),
@@ -64,7 +54,7 @@ func TestZMQWorkerEndToEnd(t *testing.T) {
 		go func() { defer close(done); _ = srv.Serve(ctx, ln) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		if n := len(workers(t, base).Workers); n != 2 {
 			return fmt.Errorf("%d workers", n)
 		}
@@ -77,7 +67,7 @@ func TestZMQWorkerEndToEnd(t *testing.T) {
 	if code := Post(t, base+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}, nil); code != 200 {
 		t.Fatalf("completion: %d", code)
 	}
-	Eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		Post(t, base+"/route", map[string]any{"token_ids": prompt, "update_states": false}, &first)
 		if first.OverlapBlocks < 19 {
 			return fmt.Errorf("overlap %d after a completion, want >= 19 of 20 blocks (events over ZMQ)", first.OverlapBlocks)

@@ -2,6 +2,7 @@ package zmqevents_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/hashing"
 	"github.com/kvrouter/kvrouter/index"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/zmqevents"
@@ -171,20 +173,16 @@ func (r *rig) workload(n int) {
 func (r *rig) waitConverged() {
 	r.t.Helper()
 	want := r.ref.Digest()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.EventuallyNil(r.t, 10*time.Second, func() error {
 		r.mu.Lock()
 		got, size := r.got.Digest(), r.got.Len()
 		r.mu.Unlock()
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("index digest %x (%d blocks) never reached the reference %x (%d blocks); stats %+v counters %v",
+		if got != want {
+			return fmt.Errorf("index digest %x (%d blocks) never reached the reference %x (%d blocks); stats %+v counters %v",
 				got, size, want, r.ref.Len(), r.sub.Stats(), r.got.CounterMap())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestZMQEndToEndMatchesDirectIndex(t *testing.T) {

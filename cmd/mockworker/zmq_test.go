@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kvrouter/hashing"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/zmqevents"
 )
@@ -44,20 +44,9 @@ func TestParseZMQOptions(t *testing.T) {
 	}
 }
 
-// freePort returns a port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func TestPublishesVLLMEventsOverZMQ(t *testing.T) {
-	ep := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-	rep := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	ep := fmt.Sprintf("tcp://127.0.0.1:%d", testutil.FreePort(t))
+	rep := fmt.Sprintf("tcp://127.0.0.1:%d", testutil.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stdoutR, stdoutW := io.Pipe()
