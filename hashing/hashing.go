@@ -9,6 +9,14 @@
 //
 // Only full blocks are hashed: a trailing partial block is never cached by
 // an engine, so it can never match.
+//
+// Compatibility: this is the layout of Dynamo's kv-router
+// (ai-dynamo/dynamo lib/kv-router/src/protocols.rs, crate dynamo-kv-router;
+// checked at commits cfa22544 and 038eab23) for requests without a
+// cache_namespace and outside Eagle mode, neither of which is supported here.
+// testdata/vectors.json holds vectors computed independently of this code
+// (python3-xxhash, Dynamo's layout, Dynamo's published values); see
+// dynamo_vectors_test.go for how to regenerate them.
 package hashing
 
 import (

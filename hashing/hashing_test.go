@@ -26,6 +26,9 @@ func seq(n int, start uint32) []uint32 {
 	return out
 }
 
+// TestBlockHashes re-derives the expected values with the same recipe as the
+// code, so it checks structure (which blocks, which seed), not compatibility;
+// the independent Dynamo vectors are in dynamo_vectors_test.go.
 func TestBlockHashes(t *testing.T) {
 	tokens := seq(40, 0)
 	manual := func(block []uint32, seed uint64) kv.LocalBlockHash {
