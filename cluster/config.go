@@ -35,6 +35,34 @@ const (
 	minUDPBufferSize = 512
 )
 
+// Dynamo's batching (MAX_REPLICA_BATCH_EVENTS, MAX_REPLICA_BATCH_DURATION):
+// DefaultConfig's BatchMaxEvents and BatchInterval, and the defaults of the
+// router's cluster-batch-max-events and cluster-batch-interval flags.
+const (
+	DefaultBatchMaxEvents = 256
+	DefaultBatchInterval  = time.Millisecond
+)
+
+// CheckBatchMaxEvents is the rule for BatchMaxEvents: 1 to MaxBatchEvents.
+// Validate applies it, and so does the router's flag validation, so a value
+// is accepted or rejected alike in both places.
+func CheckBatchMaxEvents(n int) error {
+	if n < 1 || n > MaxBatchEvents {
+		return fmt.Errorf("%d not in [1, %d]", n, MaxBatchEvents)
+	}
+	return nil
+}
+
+// CheckBatchInterval is the rule for BatchInterval: at least
+// MinBatchInterval. Like CheckBatchMaxEvents, it is shared with the
+// router's flag validation.
+func CheckBatchInterval(d time.Duration) error {
+	if d < MinBatchInterval {
+		return fmt.Errorf("%v below %v", d, MinBatchInterval)
+	}
+	return nil
+}
+
 // ErrInvalidConfig is wrapped by every Validate error.
 var ErrInvalidConfig = errors.New("cluster: invalid config")
 
@@ -142,8 +170,8 @@ func DefaultConfig() Config {
 		BindAddr:                "0.0.0.0",
 		BindPort:                7946,
 		RejoinInterval:          30 * time.Second,
-		BatchMaxEvents:          256,
-		BatchInterval:           time.Millisecond,
+		BatchMaxEvents:          DefaultBatchMaxEvents,
+		BatchInterval:           DefaultBatchInterval,
 		QueueSize:               100_000,
 		PeerQueueSize:           4096,
 		InboxSize:               8192,
@@ -230,10 +258,10 @@ func (c Config) Validate() error {
 		return bad("AdvertisePort %d out of range", c.AdvertisePort)
 	case c.RejoinInterval < 0:
 		return bad("RejoinInterval %v is negative", c.RejoinInterval)
-	case c.BatchMaxEvents < 1 || c.BatchMaxEvents > MaxBatchEvents:
-		return bad("BatchMaxEvents %d not in [1, %d]", c.BatchMaxEvents, MaxBatchEvents)
-	case c.BatchInterval < MinBatchInterval:
-		return bad("BatchInterval %v below %v", c.BatchInterval, MinBatchInterval)
+	case CheckBatchMaxEvents(c.BatchMaxEvents) != nil:
+		return bad("BatchMaxEvents %v", CheckBatchMaxEvents(c.BatchMaxEvents))
+	case CheckBatchInterval(c.BatchInterval) != nil:
+		return bad("BatchInterval %v", CheckBatchInterval(c.BatchInterval))
 	case c.QueueSize < 1 || c.QueueSize > MaxQueueSize:
 		return bad("QueueSize %d not in [1, %d]", c.QueueSize, MaxQueueSize)
 	case c.PeerQueueSize < 1 || c.PeerQueueSize > MaxQueueSize:

@@ -50,6 +50,33 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+func TestBatchRules(t *testing.T) {
+	for _, tt := range []struct {
+		n  int
+		ok bool
+	}{{-1, false}, {0, false}, {1, true}, {DefaultBatchMaxEvents, true}, {MaxBatchEvents, true}, {MaxBatchEvents + 1, false}} {
+		if err := CheckBatchMaxEvents(tt.n); (err == nil) != tt.ok {
+			t.Errorf("CheckBatchMaxEvents(%d) = %v, want ok=%v", tt.n, err, tt.ok)
+		}
+	}
+	for _, tt := range []struct {
+		d  time.Duration
+		ok bool
+	}{{-time.Millisecond, false}, {0, false}, {MinBatchInterval - 1, false}, {MinBatchInterval, true}, {DefaultBatchInterval, true}} {
+		if err := CheckBatchInterval(tt.d); (err == nil) != tt.ok {
+			t.Errorf("CheckBatchInterval(%v) = %v, want ok=%v", tt.d, err, tt.ok)
+		}
+	}
+	c := DefaultConfig()
+	if c.BatchMaxEvents != DefaultBatchMaxEvents || c.BatchInterval != DefaultBatchInterval {
+		t.Fatalf("DefaultConfig batch %d / %v", c.BatchMaxEvents, c.BatchInterval)
+	}
+	c.BatchInterval = 0
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "BatchInterval") {
+		t.Fatalf("Validate() = %v, want one naming BatchInterval", err)
+	}
+}
+
 func TestDefaultReplicaIDsDiffer(t *testing.T) {
 	a, b := DefaultConfig().ReplicaID, DefaultConfig().ReplicaID
 	if a == b || a == "" {

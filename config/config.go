@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
 )
@@ -132,8 +133,8 @@ func Default() Config {
 		DecisionTimeout:            250 * time.Millisecond,
 		StaleRequestExpiry:         time.Hour,
 		ProxyOutputBlockDecayFloor: 0.1,
-		ClusterBatchMaxEvents:      256,
-		ClusterBatchInterval:       time.Millisecond,
+		ClusterBatchMaxEvents:      cluster.DefaultBatchMaxEvents,
+		ClusterBatchInterval:       cluster.DefaultBatchInterval,
 	}
 }
 
@@ -155,9 +156,13 @@ func (c *Config) Validate() error {
 	if _, err := ParseZMQEndpoints(c.ZMQEndpoints); err != nil {
 		errs = append(errs, err)
 	}
-	if c.ClusterBatchMaxEvents <= 0 || c.ClusterBatchInterval <= 0 {
-		errs = append(errs, fmt.Errorf("cluster-batch-max-events and cluster-batch-interval must be > 0, got %d and %v",
-			c.ClusterBatchMaxEvents, c.ClusterBatchInterval))
+	// The cluster package's own rules, so a batch setting the flags accept
+	// is one cluster.Start accepts.
+	if err := cluster.CheckBatchMaxEvents(c.ClusterBatchMaxEvents); err != nil {
+		errs = append(errs, fmt.Errorf("cluster-batch-max-events: %w", err))
+	}
+	if err := cluster.CheckBatchInterval(c.ClusterBatchInterval); err != nil {
+		errs = append(errs, fmt.Errorf("cluster-batch-interval: %w", err))
 	}
 	ac := c.Actors()
 	if err := ac.Validate(); err != nil {

@@ -1,8 +1,12 @@
 package config
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/cluster"
 )
 
 func TestLoadPrecedence(t *testing.T) {
@@ -121,9 +125,36 @@ func TestScaleOutKnobs(t *testing.T) {
 		{"--router-active-sequence-stride", "-2"},
 		{"--cluster-batch-interval", "0s"},
 		{"--cluster-batch-max-events", "0"},
+		{"--cluster-batch-max-events", fmt.Sprint(cluster.MaxBatchEvents + 1)},
+		{"--cluster-batch-interval", "1µs"}, // below cluster.MinBatchInterval
 	} {
 		if _, err := Load(args, func(string) string { return "" }); err == nil {
 			t.Errorf("%v accepted", args)
+		}
+	}
+}
+
+// The cluster batch knobs have one source of truth: their defaults are the
+// cluster package's, and every value the flags accept cluster.Start
+// accepts (and the other way round).
+func TestClusterBatchKnobsFollowTheClusterPackage(t *testing.T) {
+	d, cd := Default(), cluster.DefaultConfig()
+	if d.ClusterBatchMaxEvents != cd.BatchMaxEvents || d.ClusterBatchInterval != cd.BatchInterval {
+		t.Fatalf("defaults %d / %v, cluster's %d / %v", d.ClusterBatchMaxEvents, d.ClusterBatchInterval, cd.BatchMaxEvents, cd.BatchInterval)
+	}
+	for _, n := range []int{-1, 0, 1, cluster.DefaultBatchMaxEvents, cluster.MaxBatchEvents, cluster.MaxBatchEvents + 1} {
+		for _, iv := range []time.Duration{-time.Millisecond, 0, 1000, cluster.MinBatchInterval - 1, cluster.MinBatchInterval, time.Millisecond, 5 * time.Millisecond} {
+			c := Default()
+			c.ClusterBatchMaxEvents, c.ClusterBatchInterval = n, iv
+			cc := cluster.DefaultConfig()
+			cc.BatchMaxEvents, cc.BatchInterval = n, iv
+			cfgErr, clErr := c.Validate(), cc.Validate()
+			if (cfgErr == nil) != (clErr == nil) {
+				t.Errorf("max events %d, interval %v: config says %v, cluster says %v", n, iv, cfgErr, clErr)
+			}
+			if cfgErr != nil && !strings.Contains(cfgErr.Error(), "cluster-batch-") {
+				t.Errorf("max events %d, interval %v: error %q does not name the flag", n, iv, cfgErr)
+			}
 		}
 	}
 }
