@@ -84,7 +84,7 @@ func (d memberDelegate) NotifyLeave(node *memberlist.Node) { d.n.memberDown(node
 func (n *Node) memberUp(node *memberlist.Node) {
 	meta, err := decodeMeta(node.Meta)
 	if err != nil {
-		n.log.Warn("cluster: peer metadata unreadable", "replica", node.Name, "err", err)
+		n.log.Warn("peer metadata unreadable", "replica", node.Name, "err", err)
 	}
 	copied := *node
 	n.memMu.Lock()
@@ -136,7 +136,7 @@ func (n *Node) memberDown(name string) {
 	n.sink.DropOrigin(name)
 	n.stats.originsDropped.Add(1)
 	if wasAlive {
-		n.log.Info("cluster: replica departed, its requests dropped", "replica", name)
+		n.log.Info("replica departed, its requests dropped", "replica", name)
 	}
 	n.pruneLocked(time.Now())
 }

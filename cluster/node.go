@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 	n := &Node{
 		cfg:         cfg,
 		sink:        sink,
-		log:         cfg.logger().With("replica", cfg.ReplicaID),
+		log:         cfg.logger().With("component", "cluster", "replica", cfg.ReplicaID),
 		meta:        meta,
 		ledger:      newLedger(),
 		kick:        make(chan struct{}, 1),
@@ -134,14 +134,14 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 				n.Shutdown()
 				return nil, err
 			}
-			n.log.Warn("cluster: join failed, retrying in the background", "err", err, "every", cfg.RejoinInterval)
+			n.log.Warn("join failed, retrying in the background", "err", err, "every", cfg.RejoinInterval)
 		}
 	}
 	if len(cfg.Join) > 0 && cfg.RejoinInterval > 0 {
 		n.wg.Add(1)
 		go n.runRejoin()
 	}
-	n.log.Info("cluster: node started", "addr", n.LocalAddr(), "members", n.ml.NumMembers())
+	n.log.Info("node started", "addr", n.LocalAddr(), "members", n.ml.NumMembers())
 	return n, nil
 }
 
@@ -262,12 +262,12 @@ func (n *Node) Shutdown() {
 		// memberlist after its shutdown: memberlist panics on that.
 		n.leaveOnce.Do(func() { n.leaveErr = ErrClosed })
 		if err := n.ml.Shutdown(); err != nil {
-			n.log.Warn("cluster: memberlist shutdown", "err", err)
+			n.log.Warn("memberlist shutdown", "err", err)
 		}
 		close(n.stop)
 		n.closeStreams()
 		n.wg.Wait()
-		n.log.Info("cluster: node stopped")
+		n.log.Info("node stopped")
 	})
 }
 
@@ -291,7 +291,7 @@ func (n *Node) join(ctx context.Context) error {
 		return fmt.Errorf("cluster: join: %w", err)
 	}
 	if err != nil {
-		n.log.Warn("cluster: some join addresses did not resolve", "err", err)
+		n.log.Warn("some join addresses did not resolve", "err", err)
 	}
 	self := n.LocalAddr()
 	targets := addrs[:0]
@@ -307,7 +307,7 @@ func (n *Node) join(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: join %v: %w", targets, err)
 	}
-	n.log.Info("cluster: joined", "contacted", joined, "of", len(targets))
+	n.log.Info("joined", "contacted", joined, "of", len(targets))
 	return nil
 }
 
@@ -329,7 +329,7 @@ func (n *Node) runRejoin() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TCPTimeout)
 		if err := n.join(ctx); err != nil {
-			n.log.Debug("cluster: rejoin failed", "err", err)
+			n.log.Debug("rejoin failed", "err", err)
 		}
 		cancel()
 	}

@@ -78,7 +78,7 @@ func (r *receiver) handle(buf []byte, now time.Time) {
 	f, err := decodeFrame(buf)
 	if err != nil {
 		r.n.stats.malformed.Add(1)
-		r.n.log.Debug("cluster: dropped malformed message", "bytes", len(buf), "err", err)
+		r.n.log.Debug("dropped malformed message", "bytes", len(buf), "err", err)
 		return
 	}
 	switch f.kind {
@@ -240,7 +240,7 @@ func (r *receiver) compare(st *originState, d digestMsg, now time.Time) bool {
 	defer cancel()
 	got, err := r.n.sink.OriginDigest(ctx, st.name)
 	if err != nil {
-		r.n.log.Warn("cluster: sink digest unavailable", "origin", st.name, "err", err)
+		r.n.log.Warn("sink digest unavailable", "origin", st.name, "err", err)
 		return false
 	}
 	if got == d.Digest {
@@ -248,7 +248,7 @@ func (r *receiver) compare(st *originState, d digestMsg, now time.Time) bool {
 		return true
 	}
 	r.n.stats.digestMismatches.Add(1)
-	r.n.log.Debug("cluster: digest mismatch", "origin", st.name, "seq", d.Seq,
+	r.n.log.Debug("digest mismatch", "origin", st.name, "seq", d.Seq,
 		"want_count", d.Digest.Count, "have_count", got.Count)
 	r.requestRepair(st, now)
 	return false
@@ -326,7 +326,7 @@ func (r *receiver) housekeep(now time.Time) {
 		if st.buf.expired(now, r.n.cfg.GapTimeout) {
 			ready, lost := st.buf.skip(now, r.scratch[:0])
 			r.n.stats.eventsLost.Add(lost)
-			r.n.log.Debug("cluster: gave up on missing events", "origin", name, "lost", lost)
+			r.n.log.Debug("gave up on missing events", "origin", name, "lost", lost)
 			r.requestRepair(st, now)
 			r.release(st, ready, now)
 		}
@@ -352,7 +352,7 @@ func (n *Node) serveState(req stateRequest) {
 		defer cancel()
 		owned, err := n.sink.OwnedRequests(ctx)
 		if err != nil {
-			n.log.Warn("cluster: cannot serve full state", "requester", req.Requester, "err", err)
+			n.log.Warn("cannot serve full state", "requester", req.Requester, "err", err)
 			return
 		}
 		evs := make([]*messages.SequenceEvent, 0, len(owned))
@@ -363,7 +363,7 @@ func (n *Node) serveState(req stateRequest) {
 		}
 		buf, err := encodeStateReply(stateReply{Origin: n.cfg.ReplicaID, Nonce: req.Nonce, Seq: seq, Events: evs})
 		if err != nil {
-			n.log.Error("cluster: cannot encode full state", "err", err)
+			n.log.Error("cannot encode full state", "err", err)
 			return
 		}
 		if p := n.senderFor(req.Requester); p != nil && n.enqueue(p, outbound{buf: buf, reliable: true}) {

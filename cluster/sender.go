@@ -75,7 +75,7 @@ func (n *Node) send(p *peerSender, o outbound) {
 		n.stats.bytesSent.Add(uint64(len(o.buf)))
 		return
 	} else if !errors.Is(err, errNoStream) {
-		n.log.Debug("cluster: stream send failed; falling back to memberlist", "peer", p.name, "err", err)
+		n.log.Debug("stream send failed; falling back to memberlist", "peer", p.name, "err", err)
 	}
 	var err error
 	if !o.reliable && len(o.buf) <= n.cfg.udpLimit() {
@@ -87,7 +87,7 @@ func (n *Node) send(p *peerSender, o outbound) {
 	}
 	if err != nil {
 		n.stats.sendErrors.Add(1)
-		n.log.Debug("cluster: send failed", "peer", p.name, "bytes", len(o.buf), "err", err)
+		n.log.Debug("send failed", "peer", p.name, "bytes", len(o.buf), "err", err)
 		return
 	}
 	n.stats.messagesSent.Add(1)
@@ -129,7 +129,7 @@ func (n *Node) flushPeers(timeout time.Duration) {
 			markers = append(markers, m)
 		case <-p.quit:
 		case <-deadline.C:
-			n.log.Warn("cluster: leave flush timed out", "peer", p.name)
+			n.log.Warn("leave flush timed out", "peer", p.name)
 			return
 		}
 	}
@@ -138,7 +138,7 @@ func (n *Node) flushPeers(timeout time.Duration) {
 		case <-m.done:
 		case <-m.p.quit:
 		case <-deadline.C:
-			n.log.Warn("cluster: leave flush timed out", "peer", m.p.name)
+			n.log.Warn("leave flush timed out", "peer", m.p.name)
 			return
 		}
 	}
@@ -214,7 +214,7 @@ func (n *Node) flush(batch []*messages.SequenceEvent) {
 	if err != nil {
 		// Publish validated every field proto could refuse, so this is a
 		// bug; peers see a Seq gap and repair from the full state.
-		n.log.Error("cluster: batch not sent", "events", len(batch), "err", err)
+		n.log.Error("batch not sent", "events", len(batch), "err", err)
 		return
 	}
 	n.stats.batches.Add(1)

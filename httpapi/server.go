@@ -67,7 +67,7 @@ func New(opts Options) *Server {
 			ResponseHeaderTimeout: 10 * time.Minute,
 		}}
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Log}
+	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Log.With("component", "httpapi")}
 	s.handle("POST /route", "route", s.route)
 	s.handle("POST /prefill_done", "prefill_done", s.prefillDone)
 	s.handle("POST /free", "free", s.free)

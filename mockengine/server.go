@@ -85,10 +85,11 @@ func NewServer(cfg ServerConfig, pub Publisher) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, pub: pub, events: newEventQueue(), log: cfg.Logger}
-	if s.log == nil {
-		s.log = slog.Default()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
 	}
+	s := &Server{cfg: cfg, pub: pub, events: newEventQueue(), log: log.With("component", "mockengine")}
 	engine, err := NewEngine(cfg.Engine, s.enqueueEvent)
 	if err != nil {
 		return nil, err

@@ -103,8 +103,8 @@ func NewZMQPublisher(cfg ZMQPublisherConfig) (*ZMQPublisher, error) {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &ZMQPublisher{cfg: cfg, log: cfg.Logger, stash: make(map[stashKey][]uint32), cancel: cancel}
-	zlog := slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
+	p := &ZMQPublisher{cfg: cfg, log: cfg.Logger.With("component", "mockengine"), stash: make(map[stashKey][]uint32), cancel: cancel}
+	zlog := slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	for i := range cfg.DPSize {
 		r := &zmqRank{rank: uint32(i), ring: newReplayRing(cfg.ReplayBuffer)}
 		p.ranks = append(p.ranks, r)

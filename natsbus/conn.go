@@ -24,6 +24,7 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Con
 	if log == nil {
 		log = slog.Default()
 	}
+	log = log.With("component", "natsbus")
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),

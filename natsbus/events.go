@@ -131,7 +131,7 @@ func StartEventSource(ctx context.Context, nc *nats.Conn, cfg EventSourceConfig,
 	}
 	cfg.applyDefaults()
 	s := &EventSource{
-		cfg: cfg, handler: handler, log: cfg.Log, limiter: logLimiter{every: time.Second},
+		cfg: cfg, handler: handler, log: cfg.Log.With("component", "natsbus"), limiter: logLimiter{every: time.Second},
 		done: make(chan struct{}), malformed: map[string]uint64{}, lastID: map[kv.WorkerWithDpRank]uint64{},
 	}
 	if cfg.Stream != "" {

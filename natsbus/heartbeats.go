@@ -41,7 +41,7 @@ func StartHeartbeatSource(nc *nats.Conn, subject string, log *slog.Logger, handl
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &HeartbeatSource{log: log, limiter: logLimiter{every: time.Second}}
+	h := &HeartbeatSource{log: log.With("component", "natsbus"), limiter: logLimiter{every: time.Second}}
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		h.received.Add(1)
 		hb, err := events.DecodeHeartbeat(m.Data)
@@ -62,7 +62,7 @@ func StartHeartbeatSource(nc *nats.Conn, subject string, log *slog.Logger, handl
 		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
 	}
 	h.sub = sub
-	awaitSubscribed(nc, subject, log)
+	awaitSubscribed(nc, subject, h.log)
 	return h, nil
 }
 

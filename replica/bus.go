@@ -30,7 +30,10 @@ type bus struct {
 	rejected   map[string]uint64
 }
 
-func startBus(ctx context.Context, cfg config.Config, id string, router *actors.Router, m *metrics.Router, log *slog.Logger) (b *bus, err error) {
+// base is the replica's logger without a component: natsbus and zmqevents
+// add theirs, the bus's own messages are the replica's.
+func startBus(ctx context.Context, cfg config.Config, id string, router *actors.Router, m *metrics.Router, base *slog.Logger) (b *bus, err error) {
+	log := base.With("component", "replica")
 	b = &bus{url: cfg.NATSURL}
 	defer func() {
 		if err != nil {
@@ -47,7 +50,7 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		b.url = b.embedded.ClientURL()
 		log.Info("embedded NATS started", "url", b.url)
 	}
-	if b.nc, err = natsbus.Connect(ctx, b.url, "kvrouter-"+id, log); err != nil {
+	if b.nc, err = natsbus.Connect(ctx, b.url, "kvrouter-"+id, base); err != nil {
 		return nil, err
 	}
 	stream := ""
@@ -59,17 +62,17 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		}
 	}
 	b.events, err = natsbus.StartEventSource(ctx, b.nc, natsbus.EventSourceConfig{
-		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, StartSeq: startSeq, Log: log,
+		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, StartSeq: startSeq, Log: base,
 	}, router.ApplyEvent)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.ZMQEvents || len(cfg.ZMQEndpoints) > 0 {
-		if b.zmq, err = startZMQ(cfg, router, log); err != nil {
+		if b.zmq, err = startZMQ(cfg, router, base); err != nil {
 			return nil, err
 		}
 	}
-	b.heartbeats, err = natsbus.StartHeartbeatSource(b.nc, cfg.WorkersSubject, log, func(hb events.Heartbeat) {
+	b.heartbeats, err = natsbus.StartHeartbeatSource(b.nc, cfg.WorkersSubject, base, func(hb events.Heartbeat) {
 		if hb.BlockSize != 0 && int(hb.BlockSize) != cfg.BlockSize {
 			m.WorkerRejected("block_size_mismatch")
 			log.Error("worker rejected: block size differs from the router's", "worker", hb.WorkerID,

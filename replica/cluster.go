@@ -39,7 +39,7 @@ func (r *Replica) joinCluster(ctx context.Context) error {
 	}
 	cc.Join = r.cfg.ClusterJoin
 	cc.BatchMaxEvents, cc.BatchInterval = r.cfg.ClusterBatchMaxEvents, r.cfg.ClusterBatchInterval
-	cc.HTTPAddr, cc.Version, cc.Logger = r.HTTPAddrOrConfig(), Version, r.log
+	cc.HTTPAddr, cc.Version, cc.Logger = r.HTTPAddrOrConfig(), Version, r.base
 	node, err := cluster.Start(ctx, cc, routerSink{r.router})
 	if err != nil {
 		return fmt.Errorf("join cluster: %w", err)

@@ -31,7 +31,12 @@ const Version = "0.1.0"
 
 // Replica is one running router replica.
 type Replica struct {
-	cfg     config.Config
+	cfg config.Config
+	// base carries the replica id and is handed to the components
+	// (actors, cluster, natsbus, httpapi, zmqevents), which add their own
+	// "component" attribute; log is base with component=replica, for the
+	// replica's own messages.
+	base    *slog.Logger
 	log     *slog.Logger
 	id      string
 	router  *actors.Router
@@ -64,11 +69,12 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Replica{cfg: cfg, log: log, id: cfg.ReplicaID}
+	r := &Replica{cfg: cfg, id: cfg.ReplicaID}
 	if r.id == "" {
 		r.id = defaultReplicaID()
 	}
-	r.log = log.With("replica", r.id)
+	r.base = log.With("replica", r.id)
+	r.log = r.base.With("component", "replica")
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -80,7 +86,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	r.metrics = metrics.New()
 	ac := cfg.Actors()
 	ac.ReplicaID = r.id
-	ac.Logger = r.log
+	ac.Logger = r.base
 	ac.Observer = r.metrics
 	ac.Publish = func(ev *messages.SequenceEvent) {
 		if p := r.publish.Load(); p != nil {
@@ -93,7 +99,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	if err = r.registerStatic(); err != nil {
 		return nil, err
 	}
-	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.log); err != nil {
+	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.base); err != nil {
 		return nil, fmt.Errorf("start NATS ingestion: %w", err)
 	}
 	r.stopWarm = make(chan struct{})
@@ -140,7 +146,7 @@ func (r *Replica) serveHTTP() error {
 	api := httpapi.New(httpapi.Options{
 		Router: r.router, Metrics: r.metrics, BlockSize: r.cfg.BlockSize, MaxBodyBytes: r.cfg.MaxBodyBytes,
 		Ready: r.Ready, Proxy: r.cfg.Proxy, TrackOutputBlocks: r.cfg.RouterTrackOutputBlocks,
-		OutputBlockDecayFloor: r.cfg.ProxyOutputBlockDecayFloor, Pprof: r.cfg.Pprof, Log: r.log,
+		OutputBlockDecayFloor: r.cfg.ProxyOutputBlockDecayFloor, Pprof: r.cfg.Pprof, Log: r.base,
 	})
 	ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
 	if err != nil {
@@ -237,7 +243,7 @@ func (r *Replica) warmUp() {
 			continue
 		}
 		r.warm.Store(true)
-		r.log.Info("warm: KV event replay applied", "took", time.Since(start))
+		r.log.Info("KV event replay applied to the index: warm", "took", time.Since(start))
 		return
 	}
 }

@@ -37,9 +37,10 @@ func Serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("start replica: %w", err)
 	}
-	log.Info("kvrouter serving", "http", rep.HTTPAddr(), "nats", rep.NATSURL(), "replica", rep.ID())
+	own := log.With("component", "replica", "replica", rep.ID())
+	own.Info("kvrouter serving", "http", rep.HTTPAddr(), "nats", rep.NATSURL())
 	<-ctx.Done()
-	log.Info("shutting down")
+	own.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	return rep.Shutdown(shutdownCtx)

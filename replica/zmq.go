@@ -26,14 +26,14 @@ type zmqLink struct {
 	done   chan struct{}
 }
 
-func startZMQ(cfg config.Config, router *actors.Router, log *slog.Logger) (*zmqLink, error) {
+func startZMQ(cfg config.Config, router *actors.Router, base *slog.Logger) (*zmqLink, error) {
 	mgr, err := zmqevents.NewManager(zmqevents.Options{
-		BlockSize: cfg.BlockSize, Handler: router.ApplyEvent, Logger: log.With("component", "zmq"),
+		BlockSize: cfg.BlockSize, Handler: router.ApplyEvent, Logger: base,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("zmq ingestion: %w", err)
 	}
-	z := &zmqLink{mgr: mgr, router: router, log: log, static: map[kv.WorkerID]bool{},
+	z := &zmqLink{mgr: mgr, router: router, log: base.With("component", "replica"), static: map[kv.WorkerID]bool{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	eps, err := config.ParseZMQEndpoints(cfg.ZMQEndpoints)
 	if err != nil {

@@ -113,7 +113,7 @@ func StartSubscriber(ctx context.Context, cfg WorkerEndpoint, opts Options) (*Su
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Subscriber{
 		cfg: cfg, opts: opts, conv: Converter{BlockSize: opts.BlockSize}, refs: NewRefCounter(), cancel: cancel,
-		log: opts.Logger.With("worker_id", uint64(cfg.WorkerID)),
+		log: opts.Logger.With("component", "zmqevents", "worker_id", uint64(cfg.WorkerID)),
 	}
 	streams := make([]*rankStream, cfg.ranks())
 	for i := range streams {
