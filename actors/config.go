@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
@@ -61,6 +63,10 @@ type Config struct {
 	// Publish, when set, receives every local active-sequence change for
 	// gossip to peer replicas. It must not block.
 	Publish func(*messages.SequenceEvent)
+
+	// shardMiddleware wraps every shard's Receive. Unexported: only this
+	// package's tests set it, to inject crashes and stalls.
+	shardMiddleware []actor.ReceiverMiddleware
 }
 
 // DefaultConfig returns Dynamo's defaults for one replica.

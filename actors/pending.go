@@ -83,16 +83,16 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 	p.sampled = s.sampledHashes(p)
 	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(len(p.seqs))}
 	for _, w := range p.eligible {
-		r, ok := s.ranks[w]
+		pid, ok := s.ranks.pids[w]
 		if !ok {
 			continue
 		}
-		if s.active[w] == 0 {
+		if s.idle(w) {
 			// Idle rank: no prefill, no active blocks, every block new.
 			p.loads[w] = &messages.LoadReply{QueryId: p.id, Worker: rankMsg(w), NewBlocks: uint64(len(p.seqs))}
 			continue
 		}
-		ctx.Request(r.pid, q)
+		ctx.Request(pid, q)
 		p.ranksLeft++
 	}
 }
@@ -129,8 +129,12 @@ func (s *schedulerActor) onRequests(ctx actor.Context, m *messages.ActiveRequest
 	s.maybeFinish(ctx, p)
 }
 
+// waitingForReplies: a fan-out (first, or a queued request's re-check) is
+// under way. A request parked in the queue is not.
+func (p *pending) waitingForReplies() bool { return p.shardsLeft > 0 || p.ranksLeft > 0 }
+
 func (s *schedulerActor) maybeFinish(ctx actor.Context, p *pending) {
-	if p.shardsLeft > 0 || p.ranksLeft > 0 {
+	if p.waitingForReplies() {
 		return
 	}
 	s.finish(ctx, p)
@@ -157,9 +161,9 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 		s.decide(ctx, p)
 		return
 	case kindOverlaps:
-		delete(s.pending, p.id)
+		s.release(p)
 		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local))}
-		for _, w := range s.rankList {
+		for _, w := range s.ranks.list {
 			if o, ok := p.overlaps[w]; ok {
 				reply.Overlaps = append(reply.Overlaps, o)
 			} else {
@@ -168,10 +172,10 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 		}
 		ctx.Send(p.replyTo, reply)
 	case kindLoads:
-		delete(s.pending, p.id)
+		s.release(p)
 		ctx.Send(p.replyTo, s.potentialLoads(p))
 	case kindRequests:
-		delete(s.pending, p.id)
+		s.release(p)
 		ctx.Send(p.replyTo, &messages.ActiveRequestsReply{Events: p.requests, Seq: p.seq})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
+	"github.com/kvrouter/kvrouter/tracking"
 )
 
 func routeErr(code messages.RouteErrorCode, format string, args ...any) *messages.RouteError {
@@ -28,7 +29,7 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 		return
 	}
 	if m.UpdateStates {
-		if _, dup := s.owners[m.RequestId]; dup {
+		if _, dup := s.local.Lookup(m.RequestId); dup {
 			s.obs.Decision("bad_request", 0, 0)
 			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST,
 				"request_id %q is already active; free it first or use a new id", m.RequestId))
@@ -78,46 +79,24 @@ func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeRe
 	s.obs.DecisionPhase("hash", p.hashed.Sub(p.started))
 }
 
-// eligible applies the pinned-worker and allowed-workers constraints.
+// eligible applies the pinned-worker and allowed-workers constraints
+// (scheduling.EligibleRanks) to the registered ranks.
 func (s *schedulerActor) eligible(pinned *messages.WorkerRank, allowed []uint64) ([]kv.WorkerWithDpRank, *messages.RouteError) {
-	if len(s.rankList) == 0 {
-		return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "no workers are registered")
-	}
+	c := scheduling.Constraints{}
 	if pinned != nil {
 		w := rankOf(pinned)
-		if _, ok := s.ranks[w]; !ok {
-			return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER,
-				"pinned worker %d dp_rank %d is not registered", w.WorkerID, w.DpRank)
-		}
-		if len(allowed) > 0 && !containsID(allowed, w.WorkerID) {
-			return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER,
-				"pinned worker %d is not in allowed_worker_ids", w.WorkerID)
-		}
-		return []kv.WorkerWithDpRank{w}, nil
+		c.Pinned = &w
 	}
-	if len(allowed) == 0 {
-		return append([]kv.WorkerWithDpRank(nil), s.rankList...), nil
+	for _, id := range allowed {
+		c.AllowedWorkerIDs = append(c.AllowedWorkerIDs, kv.WorkerID(id))
 	}
-	var out []kv.WorkerWithDpRank
-	for _, w := range s.rankList {
-		if containsID(allowed, w.WorkerID) {
-			out = append(out, w)
-		}
+	out, err := scheduling.EligibleRanks(s.ranks.list, c)
+	if err != nil {
+		return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "%v", err)
 	}
-	if len(out) == 0 {
-		return nil, routeErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER,
-			"none of allowed_worker_ids %v is registered", allowed)
-	}
+	// Unconstrained, out is the view's own slice: the next RankTable
+	// replaces it but nothing mutates it.
 	return out, nil
-}
-
-func containsID(ids []uint64, id kv.WorkerID) bool {
-	for _, v := range ids {
-		if kv.WorkerID(v) == id {
-			return true
-		}
-	}
-	return false
 }
 
 func overrideOf(o *messages.RouterConfigOverride) *scheduling.Override {
@@ -171,14 +150,11 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		_, cached := scheduling.CacheHitEstimate(cfg, s.cfg.BlockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
 		p.bestCached = max(p.bestCached, cached)
 	}
-	if p.req.UpdateStates && s.allOverloaded(cfg, cands) {
+	if p.req.UpdateStates && scheduling.AllOverloaded(cfg, cands, s.ranks.budgets) {
 		s.enqueue(ctx, p, now)
 		return
 	}
-	delete(s.pending, p.id)
-	if s.recheck == p {
-		s.recheck = nil
-	}
+	s.release(p)
 	isl := len(p.req.TokenIds)
 	d, err := scheduling.Select(cfg, s.cfg.BlockSize, isl, len(p.local), cands, s.rng)
 	s.obs.DecisionPhase("select", time.Since(now))
@@ -216,9 +192,9 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		PrefillTokens: prefill, ExpectedOutputTokens: p.req.ExpectedOutputTokens,
 		TrackPrefillTokens: cfg.TrackPrefillTokens, Isl: isl,
 	}
-	s.track(p.req.RequestId, owner{worker: d.Worker, origin: s.cfg.ReplicaID})
-	if r, ok := s.ranks[d.Worker]; ok {
-		ctx.Send(r.pid, add)
+	s.local.Track(p.req.RequestId, tracking.Entry{Rank: d.Worker, Origin: s.cfg.ReplicaID})
+	if pid, ok := s.ranks.pids[d.Worker]; ok {
+		ctx.Send(pid, add)
 	}
 	if !s.cfg.UseKVEvents || s.cfg.Index.PredictedTTL > 0 {
 		local := make([]uint64, len(p.local))
@@ -228,42 +204,26 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		ctx.Send(s.shards[shardOf(d.Worker.WorkerID, len(s.shards))],
 			&messages.RoutingDecision{Worker: rankMsg(d.Worker), LocalHashes: local})
 	}
-	s.gossip(&messages.SequenceEvent{Data: &messages.SequenceEvent_Add{Add: add}})
+	s.gossip.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_Add{Add: add}})
 }
 
-func (s *schedulerActor) allOverloaded(cfg scheduling.Config, cands []scheduling.Candidate) bool {
-	if !cfg.RouterQueueEnabled || len(cands) == 0 {
-		return false
-	}
-	for _, c := range cands {
-		if !scheduling.Overloaded(cfg, c, s.maxBatched(c.Worker)) {
-			return false
-		}
-	}
-	return true
-}
-
-func (s *schedulerActor) maxBatched(w kv.WorkerWithDpRank) uint64 {
-	if r, ok := s.ranks[w]; ok {
-		return r.maxBatchedToken
-	}
-	return s.cfg.DefaultMaxNumBatchedTokens
-}
-
-// enqueue parks a request until some worker drops under the threshold.
+// enqueue parks a request until some worker drops under the threshold. A
+// request re-checked from the queue head is still in the queue: it keeps
+// its place and its enqueue time (the wait bound counts from its arrival).
 func (s *schedulerActor) enqueue(ctx actor.Context, p *pending, now time.Time) {
 	if s.recheck == p {
 		s.recheck = nil
 	}
-	if !p.queued {
-		p.enqueued = now
+	if p.queued {
+		return
 	}
+	p.enqueued = now
 	err := s.queue.Push(scheduling.Waiting[uint64]{
-		ID: strconv.FormatUint(p.id, 10), PriorityJump: p.req.PriorityJump,
+		ID: queueID(p), PriorityJump: p.req.PriorityJump,
 		ISL: uint64(len(p.req.TokenIds)), CachedTokens: p.bestCached, Payload: p.id,
-	}, p.enqueued)
+	}, now)
 	if err != nil {
-		delete(s.pending, p.id)
+		s.release(p)
 		var oe *scheduling.OverloadError
 		rerr := routeErr(messages.RouteErrorCode_ROUTE_ERROR_OVERLOADED, "%v", err)
 		if errors.As(err, &oe) {
@@ -273,56 +233,72 @@ func (s *schedulerActor) enqueue(ctx actor.Context, p *pending, now time.Time) {
 		ctx.Send(p.replyTo, rerr)
 		return
 	}
-	if !p.queued {
-		s.obs.Decision("queued", 0, len(p.local))
-	}
+	s.obs.Decision("queued", 0, len(p.local))
 	p.queued = true
 }
 
-// tryDequeue re-reads the loads for the head of the queue; decide() then
-// either routes it or puts it back.
+func queueID(p *pending) string { return strconv.FormatUint(p.id, 10) }
+
+// release forgets a decision that is being answered, taking it out of the
+// queue if it waited there.
+func (s *schedulerActor) release(p *pending) {
+	delete(s.pending, p.id)
+	if s.recheck == p {
+		s.recheck = nil
+	}
+	if p.queued {
+		s.queue.Remove(queueID(p))
+		p.queued = false
+	}
+}
+
+// tryDequeue re-reads the loads for the head of the queue (which stays
+// queued meanwhile); decide() then routes it or leaves it waiting.
 func (s *schedulerActor) tryDequeue(ctx actor.Context) {
-	if s.recheck != nil || s.queue.Len() == 0 {
+	if s.recheck != nil {
 		return
 	}
-	w, ok := s.queue.Pop()
+	w, ok := s.queue.Peek()
 	if !ok {
 		return
 	}
 	p, ok := s.pending[w.Payload]
 	if !ok {
+		s.queue.Remove(w.ID) // cannot happen: pending and queue change together
+		return
+	}
+	eligible, rerr := s.eligible(p.req.PinnedWorker, p.req.AllowedWorkerIds)
+	if rerr != nil {
+		s.release(p)
+		s.obs.Decision("no_worker", 0, len(p.local))
+		ctx.Send(p.replyTo, rerr)
 		return
 	}
 	s.recheck = p
 	p.deadline = time.Now().Add(s.cfg.DecisionTimeout)
-	eligible, rerr := s.eligible(p.req.PinnedWorker, p.req.AllowedWorkerIds)
-	if rerr != nil {
-		delete(s.pending, p.id)
-		s.recheck = nil
-		ctx.Send(p.replyTo, rerr)
-		return
-	}
 	p.eligible = eligible
-	p.queued = false
 	s.askLoads(ctx, p)
 	s.maybeFinish(ctx, p)
 }
 
-// expireQueue rejects requests that waited longer than MaxQueueWait.
+// expireQueue rejects, oldest first, the requests that waited longer
+// than MaxQueueWait (scheduling.Queue.DropEnqueuedBefore).
 func (s *schedulerActor) expireQueue(ctx actor.Context, now time.Time) {
 	if s.cfg.MaxQueueWait <= 0 {
 		return
 	}
-	for id, p := range s.pending {
-		if p.queued && now.Sub(p.enqueued) > s.cfg.MaxQueueWait {
-			s.queue.Remove(strconv.FormatUint(id, 10))
-			delete(s.pending, id)
-			rerr := routeErr(messages.RouteErrorCode_ROUTE_ERROR_OVERLOADED,
-				"waited %s in the queue and every eligible worker is still over the queue threshold", s.cfg.MaxQueueWait)
-			rerr.QueueDepth, rerr.QueueLimit = uint32(s.queue.Len()), uint32(s.cfg.Scheduling.MaxQueueLength)
-			s.obs.Decision("overloaded", 0, len(p.local))
-			ctx.Send(p.replyTo, rerr)
+	for _, w := range s.queue.DropEnqueuedBefore(now.Add(-s.cfg.MaxQueueWait)) {
+		p, ok := s.pending[w.Payload]
+		if !ok {
+			continue
 		}
+		p.queued = false // DropEnqueuedBefore took it out
+		s.release(p)
+		rerr := routeErr(messages.RouteErrorCode_ROUTE_ERROR_OVERLOADED,
+			"waited %s in the queue and every eligible worker is still over the queue threshold", s.cfg.MaxQueueWait)
+		rerr.QueueDepth, rerr.QueueLimit = uint32(s.queue.Len()), uint32(s.queue.Limit())
+		s.obs.Decision("overloaded", 0, len(p.local))
+		ctx.Send(p.replyTo, rerr)
 	}
 }
 
@@ -338,7 +314,7 @@ func (s *schedulerActor) startOverlapQuery(ctx actor.Context, m *messages.Overla
 func (s *schedulerActor) startLoadsQuery(ctx actor.Context, m *messages.PotentialLoadsQuery) {
 	p := s.newPending(ctx, kindLoads)
 	p.req = &messages.RouteRequest{TokenIds: m.TokenIds}
-	p.eligible = append([]kv.WorkerWithDpRank(nil), s.rankList...)
+	p.eligible = s.ranks.list
 	s.hash(p, m.TokenIds, m.LoraName, s.cfg.Scheduling.AssumeKVReuse)
 	s.askShards(ctx, p)
 	s.askLoads(ctx, p)
@@ -347,10 +323,11 @@ func (s *schedulerActor) startLoadsQuery(ctx actor.Context, m *messages.Potentia
 
 func (s *schedulerActor) startRequestsQuery(ctx actor.Context, m *messages.ActiveRequestsQuery) {
 	p := s.newPending(ctx, kindRequests)
-	p.seq = s.seq // every change up to seq was sent to the ranks before this query
+	// Every own change up to seq was sent to the ranks before this query.
+	p.seq = s.gossip.seq.Load()
 	q := &messages.ActiveRequestsQuery{Origin: m.Origin, QueryId: p.id}
-	for _, w := range s.rankList {
-		ctx.Request(s.ranks[w].pid, q)
+	for _, w := range s.ranks.list {
+		ctx.Request(s.ranks.pids[w], q)
 		p.ranksLeft++
 	}
 	s.maybeFinish(ctx, p)

@@ -20,11 +20,13 @@ import (
 // Router is one replica's routing engine: the actor system and the
 // entry points the service calls. All methods are safe for concurrent use.
 type Router struct {
-	cfg       Config
-	system    *actor.ActorSystem
-	shards    []*actor.PID
-	scheduler *actor.PID
-	log       *slog.Logger
+	cfg         Config
+	system      *actor.ActorSystem
+	shards      []*actor.PID
+	scheduler   *actor.PID
+	registry    *actor.PID
+	replication *actor.PID
+	log         *slog.Logger
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -54,7 +56,8 @@ func (e *RouteError) Error() string { return e.Message }
 func (e *RouteError) Unwrap() error { return e.Kind }
 
 // Start builds the actor system: K shard actors under a restarting
-// guardian and the scheduler, which spawns one sequence actor per worker
+// guardian, the scheduler (decisions), the replication edge (peers'
+// state) and the registry, which spawns one sequence actor per worker
 // rank as workers register.
 func Start(cfg Config) (*Router, error) {
 	if cfg.Logger == nil {
@@ -77,9 +80,21 @@ func Start(cfg Config) (*Router, error) {
 	shardIndex.MaxTreeSize = max(cfg.Index.MaxTreeSize/cfg.shardCount(), 1)
 	for i := 0; i < cfg.shardCount(); i++ {
 		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: shardIndex, log: cfg.Logger, obs: cfg.Observer}
-		r.shards = append(r.shards, guardian.Spawn(newShardProps(st)))
+		r.shards = append(r.shards, guardian.Spawn(newShardProps(st, cfg.shardMiddleware...)))
 	}
-	r.scheduler = sys.Root.Spawn(newSchedulerProps(cfg, r.shards))
+	// The scheduler and the replication edge address each other, so both
+	// are spawned under names known before either exists.
+	g := &gossiper{replica: cfg.ReplicaID, publish: cfg.Publish}
+	schedulerPID := actor.NewPID(sys.Address(), "scheduler")
+	replicationPID := actor.NewPID(sys.Address(), "replication")
+	var err error
+	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.shards, replicationPID), schedulerPID.Id); err != nil {
+		return nil, fmt.Errorf("spawn scheduler: %w", err)
+	}
+	if r.replication, err = sys.Root.SpawnNamed(newReplicationProps(cfg, g, schedulerPID), replicationPID.Id); err != nil {
+		return nil, fmt.Errorf("spawn replication: %w", err)
+	}
+	r.registry = sys.Root.Spawn(newRegistryProps(cfg, r.shards, r.scheduler, r.replication))
 	go r.ticker()
 	return r, nil
 }
@@ -93,7 +108,9 @@ func (r *Router) ticker() {
 		case <-r.stop:
 			return
 		case now := <-t.C:
-			r.system.Root.Send(r.scheduler, &messages.Tick{UnixNano: now.UnixNano()})
+			tick := &messages.Tick{UnixNano: now.UnixNano()}
+			r.system.Root.Send(r.scheduler, tick)
+			r.system.Root.Send(r.registry, tick)
 		}
 	}
 }
@@ -104,9 +121,10 @@ func (r *Router) Stop() {
 		r.stopped.Store(true)
 		close(r.stop)
 		<-r.done
-		_ = r.system.Root.StopFuture(r.scheduler).Wait()
-		for _, sh := range r.shards {
-			_ = r.system.Root.StopFuture(sh).Wait()
+		for _, pid := range append([]*actor.PID{r.registry, r.replication, r.scheduler}, r.shards...) {
+			if err := r.system.Root.StopFuture(pid).Wait(); err != nil {
+				r.log.Warn("actor did not stop in time", "actor", pid.Id, "err", err)
+			}
 		}
 		r.system.Shutdown()
 	})
@@ -124,15 +142,26 @@ func (r *Router) ApplyEvent(ev *kv.Event) {
 	r.system.Root.Send(r.shards[shardOf(ev.Worker.WorkerID, len(r.shards))], events.ToProto(ev))
 }
 
+// registerTimeout bounds how long RegisterWorker waits for the registry.
+const registerTimeout = 5 * time.Second
+
 // RegisterWorker adds or refreshes a worker (a heartbeat, or a static
-// registration that never expires).
+// registration that never expires). It returns once the scheduler has the
+// worker's ranks queued ahead of anything the caller sends next, so a
+// route right after a registration sees the worker.
 func (r *Router) RegisterWorker(hb *messages.WorkerHeartbeat, static bool) {
-	r.system.Root.Send(r.scheduler, &messages.WorkerUp{Worker: hb, Static: static, SeenUnixNano: time.Now().UnixNano()})
+	if r.stopped.Load() {
+		return
+	}
+	up := &messages.WorkerUp{Worker: hb, Static: static, SeenUnixNano: time.Now().UnixNano()}
+	if _, err := r.system.Root.RequestFuture(r.registry, up, registerTimeout).Result(); err != nil {
+		r.log.Warn("worker registration not confirmed", "worker", hb.WorkerId, "err", err)
+	}
 }
 
 // RemoveWorker drops a worker's candidates, requests and indexed blocks.
 func (r *Router) RemoveWorker(id kv.WorkerID) {
-	r.system.Root.Send(r.scheduler, &messages.RemoveWorker{WorkerId: uint64(id)})
+	r.system.Root.Send(r.registry, &messages.RemoveWorker{WorkerId: uint64(id)})
 	// A worker that was never registered may still have indexed blocks
 	// (events can arrive before the first heartbeat).
 	r.system.Root.Send(r.shards[shardOf(id, len(r.shards))], &messages.RemoveWorker{WorkerId: uint64(id)})
@@ -236,13 +265,24 @@ func (r *Router) PotentialLoads(ctx context.Context, tokens []uint32, lora strin
 	return res.(*messages.PotentialLoadsReply), nil
 }
 
-// Registry lists registered workers.
+// Registry lists registered workers, with the queue depth and how many
+// requests (own and peers') this replica tracks.
 func (r *Router) Registry(ctx context.Context) (*messages.RegistryReply, error) {
-	res, err := r.ask(ctx, r.scheduler, &messages.RegistryQuery{})
+	res, err := r.ask(ctx, r.registry, &messages.RegistryQuery{})
 	if err != nil {
 		return nil, err
 	}
-	return res.(*messages.RegistryReply), nil
+	reply := res.(*messages.RegistryReply)
+	for _, pid := range []*actor.PID{r.scheduler, r.replication} {
+		res, err := r.ask(ctx, pid, &messages.TrackedQuery{})
+		if err != nil {
+			return nil, err
+		}
+		t := res.(*messages.TrackedReply)
+		reply.TrackedRequests += t.TrackedRequests
+		reply.QueueDepth += t.QueueDepth
+	}
+	return reply, nil
 }
 
 // ShardStats asks every shard for its blocks, counters and digest.
@@ -326,21 +366,21 @@ func (r *Router) ActiveRequests(ctx context.Context, origin *string) ([]*message
 
 // ApplyRemote applies a peer replica's active-sequence change.
 func (r *Router) ApplyRemote(ev *messages.SequenceEvent) {
-	r.system.Root.Send(r.scheduler, ev)
+	r.system.Root.Send(r.replication, ev)
 }
 
 // ApplyRemoteBatch applies a run of one peer's changes, in order, as one
 // message. evs is copied: the caller may reuse the slice.
 func (r *Router) ApplyRemoteBatch(evs []*messages.SequenceEvent) {
-	r.system.Root.Send(r.scheduler, &messages.SequenceEventBatch{Events: slices.Clone(evs)})
+	r.system.Root.Send(r.replication, &messages.SequenceEventBatch{Events: slices.Clone(evs)})
 }
 
 // DropOrigin forgets every request a departed replica owned.
 func (r *Router) DropOrigin(origin string) {
-	r.system.Root.Send(r.scheduler, &messages.DropOrigin{Origin: origin})
+	r.system.Root.Send(r.replication, &messages.DropOrigin{Origin: origin})
 }
 
 // ReplaceOrigin swaps what we hold for a replica with its full state.
 func (r *Router) ReplaceOrigin(origin string, evs []*messages.SequenceEvent) {
-	r.system.Root.Send(r.scheduler, &messages.ReplaceOrigin{Origin: origin, Events: evs})
+	r.system.Root.Send(r.replication, &messages.ReplaceOrigin{Origin: origin, Events: evs})
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/kvrouter/kvrouter/hashing"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
@@ -21,6 +23,7 @@ func startRouter(t testing.TB, mutate func(*Config)) *Router {
 	cfg.BlockSize = testBlockSize
 	cfg.Shards = 2
 	cfg.TickInterval = 5 * time.Millisecond
+	cfg.shardMiddleware = []actor.ReceiverMiddleware{shardFaults}
 	if !testing.Verbose() {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,20 +20,26 @@ type sequenceActor struct {
 	replica string // requests added locally are owned by this replica
 	seqs    *sequence.ActiveSequences
 	log     *slog.Logger
+	// Stale expiries go to both request tables: the scheduler's (its own
+	// requests, which it also gossips) and the replication edge's.
+	scheduler, replication *actor.PID
 	// The stale sweep runs at most every expiryEvery (Dynamo: 30 s).
 	lastExpiry  time.Time
 	expiryEvery time.Duration
 }
 
-func newSequenceProps(w kv.WorkerWithDpRank, replica string, cfg sequence.Config, expiryEvery time.Duration, log *slog.Logger) *actor.Props {
+func newSequenceProps(w kv.WorkerWithDpRank, cfg Config, scheduler, replication *actor.PID) *actor.Props {
 	// The tracker lives outside the actor instance so a restart after a
 	// panic keeps the rank's requests instead of silently forgetting them.
-	seqs := sequence.New(cfg)
+	seqs := sequence.New(cfg.Sequence)
+	log := cfg.Logger.With("component", "sequence", "worker", w)
 	// A synchronized dispatcher runs the actor on its sender's goroutine
-	// (nearly always the scheduler's): a decision fans out to every rank,
-	// and a goroutine per rank per decision cost more than the work.
+	// (the scheduler's or the replication edge's): a decision fans out to
+	// every rank, and a goroutine per rank per decision cost more than the
+	// work.
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &sequenceActor{worker: w, replica: replica, seqs: seqs, log: log, expiryEvery: expiryEvery}
+		return &sequenceActor{worker: w, replica: cfg.ReplicaID, seqs: seqs, log: log,
+			scheduler: scheduler, replication: replication, expiryEvery: cfg.StaleCheckInterval}
 	}, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
 }
 
@@ -47,17 +54,19 @@ func (a *sequenceActor) Receive(ctx actor.Context) {
 			a.applyRemote(ev)
 		}
 	case *messages.MarkPrefillCompleted:
-		_ = a.seqs.MarkPrefillCompleted(m.RequestId)
+		a.check("prefill_completed", m.RequestId, a.seqs.MarkPrefillCompleted(m.RequestId))
 	case *messages.FreeRequest:
-		_ = a.seqs.Free(m.RequestId)
+		a.check("free", m.RequestId, a.seqs.Free(m.RequestId))
 	case *messages.AddOutputBlock:
-		_ = a.seqs.AddOutputBlock(m.RequestId, m.DecayFrac)
+		a.check("output_block", m.RequestId, a.seqs.AddOutputBlock(m.RequestId, m.DecayFrac))
 	case *messages.LoadQuery:
 		ctx.Respond(a.load(m))
 	case *messages.DropOrigin:
 		if freed := a.seqs.FreeOrigin(m.Origin); len(freed) > 0 {
-			a.log.Info("dropped requests of a departed replica", "worker", a.worker, "origin", m.Origin, "requests", len(freed))
+			a.log.Info("dropped requests of a departed replica", "origin", m.Origin, "requests", len(freed))
 		}
+	case *messages.RestoreOrigin:
+		a.restore(m)
 	case *messages.ActiveRequestsQuery:
 		ctx.Respond(a.requests(m))
 	case *messages.Tick:
@@ -65,8 +74,28 @@ func (a *sequenceActor) Receive(ctx actor.Context) {
 	}
 }
 
+// check logs a lifecycle step the tracker refused. An unknown request is
+// expected (its free raced a stale expiry or a departed peer's drop), so
+// it is a debug line; anything else means a caller broke a rule.
+func (a *sequenceActor) check(op, id string, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, sequence.ErrUnknownRequest):
+		a.log.Debug("lifecycle step for a request not active here", "op", op, "request", id)
+	default:
+		a.log.Warn("lifecycle step rejected", "op", op, "request", id, "err", err)
+	}
+}
+
 func (a *sequenceActor) add(m *messages.AddRequest, origin string) {
-	err := a.seqs.AddRequest(sequence.Request{
+	err := a.seqs.AddRequest(requestOf(m, origin), time.Now())
+	if err != nil && !errors.Is(err, sequence.ErrDuplicateRequest) {
+		a.log.Warn("add request rejected", "request", m.RequestId, "origin", origin, "err", err)
+	}
+}
+
+func requestOf(m *messages.AddRequest, origin string) sequence.Request {
+	return sequence.Request{
 		ID:                   m.RequestId,
 		Origin:               origin,
 		SequenceHashes:       toSeq(m.SequenceHashes),
@@ -75,22 +104,46 @@ func (a *sequenceActor) add(m *messages.AddRequest, origin string) {
 		PrefillTokens:        m.PrefillTokens,
 		TrackPrefill:         m.TrackPrefillTokens,
 		ExpectedOutputTokens: m.ExpectedOutputTokens,
-	}, time.Now())
-	if err != nil && !errors.Is(err, sequence.ErrDuplicateRequest) {
-		a.log.Debug("add request rejected", "worker", a.worker, "request", m.RequestId, "err", err)
 	}
 }
 
-// applyRemote applies a peer replica's change; the scheduler has already
-// resolved which worker it concerns.
+// applyRemote applies a peer replica's change; the replication edge has
+// already resolved which rank it concerns.
 func (a *sequenceActor) applyRemote(ev *messages.SequenceEvent) {
 	switch d := ev.Data.(type) {
 	case *messages.SequenceEvent_Add:
 		a.add(d.Add, ev.Origin)
 	case *messages.SequenceEvent_PrefillCompleted:
-		_ = a.seqs.MarkPrefillCompleted(d.PrefillCompleted.RequestId)
+		a.check("prefill_completed", d.PrefillCompleted.RequestId, a.seqs.MarkPrefillCompleted(d.PrefillCompleted.RequestId))
 	case *messages.SequenceEvent_Free:
-		_ = a.seqs.Free(d.Free.RequestId)
+		a.check("free", d.Free.RequestId, a.seqs.Free(d.Free.RequestId))
+	}
+}
+
+// restore replaces an origin's requests with its full state, keeping each
+// request's start time (so the stale expiry still applies to it) and its
+// prefill progress.
+func (a *sequenceActor) restore(m *messages.RestoreOrigin) {
+	a.seqs.FreeOrigin(m.Origin)
+	now := time.Now()
+	for _, add := range m.Adds {
+		r := requestOf(add, m.Origin)
+		started := now
+		if add.StartedUnixNano != 0 {
+			started = time.Unix(0, add.StartedUnixNano)
+		}
+		done := slices.Contains(m.PrefillDone, add.RequestId)
+		if done {
+			r.PrefillTokens = 0
+		}
+		err := a.seqs.Restore(sequence.RequestInfo{
+			ID: r.ID, Origin: r.Origin, SequenceHashes: r.SequenceHashes, PromptBlocks: r.PromptBlocks,
+			ISL: r.ISL, PrefillTokens: r.PrefillTokens, TrackPrefill: r.TrackPrefill, PrefillDone: done,
+			ExpectedOutputTokens: r.ExpectedOutputTokens, StartedAt: started,
+		})
+		if err != nil {
+			a.log.Warn("restore of a peer's request rejected", "origin", m.Origin, "request", add.RequestId, "err", err)
+		}
 	}
 }
 
@@ -100,8 +153,10 @@ func (a *sequenceActor) expire(ctx actor.Context, now time.Time) {
 	}
 	a.lastExpiry = now
 	if expired := a.seqs.ExpireStale(now); len(expired) > 0 {
-		a.log.Warn("freed stale requests (no free seen)", "worker", a.worker, "requests", len(expired))
-		ctx.Send(ctx.Parent(), &messages.StaleRequestsFreed{RequestIds: expired})
+		a.log.Warn("freed stale requests (no free seen)", "requests", len(expired))
+		msg := &messages.StaleRequestsFreed{RequestIds: expired}
+		ctx.Send(a.scheduler, msg)
+		ctx.Send(a.replication, msg)
 	}
 }
 
@@ -133,7 +188,7 @@ func (a *sequenceActor) requests(q *messages.ActiveRequestsQuery) *messages.Acti
 				RequestId: r.ID, Worker: rankMsg(a.worker), SequenceHashes: hashes,
 				PromptBlocks: uint32(r.PromptBlocks), Stride: uint32(a.seqs.Config().EffectiveStride()),
 				PrefillTokens: r.PrefillTokens, ExpectedOutputTokens: r.ExpectedOutputTokens,
-				TrackPrefillTokens: r.TrackPrefill, Isl: r.ISL,
+				TrackPrefillTokens: r.TrackPrefill, Isl: r.ISL, StartedUnixNano: r.StartedAt.UnixNano(),
 			}},
 		})
 		if r.PrefillDone {

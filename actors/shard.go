@@ -36,9 +36,12 @@ type shardState struct {
 
 type shardActor struct{ st *shardState }
 
-func newShardProps(st *shardState) *actor.Props {
+// newShardProps builds a shard's props; middleware is a test seam (the
+// package's tests inject crashes and stalls with it; production passes
+// none).
+func newShardProps(st *shardState, middleware ...actor.ReceiverMiddleware) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &shardActor{st: st} },
-		actor.WithMailbox(actor.UnboundedPriority()))
+		actor.WithMailbox(actor.UnboundedPriority()), actor.WithReceiverMiddleware(middleware...))
 }
 
 func (a *shardActor) Receive(ctx actor.Context) {
@@ -78,10 +81,6 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		ctx.Respond(m)
 	case *messages.DumpQuery:
 		ctx.Respond(a.dump())
-	case *crashShard:
-		panic("shard crash requested")
-	case *stallShard:
-		time.Sleep(m.d)
 	}
 }
 
@@ -235,14 +234,6 @@ func shardOf(w kv.WorkerID, shards int) int {
 	x ^= x >> 33
 	return int(x % uint64(shards))
 }
-
-// crashShard makes a shard panic and stallShard makes it stop answering
-// for a while. They are unexported: only this package's tests send them,
-// to exercise supervision and decision timeouts.
-type (
-	crashShard struct{}
-	stallShard struct{ d time.Duration }
-)
 
 // dump is the shard's engine-event index as events that rebuild it (the
 // predictions are this replica's own guesses and stay out).

@@ -3,7 +3,10 @@
 // logic beyond small helpers so every other package can depend on it.
 package kv
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+)
 
 // WorkerID identifies one engine instance (Dynamo's worker_id / instance id).
 type WorkerID uint64
@@ -16,6 +19,15 @@ type WorkerWithDpRank struct {
 }
 
 func (w WorkerWithDpRank) String() string { return fmt.Sprintf("%d/%d", w.WorkerID, w.DpRank) }
+
+// CompareRanks orders ranks by worker id, then dp rank (for slices.SortFunc):
+// the stable candidate order every replica uses.
+func CompareRanks(a, b WorkerWithDpRank) int {
+	if c := cmp.Compare(a.WorkerID, b.WorkerID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.DpRank, b.DpRank)
+}
 
 // LocalBlockHash is the content hash of one full block of tokens (Dynamo's
 // LocalBlockHash / tokens_hash). The radix tree is navigated by it.

@@ -814,9 +814,13 @@ type AddRequest struct {
 	PromptBlocks uint32 `protobuf:"varint,8,opt,name=prompt_blocks,json=promptBlocks,proto3" json:"prompt_blocks,omitempty"`
 	// stride the hashes were sampled with (0 = 1); a peer with another
 	// stride drops the add and counts it, as Dynamo does.
-	Stride        uint32 `protobuf:"varint,9,opt,name=stride,proto3" json:"stride,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stride uint32 `protobuf:"varint,9,opt,name=stride,proto3" json:"stride,omitempty"`
+	// started_unix_nano is when the request was routed, carried by full
+	// states (anti-entropy) so a restored request keeps its age and the
+	// stale-request expiry; 0 on live adds (the receiver's clock is used).
+	StartedUnixNano int64 `protobuf:"varint,10,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AddRequest) Reset() {
@@ -908,6 +912,13 @@ func (x *AddRequest) GetPromptBlocks() uint32 {
 func (x *AddRequest) GetStride() uint32 {
 	if x != nil {
 		return x.Stride
+	}
+	return 0
+}
+
+func (x *AddRequest) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
 	}
 	return 0
 }
@@ -3234,6 +3245,370 @@ func (*DumpQuery) Descriptor() ([]byte, []int) {
 	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
+// RankEntry is one registered worker rank as the registry publishes it:
+// pid is the local id of the rank's sequence actor.
+type RankEntry struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Worker              *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Pid                 string                 `protobuf:"bytes,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	MaxNumBatchedTokens uint64                 `protobuf:"varint,3,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3" json:"max_num_batched_tokens,omitempty"` // the rank's queue-threshold unit
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *RankEntry) Reset() {
+	*x = RankEntry{}
+	mi := &file_kvrouter_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankEntry) ProtoMessage() {}
+
+func (x *RankEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
+func (*RankEntry) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RankEntry) GetWorker() *WorkerRank {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *RankEntry) GetPid() string {
+	if x != nil {
+		return x.Pid
+	}
+	return ""
+}
+
+func (x *RankEntry) GetMaxNumBatchedTokens() uint64 {
+	if x != nil {
+		return x.MaxNumBatchedTokens
+	}
+	return 0
+}
+
+// RankTable is the registry's whole rank set, sorted by worker then dp
+// rank, sent to the scheduler and the replication edge on every change
+// (and as the reply to a WorkerUp, so a caller that registered a worker
+// knows the scheduler will see it before its next message).
+type RankTable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ranks         []*RankEntry           `protobuf:"bytes,1,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankTable) Reset() {
+	*x = RankTable{}
+	mi := &file_kvrouter_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankTable) ProtoMessage() {}
+
+func (x *RankTable) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
+func (*RankTable) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RankTable) GetRanks() []*RankEntry {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
+// RemoteActivity tells the scheduler which ranks gained their first or
+// lost their last peer-routed request: a rank with no request at all is
+// idle and need not be asked for its load.
+type RemoteActivity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Busy          []*WorkerRank          `protobuf:"bytes,1,rep,name=busy,proto3" json:"busy,omitempty"`
+	Idle          []*WorkerRank          `protobuf:"bytes,2,rep,name=idle,proto3" json:"idle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoteActivity) Reset() {
+	*x = RemoteActivity{}
+	mi := &file_kvrouter_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoteActivity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoteActivity) ProtoMessage() {}
+
+func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoteActivity.ProtoReflect.Descriptor instead.
+func (*RemoteActivity) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *RemoteActivity) GetBusy() []*WorkerRank {
+	if x != nil {
+		return x.Busy
+	}
+	return nil
+}
+
+func (x *RemoteActivity) GetIdle() []*WorkerRank {
+	if x != nil {
+		return x.Idle
+	}
+	return nil
+}
+
+// PeerStep is a peer's prefill-completed or free of a request this
+// replica routed (a client may finish a request through another replica).
+type PeerStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         *SequenceEvent         `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerStep) Reset() {
+	*x = PeerStep{}
+	mi := &file_kvrouter_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerStep) ProtoMessage() {}
+
+func (x *PeerStep) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
+func (*PeerStep) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *PeerStep) GetEvent() *SequenceEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// RestoreOrigin replaces what a sequence actor holds for one origin with
+// that origin's full state, keeping each request's start time and
+// prefill progress.
+type RestoreOrigin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	Adds          []*AddRequest          `protobuf:"bytes,2,rep,name=adds,proto3" json:"adds,omitempty"`
+	PrefillDone   []string               `protobuf:"bytes,3,rep,name=prefill_done,json=prefillDone,proto3" json:"prefill_done,omitempty"` // request ids whose prefill completed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreOrigin) Reset() {
+	*x = RestoreOrigin{}
+	mi := &file_kvrouter_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreOrigin) ProtoMessage() {}
+
+func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
+func (*RestoreOrigin) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *RestoreOrigin) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *RestoreOrigin) GetAdds() []*AddRequest {
+	if x != nil {
+		return x.Adds
+	}
+	return nil
+}
+
+func (x *RestoreOrigin) GetPrefillDone() []string {
+	if x != nil {
+		return x.PrefillDone
+	}
+	return nil
+}
+
+// TrackedQuery asks the scheduler or the replication edge how many
+// requests it tracks (and the scheduler its queue depth).
+type TrackedQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrackedQuery) Reset() {
+	*x = TrackedQuery{}
+	mi := &file_kvrouter_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrackedQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrackedQuery) ProtoMessage() {}
+
+func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
+func (*TrackedQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+}
+
+type TrackedReply struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TrackedRequests uint64                 `protobuf:"varint,1,opt,name=tracked_requests,json=trackedRequests,proto3" json:"tracked_requests,omitempty"`
+	QueueDepth      uint32                 `protobuf:"varint,2,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TrackedReply) Reset() {
+	*x = TrackedReply{}
+	mi := &file_kvrouter_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrackedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrackedReply) ProtoMessage() {}
+
+func (x *TrackedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
+func (*TrackedReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *TrackedReply) GetTrackedRequests() uint64 {
+	if x != nil {
+		return x.TrackedRequests
+	}
+	return 0
+}
+
+func (x *TrackedReply) GetQueueDepth() uint32 {
+	if x != nil {
+		return x.QueueDepth
+	}
+	return 0
+}
+
 var File_kvrouter_proto protoreflect.FileDescriptor
 
 const file_kvrouter_proto_rawDesc = "" +
@@ -3284,7 +3659,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\fOverlapReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x126\n" +
-	"\boverlaps\x18\x03 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\"\xe3\x02\n" +
+	"\boverlaps\x18\x03 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\"\x8f\x03\n" +
 	"\n" +
 	"AddRequest\x12\x1d\n" +
 	"\n" +
@@ -3296,7 +3671,9 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x14track_prefill_tokens\x18\x06 \x01(\bR\x12trackPrefillTokens\x12\x10\n" +
 	"\x03isl\x18\a \x01(\x04R\x03isl\x12#\n" +
 	"\rprompt_blocks\x18\b \x01(\rR\fpromptBlocks\x12\x16\n" +
-	"\x06stride\x18\t \x01(\rR\x06stride\"5\n" +
+	"\x06stride\x18\t \x01(\rR\x06stride\x12*\n" +
+	"\x11started_unix_nano\x18\n" +
+	" \x01(\x03R\x0fstartedUnixNano\"5\n" +
 	"\x14MarkPrefillCompleted\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\",\n" +
@@ -3468,7 +3845,27 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x122\n" +
 	"\x06events\x18\x03 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"\t\n" +
 	"\aBarrier\"\v\n" +
-	"\tDumpQuery*v\n" +
+	"\tDumpQuery\"\x83\x01\n" +
+	"\tRankEntry\x12/\n" +
+	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\tR\x03pid\x123\n" +
+	"\x16max_num_batched_tokens\x18\x03 \x01(\x04R\x13maxNumBatchedTokens\"9\n" +
+	"\tRankTable\x12,\n" +
+	"\x05ranks\x18\x01 \x03(\v2\x16.kvrouter.v1.RankEntryR\x05ranks\"j\n" +
+	"\x0eRemoteActivity\x12+\n" +
+	"\x04busy\x18\x01 \x03(\v2\x17.kvrouter.v1.WorkerRankR\x04busy\x12+\n" +
+	"\x04idle\x18\x02 \x03(\v2\x17.kvrouter.v1.WorkerRankR\x04idle\"<\n" +
+	"\bPeerStep\x120\n" +
+	"\x05event\x18\x01 \x01(\v2\x1a.kvrouter.v1.SequenceEventR\x05event\"w\n" +
+	"\rRestoreOrigin\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12+\n" +
+	"\x04adds\x18\x02 \x03(\v2\x17.kvrouter.v1.AddRequestR\x04adds\x12!\n" +
+	"\fprefill_done\x18\x03 \x03(\tR\vprefillDone\"\x0e\n" +
+	"\fTrackedQuery\"Z\n" +
+	"\fTrackedReply\x12)\n" +
+	"\x10tracked_requests\x18\x01 \x01(\x04R\x0ftrackedRequests\x12\x1f\n" +
+	"\vqueue_depth\x18\x02 \x01(\rR\n" +
+	"queueDepth*v\n" +
 	"\vStorageTier\x12\x17\n" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
@@ -3495,7 +3892,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
 	(RouteErrorCode)(0),          // 1: kvrouter.v1.RouteErrorCode
@@ -3549,7 +3946,14 @@ var file_kvrouter_proto_goTypes = []any{
 	(*StateSnapshot)(nil),        // 49: kvrouter.v1.StateSnapshot
 	(*Barrier)(nil),              // 50: kvrouter.v1.Barrier
 	(*DumpQuery)(nil),            // 51: kvrouter.v1.DumpQuery
-	nil,                          // 52: kvrouter.v1.ShardStatsReply.CountersEntry
+	(*RankEntry)(nil),            // 52: kvrouter.v1.RankEntry
+	(*RankTable)(nil),            // 53: kvrouter.v1.RankTable
+	(*RemoteActivity)(nil),       // 54: kvrouter.v1.RemoteActivity
+	(*PeerStep)(nil),             // 55: kvrouter.v1.PeerStep
+	(*RestoreOrigin)(nil),        // 56: kvrouter.v1.RestoreOrigin
+	(*TrackedQuery)(nil),         // 57: kvrouter.v1.TrackedQuery
+	(*TrackedReply)(nil),         // 58: kvrouter.v1.TrackedReply
+	nil,                          // 59: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	3,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
@@ -3580,18 +3984,24 @@ var file_kvrouter_proto_depIdxs = []int32{
 	32, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
 	2,  // 26: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
 	35, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	52, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	59, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
 	2,  // 29: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
 	22, // 30: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
 	22, // 31: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
 	11, // 32: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
 	37, // 33: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
 	22, // 34: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	2,  // 35: kvrouter.v1.RankEntry.worker:type_name -> kvrouter.v1.WorkerRank
+	52, // 36: kvrouter.v1.RankTable.ranks:type_name -> kvrouter.v1.RankEntry
+	2,  // 37: kvrouter.v1.RemoteActivity.busy:type_name -> kvrouter.v1.WorkerRank
+	2,  // 38: kvrouter.v1.RemoteActivity.idle:type_name -> kvrouter.v1.WorkerRank
+	22, // 39: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
+	13, // 40: kvrouter.v1.RestoreOrigin.adds:type_name -> kvrouter.v1.AddRequest
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -3623,7 +4033,7 @@ func file_kvrouter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   51,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -20,6 +20,21 @@ type Constraints struct {
 // A pinned rank that is not a candidate, or not among the allowed workers,
 // and an empty result are ErrNoEligibleWorker.
 func Eligible(cands []Candidate, c Constraints) ([]Candidate, error) {
+	return eligible(cands, func(cand Candidate) kv.WorkerWithDpRank { return cand.Worker }, c)
+}
+
+// EligibleRanks is Eligible over the registered ranks themselves: the
+// scheduler applies it before the fan-out, so constrained-out ranks are
+// never asked for their load.
+func EligibleRanks(ranks []kv.WorkerWithDpRank, c Constraints) ([]kv.WorkerWithDpRank, error) {
+	return eligible(ranks, func(w kv.WorkerWithDpRank) kv.WorkerWithDpRank { return w }, c)
+}
+
+// eligible is the one rule behind Eligible and EligibleRanks.
+func eligible[T any](items []T, rankOf func(T) kv.WorkerWithDpRank, c Constraints) ([]T, error) {
+	if len(items) == 0 {
+		return nil, fmt.Errorf("no workers are registered: %w", ErrNoEligibleWorker)
+	}
 	allowed := func(kv.WorkerID) bool { return true }
 	if len(c.AllowedWorkerIDs) > 0 {
 		set := make(map[kv.WorkerID]struct{}, len(c.AllowedWorkerIDs))
@@ -35,30 +50,27 @@ func Eligible(cands []Candidate, c Constraints) ([]Candidate, error) {
 			return nil, fmt.Errorf("pinned worker %s is not among the allowed workers %v: %w",
 				pinned, c.AllowedWorkerIDs, ErrNoEligibleWorker)
 		}
-		for _, cand := range cands {
-			if cand.Worker == pinned {
-				return []Candidate{cand}, nil
+		for _, it := range items {
+			if rankOf(it) == pinned {
+				return []T{it}, nil
 			}
 		}
 		return nil, fmt.Errorf("pinned worker %s is not a registered candidate (%d candidates): %w",
-			pinned, len(cands), ErrNoEligibleWorker)
+			pinned, len(items), ErrNoEligibleWorker)
 	}
 
 	if len(c.AllowedWorkerIDs) == 0 {
-		if len(cands) == 0 {
-			return nil, fmt.Errorf("no candidates: %w", ErrNoEligibleWorker)
-		}
-		return cands, nil
+		return items, nil
 	}
-	out := make([]Candidate, 0, len(cands))
-	for _, cand := range cands {
-		if allowed(cand.Worker.WorkerID) {
-			out = append(out, cand)
+	out := make([]T, 0, len(items))
+	for _, it := range items {
+		if allowed(rankOf(it).WorkerID) {
+			out = append(out, it)
 		}
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("none of %d candidates is among the allowed workers %v: %w",
-			len(cands), c.AllowedWorkerIDs, ErrNoEligibleWorker)
+			len(items), c.AllowedWorkerIDs, ErrNoEligibleWorker)
 	}
 	return out, nil
 }

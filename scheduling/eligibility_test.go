@@ -116,3 +116,35 @@ func TestAllOverloaded(t *testing.T) {
 		})
 	}
 }
+
+// EligibleRanks applies the same rule to bare ranks (before the fan-out).
+func TestEligibleRanksMatchesEligible(t *testing.T) {
+	ranks := []kv.WorkerWithDpRank{r(1, 0), r(1, 1), r(2, 0)}
+	cands := make([]Candidate, len(ranks))
+	for i, w := range ranks {
+		cands[i] = Candidate{Worker: w}
+	}
+	pinned := r(1, 1)
+	missing := r(3, 0)
+	for _, c := range []Constraints{
+		{}, {AllowedWorkerIDs: []kv.WorkerID{2}}, {Pinned: &pinned}, {Pinned: &missing},
+		{Pinned: &pinned, AllowedWorkerIDs: []kv.WorkerID{2}}, {AllowedWorkerIDs: []kv.WorkerID{9}},
+	} {
+		gotRanks, errRanks := EligibleRanks(ranks, c)
+		gotCands, errCands := Eligible(cands, c)
+		if (errRanks == nil) != (errCands == nil) || (errRanks != nil && errRanks.Error() != errCands.Error()) {
+			t.Fatalf("%+v: errors differ: %v vs %v", c, errRanks, errCands)
+		}
+		if len(gotRanks) != len(gotCands) {
+			t.Fatalf("%+v: %v vs %v", c, gotRanks, gotCands)
+		}
+		for i := range gotRanks {
+			if gotRanks[i] != gotCands[i].Worker {
+				t.Fatalf("%+v: %v vs %v", c, gotRanks, gotCands)
+			}
+		}
+	}
+	if _, err := EligibleRanks(nil, Constraints{}); !errors.Is(err, ErrNoEligibleWorker) || !strings.Contains(err.Error(), "no workers are registered") {
+		t.Fatalf("empty registry: %v", err)
+	}
+}

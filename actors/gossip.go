@@ -1,0 +1,25 @@
+package actors
+
+import (
+	"sync/atomic"
+
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// gossiper publishes this replica's active-sequence changes to its peers.
+// The scheduler publishes the changes of requests it routed; the
+// replication edge those it applies for a peer's request (a client may
+// free a request through another replica than the one that routed it).
+type gossiper struct {
+	replica string
+	publish func(*messages.SequenceEvent) // nil: no cluster
+	seq     atomic.Uint64                 // last sequence number stamped
+}
+
+func (g *gossiper) send(ev *messages.SequenceEvent) {
+	if g.publish == nil {
+		return
+	}
+	ev.Origin, ev.Seq = g.replica, g.seq.Add(1)
+	g.publish(ev)
+}

@@ -1,0 +1,158 @@
+package actors
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/registry"
+)
+
+// registryActor owns the worker registry: it turns heartbeats, static
+// registrations and removals into ranks, spawns and stops one sequence
+// actor per rank, expires workers whose heartbeats stopped, and publishes
+// the rank set to the scheduler and the replication edge on every change.
+// It also forwards the once-a-second housekeeping tick to the shards and
+// the sequence actors, which it knows.
+type registryActor struct {
+	cfg         Config
+	log         *slog.Logger
+	reg         *registry.Registry[*messages.WorkerHeartbeat]
+	pids        map[kv.WorkerWithDpRank]*actor.PID
+	shards      []*actor.PID
+	scheduler   *actor.PID
+	replication *actor.PID
+	lastTick    time.Time
+}
+
+func newRegistryProps(cfg Config, shards []*actor.PID, scheduler, replication *actor.PID) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &registryActor{
+			cfg: cfg, log: cfg.Logger.With("component", "registry"),
+			reg:    registry.New[*messages.WorkerHeartbeat](cfg.DefaultMaxNumBatchedTokens),
+			pids:   map[kv.WorkerWithDpRank]*actor.PID{},
+			shards: shards, scheduler: scheduler, replication: replication,
+		}
+	})
+}
+
+func (a *registryActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.WorkerUp:
+		a.workerUp(ctx, m)
+	case *messages.RemoveWorker:
+		a.remove(ctx, kv.WorkerID(m.WorkerId), "removed")
+	case *messages.RegistryQuery:
+		ctx.Respond(a.workers())
+	case *messages.Tick:
+		a.tick(ctx, time.Unix(0, m.UnixNano))
+	}
+}
+
+func shapeOf(hb *messages.WorkerHeartbeat) registry.Shape {
+	return registry.Shape{DpStart: hb.DataParallelStartRank, DpSize: hb.DataParallelSize,
+		MaxNumBatchedTokens: hb.MaxNumBatchedTokens}
+}
+
+// workerUp registers or refreshes a worker and answers with the rank
+// table, sent to the scheduler before the reply: a caller that waits for
+// it knows its next route sees the worker.
+func (a *registryActor) workerUp(ctx actor.Context, m *messages.WorkerUp) {
+	hb := m.Worker
+	id := kv.WorkerID(hb.WorkerId)
+	budget := a.reg.Budget(id)
+	ch := a.reg.Upsert(id, shapeOf(hb), hb, m.Static, time.Unix(0, m.SeenUnixNano))
+	a.applyChange(ctx, ch)
+	if !ch.Empty() {
+		a.log.Info("worker registered", "worker", id, "url", hb.Url, "dp_start", hb.DataParallelStartRank,
+			"dp_size", max(hb.DataParallelSize, 1), "static", m.Static)
+	}
+	var table *messages.RankTable
+	if !ch.Empty() || budget != a.reg.Budget(id) {
+		table = a.publish(ctx)
+	}
+	if ctx.Sender() != nil {
+		if table == nil {
+			table = a.table()
+		}
+		ctx.Respond(table)
+	}
+}
+
+func (a *registryActor) remove(ctx actor.Context, id kv.WorkerID, why string) {
+	ch, ok := a.reg.Remove(id)
+	if !ok {
+		return
+	}
+	a.applyChange(ctx, ch)
+	for _, sh := range a.shards {
+		ctx.Send(sh, &messages.RemoveWorker{WorkerId: uint64(id)})
+	}
+	a.publish(ctx)
+	a.log.Info("worker removed", "worker", id, "reason", why)
+}
+
+// applyChange stops the sequence actors of removed ranks (their requests
+// go with them) and spawns those of added ranks.
+func (a *registryActor) applyChange(ctx actor.Context, ch registry.Change) {
+	for _, w := range ch.Removed {
+		if pid, ok := a.pids[w]; ok {
+			ctx.Stop(pid)
+			delete(a.pids, w)
+		}
+	}
+	for _, w := range ch.Added {
+		a.pids[w] = ctx.Spawn(newSequenceProps(w, a.cfg, a.scheduler, a.replication))
+	}
+}
+
+func (a *registryActor) table() *messages.RankTable {
+	ranks := a.reg.Ranks()
+	t := &messages.RankTable{Ranks: make([]*messages.RankEntry, 0, len(ranks))}
+	for _, w := range ranks {
+		t.Ranks = append(t.Ranks, &messages.RankEntry{
+			Worker: rankMsg(w), Pid: a.pids[w].Id, MaxNumBatchedTokens: a.reg.Budget(w.WorkerID),
+		})
+	}
+	return t
+}
+
+func (a *registryActor) publish(ctx actor.Context) *messages.RankTable {
+	t := a.table()
+	ctx.Send(a.scheduler, t)
+	ctx.Send(a.replication, t)
+	return t
+}
+
+func (a *registryActor) workers() *messages.RegistryReply {
+	reply := &messages.RegistryReply{}
+	for _, w := range a.reg.Workers() {
+		reply.Workers = append(reply.Workers, &messages.RegisteredWorker{
+			Worker: w.Info, Static: w.Static, LastSeenUnixNano: w.LastSeen.UnixNano(),
+		})
+	}
+	return reply
+}
+
+// tick expires silent workers and hands time to the shards and sequence
+// actors, once a second: forwarding every scheduler tick to every actor
+// would cost more than the decisions themselves.
+func (a *registryActor) tick(ctx actor.Context, now time.Time) {
+	if now.Sub(a.lastTick) < time.Second {
+		return
+	}
+	a.lastTick = now
+	for _, id := range a.reg.Expired(now, a.cfg.HeartbeatTimeout) {
+		a.remove(ctx, id, "heartbeat timeout")
+	}
+	t := &messages.Tick{UnixNano: now.UnixNano()}
+	for _, sh := range a.shards {
+		ctx.Send(sh, t)
+	}
+	for _, pid := range a.pids {
+		ctx.Send(pid, t)
+	}
+}

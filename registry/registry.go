@@ -1,0 +1,161 @@
+// Package registry is one replica's worker registry: which workers are
+// known, their data-parallel ranks (the candidates the scheduler routes
+// to), their prefill budgets and when they were last heard from.
+//
+// The registry actor wraps it (and spawns a sequence actor per rank it
+// reports added); heartbeats, static registrations and any discovery
+// source feed the same Upsert. The package is pure: time is passed in.
+package registry
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+// Shape is what decides a worker's ranks and queue threshold.
+type Shape struct {
+	DpStart uint32
+	DpSize  uint32 // 0 counts as 1
+	// MaxNumBatchedTokens is the engine's prefill budget per step, the
+	// unit of the queue threshold; 0 = the registry's default.
+	MaxNumBatchedTokens uint64
+}
+
+func (s Shape) size() uint32 { return max(s.DpSize, 1) }
+
+// Ranks lists the shape's ranks in order.
+func (s Shape) Ranks(id kv.WorkerID) []kv.WorkerWithDpRank {
+	out := make([]kv.WorkerWithDpRank, 0, s.size())
+	for r := s.DpStart; r < s.DpStart+s.size(); r++ {
+		out = append(out, kv.WorkerWithDpRank{WorkerID: id, DpRank: r})
+	}
+	return out
+}
+
+func sameRanks(a, b Shape) bool { return a.DpStart == b.DpStart && a.size() == b.size() }
+
+// Worker is one registered worker; Info is whatever the caller keeps with
+// it (the heartbeat).
+type Worker[H any] struct {
+	ID       kv.WorkerID
+	Shape    Shape
+	Info     H
+	Static   bool // registered by config or API: never expires
+	LastSeen time.Time
+}
+
+// Change lists the ranks an Upsert or Remove created and deleted.
+type Change struct {
+	Added   []kv.WorkerWithDpRank
+	Removed []kv.WorkerWithDpRank
+}
+
+// Empty reports whether the change left the rank set as it was.
+func (c Change) Empty() bool { return len(c.Added) == 0 && len(c.Removed) == 0 }
+
+// Registry holds the workers; its zero value is not usable (call New).
+type Registry[H any] struct {
+	workers       map[kv.WorkerID]*Worker[H]
+	ranks         []kv.WorkerWithDpRank // sorted: the stable candidate order
+	defaultBudget uint64
+}
+
+// New returns an empty registry; defaultBudget is the prefill budget of
+// workers that do not announce one (vLLM's default is 8192).
+func New[H any](defaultBudget uint64) *Registry[H] {
+	return &Registry[H]{workers: map[kv.WorkerID]*Worker[H]{}, defaultBudget: defaultBudget}
+}
+
+// Upsert registers a worker or refreshes it. A worker that changed its dp
+// ranks gets its old ranks removed and the new ones added; a refresh with
+// the same ranks changes no rank. Static is sticky: a heartbeat from a
+// statically registered worker does not make it expirable.
+func (r *Registry[H]) Upsert(id kv.WorkerID, shape Shape, info H, static bool, seen time.Time) Change {
+	var ch Change
+	if w, ok := r.workers[id]; ok {
+		if sameRanks(w.Shape, shape) {
+			w.Shape, w.Info, w.LastSeen = shape, info, seen
+			w.Static = w.Static || static
+			return ch
+		}
+		ch.Removed = w.Shape.Ranks(id)
+	}
+	r.workers[id] = &Worker[H]{ID: id, Shape: shape, Info: info, Static: static, LastSeen: seen}
+	ch.Added = shape.Ranks(id)
+	r.rebuild()
+	return ch
+}
+
+// Remove forgets a worker and returns the ranks it had (false: unknown).
+func (r *Registry[H]) Remove(id kv.WorkerID) (Change, bool) {
+	w, ok := r.workers[id]
+	if !ok {
+		return Change{}, false
+	}
+	delete(r.workers, id)
+	r.rebuild()
+	return Change{Removed: w.Shape.Ranks(id)}, true
+}
+
+// Expired lists the workers whose heartbeats stopped: not static and last
+// seen more than timeout before now (timeout <= 0: never), sorted.
+func (r *Registry[H]) Expired(now time.Time, timeout time.Duration) []kv.WorkerID {
+	if timeout <= 0 {
+		return nil
+	}
+	var out []kv.WorkerID
+	for id, w := range r.workers {
+		if !w.Static && now.Sub(w.LastSeen) > timeout {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Ranks is every registered rank, sorted by worker then dp rank. The
+// slice is the registry's: do not modify it.
+func (r *Registry[H]) Ranks() []kv.WorkerWithDpRank { return r.ranks }
+
+// Has reports whether a rank is registered.
+func (r *Registry[H]) Has(w kv.WorkerWithDpRank) bool {
+	wk, ok := r.workers[w.WorkerID]
+	return ok && w.DpRank >= wk.Shape.DpStart && w.DpRank < wk.Shape.DpStart+wk.Shape.size()
+}
+
+// Budget is a worker's prefill budget per step (its own or the default);
+// 0 for an unknown worker.
+func (r *Registry[H]) Budget(id kv.WorkerID) uint64 {
+	w, ok := r.workers[id]
+	if !ok {
+		return 0
+	}
+	if w.Shape.MaxNumBatchedTokens > 0 {
+		return w.Shape.MaxNumBatchedTokens
+	}
+	return r.defaultBudget
+}
+
+// Workers lists the registered workers sorted by id.
+func (r *Registry[H]) Workers() []Worker[H] {
+	out := make([]Worker[H], 0, len(r.workers))
+	for _, w := range r.workers {
+		out = append(out, *w)
+	}
+	slices.SortFunc(out, func(a, b Worker[H]) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Len is the number of registered workers.
+func (r *Registry[H]) Len() int { return len(r.workers) }
+
+func (r *Registry[H]) rebuild() {
+	r.ranks = r.ranks[:0]
+	for id, w := range r.workers {
+		r.ranks = append(r.ranks, w.Shape.Ranks(id)...)
+	}
+	slices.SortFunc(r.ranks, kv.CompareRanks)
+}

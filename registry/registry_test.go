@@ -1,0 +1,88 @@
+package registry
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+func rk(w uint64, dp uint32) kv.WorkerWithDpRank {
+	return kv.WorkerWithDpRank{WorkerID: kv.WorkerID(w), DpRank: dp}
+}
+
+func TestUpsertReportsRankChanges(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	tests := []struct {
+		name        string
+		first, then Shape
+		wantAdded   []kv.WorkerWithDpRank
+		wantRemoved []kv.WorkerWithDpRank
+	}{
+		{"refresh keeps ranks", Shape{DpSize: 2}, Shape{DpSize: 2, MaxNumBatchedTokens: 4096}, nil, nil},
+		{"size 0 is size 1", Shape{DpSize: 0}, Shape{DpSize: 1}, nil, nil},
+		{"more ranks", Shape{DpSize: 1}, Shape{DpSize: 2},
+			[]kv.WorkerWithDpRank{rk(5, 0), rk(5, 1)}, []kv.WorkerWithDpRank{rk(5, 0)}},
+		{"moved start", Shape{DpStart: 0, DpSize: 2}, Shape{DpStart: 2, DpSize: 2},
+			[]kv.WorkerWithDpRank{rk(5, 2), rk(5, 3)}, []kv.WorkerWithDpRank{rk(5, 0), rk(5, 1)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := New[string](8192)
+			if ch := r.Upsert(5, tt.first, "hb1", false, t0); len(ch.Added) != int(max(tt.first.DpSize, 1)) || len(ch.Removed) != 0 {
+				t.Fatalf("first upsert %+v", ch)
+			}
+			ch := r.Upsert(5, tt.then, "hb2", false, t0.Add(time.Second))
+			if !reflect.DeepEqual(ch.Added, tt.wantAdded) || !reflect.DeepEqual(ch.Removed, tt.wantRemoved) {
+				t.Fatalf("change %+v, want added %v removed %v", ch, tt.wantAdded, tt.wantRemoved)
+			}
+			w := r.Workers()[0]
+			if w.Info != "hb2" || !w.LastSeen.Equal(t0.Add(time.Second)) || w.Shape != tt.then {
+				t.Fatalf("worker not refreshed: %+v", w)
+			}
+		})
+	}
+}
+
+func TestRanksSortedAndBudgets(t *testing.T) {
+	r := New[int](8192)
+	r.Upsert(3, Shape{DpSize: 2}, 0, true, time.Time{})
+	r.Upsert(1, Shape{DpStart: 4, DpSize: 1, MaxNumBatchedTokens: 2048}, 0, true, time.Time{})
+	want := []kv.WorkerWithDpRank{rk(1, 4), rk(3, 0), rk(3, 1)}
+	if !reflect.DeepEqual(r.Ranks(), want) {
+		t.Fatalf("ranks %v, want %v", r.Ranks(), want)
+	}
+	if r.Budget(1) != 2048 || r.Budget(3) != 8192 || r.Budget(9) != 0 {
+		t.Fatalf("budgets %d %d %d", r.Budget(1), r.Budget(3), r.Budget(9))
+	}
+	if !r.Has(rk(1, 4)) || r.Has(rk(1, 0)) || r.Has(rk(3, 2)) || r.Has(rk(9, 0)) {
+		t.Fatal("Has disagrees with the shapes")
+	}
+	ch, ok := r.Remove(3)
+	if !ok || !reflect.DeepEqual(ch.Removed, []kv.WorkerWithDpRank{rk(3, 0), rk(3, 1)}) {
+		t.Fatalf("remove: %v %+v", ok, ch)
+	}
+	if _, ok := r.Remove(3); ok {
+		t.Fatal("removed twice")
+	}
+	if !reflect.DeepEqual(r.Ranks(), []kv.WorkerWithDpRank{rk(1, 4)}) {
+		t.Fatalf("ranks after remove %v", r.Ranks())
+	}
+}
+
+func TestExpired(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := New[int](0)
+	r.Upsert(1, Shape{}, 0, false, t0)
+	r.Upsert(2, Shape{}, 0, true, t0)                     // static: never expires
+	r.Upsert(3, Shape{}, 0, false, t0.Add(8*time.Second)) // heard recently
+	r.Upsert(4, Shape{}, 0, false, t0)
+	r.Upsert(4, Shape{}, 0, true, t0) // a static registration sticks
+	if got := r.Expired(t0.Add(11*time.Second), 10*time.Second); !reflect.DeepEqual(got, []kv.WorkerID{1}) {
+		t.Fatalf("expired %v, want [1]", got)
+	}
+	if got := r.Expired(t0.Add(time.Hour), 0); got != nil {
+		t.Fatalf("timeout 0 expired %v", got)
+	}
+}

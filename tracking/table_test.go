@@ -1,0 +1,109 @@
+package tracking
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+func rk(w uint64, dp uint32) kv.WorkerWithDpRank {
+	return kv.WorkerWithDpRank{WorkerID: kv.WorkerID(w), DpRank: dp}
+}
+
+func TestTableCountsAndTransitions(t *testing.T) {
+	tb := New()
+	tb.Track("a", Entry{Rank: rk(1, 0), Origin: "r1"})
+	tb.Track("b", Entry{Rank: rk(1, 0), Origin: "r2"})
+	tb.Track("c", Entry{Rank: rk(2, 0), Origin: "r2"})
+	if tb.Active(rk(1, 0)) != 2 || tb.Active(rk(2, 0)) != 1 || tb.Len() != 3 {
+		t.Fatalf("active %d/%d len %d", tb.Active(rk(1, 0)), tb.Active(rk(2, 0)), tb.Len())
+	}
+	busy, idle := tb.TakeTransitions()
+	if !reflect.DeepEqual(busy, []kv.WorkerWithDpRank{rk(1, 0), rk(2, 0)}) || idle != nil {
+		t.Fatalf("busy %v idle %v", busy, idle)
+	}
+	// A re-used id moves to its new rank.
+	tb.Track("c", Entry{Rank: rk(3, 1), Origin: "r2"})
+	if tb.Active(rk(2, 0)) != 0 || tb.Active(rk(3, 1)) != 1 {
+		t.Fatal("re-tracked id did not move")
+	}
+	busy, idle = tb.TakeTransitions()
+	if !reflect.DeepEqual(busy, []kv.WorkerWithDpRank{rk(3, 1)}) || !reflect.DeepEqual(idle, []kv.WorkerWithDpRank{rk(2, 0)}) {
+		t.Fatalf("busy %v idle %v", busy, idle)
+	}
+	// Busy then idle within one window is no net change.
+	tb.Track("d", Entry{Rank: rk(4, 0)})
+	tb.Untrack("d")
+	if busy, idle = tb.TakeTransitions(); busy != nil || idle != nil {
+		t.Fatalf("round trip reported busy %v idle %v", busy, idle)
+	}
+	if _, ok := tb.Untrack("missing"); ok {
+		t.Fatal("untracked an unknown id")
+	}
+}
+
+func TestTableDrops(t *testing.T) {
+	tb := New()
+	tb.Track("x2", Entry{Rank: rk(1, 0), Origin: "dead"})
+	tb.Track("x1", Entry{Rank: rk(2, 0), Origin: "dead"})
+	tb.Track("y", Entry{Rank: rk(2, 0), Origin: "alive"})
+	if got := tb.DropOrigin("dead"); !reflect.DeepEqual(got, []string{"x1", "x2"}) {
+		t.Fatalf("dropped %v", got)
+	}
+	if tb.Len() != 1 || tb.Active(rk(1, 0)) != 0 || tb.Active(rk(2, 0)) != 1 {
+		t.Fatal("counts out of step after DropOrigin")
+	}
+	tb.Track("z", Entry{Rank: rk(7, 1), Origin: "alive"})
+	got := tb.DropUnregistered(func(w kv.WorkerWithDpRank) bool { return w.WorkerID != 7 })
+	if !reflect.DeepEqual(got, []string{"z"}) || tb.Len() != 1 {
+		t.Fatalf("DropUnregistered dropped %v, %d left", got, tb.Len())
+	}
+}
+
+func TestApplyRemote(t *testing.T) {
+	registered := func(w kv.WorkerWithDpRank) bool { return w.WorkerID != 9 }
+	type step struct {
+		c        Change
+		wantRank kv.WorkerWithDpRank
+		want     Outcome
+		wantLen  int
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"add prefill free", []step{
+			{Change{Origin: "p", Step: StepAdd, RequestID: "a", Rank: rk(1, 2), Stride: 1}, rk(1, 2), Apply, 1},
+			{Change{Origin: "p", Step: StepPrefillCompleted, RequestID: "a"}, rk(1, 2), Apply, 1},
+			{Change{Origin: "p", Step: StepFree, RequestID: "a"}, rk(1, 2), Apply, 0},
+			{Change{Origin: "p", Step: StepFree, RequestID: "a"}, kv.WorkerWithDpRank{}, NotTracked, 0},
+		}},
+		{"own echo is ignored", []step{
+			{Change{Origin: "me", Step: StepAdd, RequestID: "a", Rank: rk(1, 0)}, kv.WorkerWithDpRank{}, OwnEcho, 0},
+		}},
+		{"unknown worker", []step{
+			{Change{Origin: "p", Step: StepAdd, RequestID: "a", Rank: rk(9, 0)}, rk(9, 0), UnknownWorker, 0},
+		}},
+		{"stride 0 means 1", []step{
+			{Change{Origin: "p", Step: StepAdd, RequestID: "a", Rank: rk(1, 0), Stride: 0}, rk(1, 0), Apply, 1},
+		}},
+		{"stride mismatch", []step{
+			{Change{Origin: "p", Step: StepAdd, RequestID: "a", Rank: rk(1, 0), Stride: 8}, rk(1, 0), StrideMismatch, 0},
+		}},
+		{"prefill of an unknown request", []step{
+			{Change{Origin: "p", Step: StepPrefillCompleted, RequestID: "zz"}, kv.WorkerWithDpRank{}, NotTracked, 0},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tb := New()
+			for i, s := range tt.steps {
+				w, out := tb.ApplyRemote(s.c, "me", 1, registered)
+				if w != s.wantRank || out != s.want || tb.Len() != s.wantLen {
+					t.Fatalf("step %d: got %v/%v len %d, want %v/%v len %d", i, w, out, tb.Len(), s.wantRank, s.want, s.wantLen)
+				}
+			}
+		})
+	}
+}
