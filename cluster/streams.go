@@ -125,6 +125,7 @@ func (n *Node) sendStream(p *peerSender, buf []byte) error {
 	frame := make([]byte, 4+len(buf))
 	binary.BigEndian.PutUint32(frame, uint32(len(buf)))
 	copy(frame[4:], buf)
+	// Fails only on a closed connection, which the Write below reports.
 	_ = p.conn.SetWriteDeadline(time.Now().Add(n.cfg.TCPTimeout))
 	if _, err := p.conn.Write(frame); err != nil {
 		p.conn.Close()

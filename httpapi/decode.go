@@ -103,6 +103,8 @@ type errorBody struct {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
+	// The status is sent: an error here is the client gone mid-answer,
+	// which nothing can be done about.
 	_ = json.NewEncoder(w).Encode(v)
 }
 
@@ -200,7 +202,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) (
 	}
 	// A body longer than announced is an error too.
 	var one [1]byte
-	if k, _ := rd.Read(one[:]); k > 0 {
+	if k, _ := rd.Read(one[:]); k > 0 { // only whether a byte arrived matters: io.EOF is the expected answer
 		return nil, errors.New("body longer than its Content-Length")
 	}
 	return buf, nil

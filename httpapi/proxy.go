@@ -183,7 +183,9 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 	w.Header().Set("X-Request-Id", p.requestID)
 	w.WriteHeader(resp.StatusCode)
 	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(w, resp.Body)
+		if _, err := io.Copy(w, resp.Body); err != nil {
+			s.log.Debug("relaying a worker's error answer failed", "request", p.requestID, "status", resp.StatusCode, "err", err)
+		}
 		s.outcome("worker_error")
 		return
 	}
@@ -245,7 +247,9 @@ func (p *proxied) maybeOutputBlock(tokens uint64) {
 	frac = min(max(frac, s.opts.OutputBlockDecayFloor), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = s.opts.Router.AddOutputBlock(ctx, p.requestID, frac)
+	if err := s.opts.Router.AddOutputBlock(ctx, p.requestID, frac); err != nil {
+		s.log.Debug("add output block failed", "request", p.requestID, "err", err)
+	}
 }
 
 func (s *Server) markPrefill(id string) {

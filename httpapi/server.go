@@ -159,7 +159,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func newRequestID() string {
 	var b [12]byte
-	_, _ = rand.Read(b[:])
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (it crashes the program instead)
 	return "kvr-" + hex.EncodeToString(b[:])
 }
 

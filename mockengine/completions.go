@@ -312,6 +312,8 @@ func writeEvent(buf *bytes.Buffer, v any) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	// The status is sent: an error here is the client gone mid-answer,
+	// which nothing can be done about.
 	_ = json.NewEncoder(w).Encode(v)
 }
 

@@ -224,7 +224,7 @@ func (r *Rank) Step() ([]Output, bool) {
 	if err != nil || b == nil {
 		return nil, false
 	}
-	out, _ := r.Complete(b)
+	out, _ := r.Complete(b) // fails only for another rank's batch; b is this rank's
 	return out, true
 }
 

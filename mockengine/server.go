@@ -169,7 +169,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	defer stopEngine()
 	var engineDone sync.WaitGroup
-	engineDone.Go(func() { _ = s.engine.Run(engineCtx) })
+	engineDone.Go(func() {
+		if err := s.engine.Run(engineCtx); err != nil {
+			s.log.Error("engine did not run", "err", err)
+		}
+	})
 
 	stopPublishing := make(chan struct{})
 	var publishers sync.WaitGroup
@@ -202,7 +206,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	cancelGrace()
 	stopEngine() // ends every stream still open with ErrStopped
 	if shutdownErr != nil {
-		_ = srv.Close()
+		if err := srv.Close(); err != nil {
+			s.log.Debug("closing the HTTP server after the grace period", "err", err)
+		}
 	}
 	engineDone.Wait()
 	if err := s.engine.ResetPrefixCache(); err != nil {

@@ -147,7 +147,7 @@ func StartEventSource(ctx context.Context, nc *nats.Conn, cfg EventSourceConfig,
 	}
 	exact, err := nc.Subscribe(cfg.Subject, s.onMsg)
 	if err != nil {
-		_ = sub.Unsubscribe()
+		_ = sub.Unsubscribe() // best effort: the subscribe error below is what matters
 		return nil, fmt.Errorf("subscribe %s: %w", cfg.Subject, err)
 	}
 	// Both subscriptions deliver on their own goroutines; the handler
@@ -256,6 +256,8 @@ func (s *EventSource) Close() {
 	if s.cc != nil {
 		s.cc.Stop()
 	}
+	// closed already keeps the handler from running; Unsubscribe fails only
+	// when the connection is closed, which ended the subscriptions too.
 	if s.sub != nil {
 		_ = s.sub.Unsubscribe()
 	}

@@ -75,5 +75,7 @@ func (h *HeartbeatSource) Close() {
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
+	// closed already keeps the handler from running; Unsubscribe fails only
+	// when the connection is closed, which ended the subscription too.
 	_ = h.sub.Unsubscribe()
 }

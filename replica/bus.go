@@ -144,7 +144,9 @@ func (b *bus) Close() {
 		b.zmq.Close()
 	}
 	if b.nc != nil {
-		_ = b.nc.Drain()
+		// No Drain: it is asynchronous (a Close right after it cut it
+		// short), and with the sources closed nothing is left to drain.
+		// Close flushes what is still buffered for publication.
 		b.nc.Close()
 	}
 	if b.embedded != nil {

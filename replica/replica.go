@@ -79,7 +79,9 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = r.Shutdown(sctx)
+			if serr := r.Shutdown(sctx); serr != nil {
+				r.log.Warn("stopping a replica that failed to start", "err", serr)
+			}
 		}
 	}()
 
@@ -118,12 +120,12 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 }
 
 func defaultReplicaID() string {
-	host, _ := os.Hostname()
-	if host == "" {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
 		host = "kvrouter"
 	}
 	var b [4]byte
-	_, _ = rand.Read(b[:])
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (it crashes the program instead)
 	// A boot nonce: memberlist refuses a known name at a new address.
 	return host + "-" + hex.EncodeToString(b[:])
 }
@@ -284,6 +286,8 @@ func (r *Replica) Kill() {
 	r.shutdownOnce.Do(func() {
 		r.closeWarm()
 		if r.http != nil {
+			// Like a crash: connections are cut, and an error closing
+			// them has no one to be reported to.
 			_ = r.http.Close()
 		}
 		if r.cluster != nil {

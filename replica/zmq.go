@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -37,16 +38,14 @@ func startZMQ(cfg config.Config, router *actors.Router, base *slog.Logger) (*zmq
 		stop: make(chan struct{}), done: make(chan struct{})}
 	eps, err := config.ParseZMQEndpoints(cfg.ZMQEndpoints)
 	if err != nil {
-		_ = mgr.Close()
-		return nil, err
+		return nil, errors.Join(err, mgr.Close())
 	}
 	for _, ep := range eps {
 		if _, err := mgr.Ensure(zmqevents.WorkerEndpoint{
 			WorkerID: kv.WorkerID(ep.WorkerID), Endpoint: ep.Endpoint, ReplayEndpoint: ep.Replay,
 			DPSize: ep.DPSize, Bind: ep.Bind,
 		}); err != nil {
-			_ = mgr.Close()
-			return nil, fmt.Errorf("--zmq-endpoints %d: %w", ep.WorkerID, err)
+			return nil, errors.Join(fmt.Errorf("--zmq-endpoints %d: %w", ep.WorkerID, err), mgr.Close())
 		}
 		z.static[kv.WorkerID(ep.WorkerID)] = true
 	}
@@ -122,5 +121,7 @@ func (z *zmqLink) addState(st *metrics.State) {
 func (z *zmqLink) Close() {
 	close(z.stop)
 	<-z.done
-	_ = z.mgr.Close()
+	if err := z.mgr.Close(); err != nil {
+		z.log.Warn("closing the ZMQ subscriptions", "err", err)
+	}
 }

@@ -288,10 +288,10 @@ func decodeEventMap(r *reader, ev *RawEvent) error {
 	end := r.pos
 	r.pos = start
 	for range n {
-		key, _ := r.rawBytes()
+		key, _ := r.rawBytes() // the first pass read every key without error
 		name := string(key)
 		if name == "type" {
-			_, _ = r.rawBytes()
+			_, _ = r.rawBytes() // and the tag
 			continue
 		}
 		if err := decodeEventField(r, ev, name); err != nil {

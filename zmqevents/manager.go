@@ -68,7 +68,7 @@ func (m *Manager) Remove(id kv.WorkerID) bool {
 }
 
 func (m *Manager) stopLocked(id kv.WorkerID, s *Subscriber) {
-	_ = s.Close()
+	_ = s.Close() // Subscriber.Close never fails (it returns an error for io.Closer)
 	m.gone.add(s.Stats())
 	delete(m.subs, id)
 }

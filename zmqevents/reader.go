@@ -239,7 +239,7 @@ func (r *reader) float() (float64, error) {
 		return float64(bits), err
 	}
 	at := r.pos
-	c, _ := r.byte1()
+	c, _ := r.byte1() // peekKind above read this byte
 	switch c {
 	case 0xca:
 		b, err := r.take(4)

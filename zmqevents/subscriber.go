@@ -224,7 +224,7 @@ func (s *Subscriber) newRankStream(ctx context.Context, i int) (*rankStream, err
 	ep, _ := OffsetEndpoint(s.cfg.Endpoint, i) // validated
 	rs := &rankStream{s: s, rank: s.cfg.DPStartRank + uint32(i), endpoint: ep}
 	if s.cfg.ReplayEndpoint != "" {
-		rs.replayEndpoint, _ = OffsetEndpoint(s.cfg.ReplayEndpoint, i)
+		rs.replayEndpoint, _ = OffsetEndpoint(s.cfg.ReplayEndpoint, i) // validated
 	}
 	rs.sock = zmq4.NewSub(ctx, zmq4.WithLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)),
 		zmq4.WithDialerRetry(s.opts.RetryInterval), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))

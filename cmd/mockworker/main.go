@@ -68,6 +68,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if url == "" {
 		url = "http://" + ln.Addr().String()
 	}
-	fmt.Fprintln(stdout, url)
+	if _, err := fmt.Fprintln(stdout, url); err != nil {
+		// The worker serves anyway; whoever waits for the URL will not get it.
+		log.Error("cannot print the worker's URL", "url", url, "err", err)
+	}
 	return <-done
 }
