@@ -3,8 +3,8 @@ package actors
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,12 +14,18 @@ import (
 	"github.com/kvrouter/kvrouter/messages"
 )
 
-// BenchmarkScheduleActor measures one full routing decision through the
-// actors: hash a 4k-token prompt, fan out to the shards and to 64 busy
-// sequence actors, aggregate, select. Each of the 64 workers holds a 2k-token
-// system-prompt prefix of one of 8 groups, so scores are non-trivial.
-func BenchmarkScheduleActor(b *testing.B) {
-	r := startRouter(b, func(c *Config) { c.Shards = 0 })
+// scheduleFixture is a router with 64 workers, each holding a 2k-token
+// system-prompt prefix of one of 8 groups (so scores are non-trivial), and
+// every rank busy with 4 requests in flight: the worst case for the
+// fan-out, since no rank can be skipped as idle. It returns the 8 4k-token
+// prompts the benchmarks route.
+func scheduleFixture(b *testing.B, mutate func(*Config)) (*Router, [][]uint32) {
+	r := startRouter(b, func(c *Config) {
+		c.Shards = 0
+		if mutate != nil {
+			mutate(c)
+		}
+	})
 	const workers = 64
 	for id := uint64(1); id <= workers; id++ {
 		register(r, id)
@@ -32,8 +38,6 @@ func BenchmarkScheduleActor(b *testing.B) {
 	for id := uint64(1); id <= workers; id++ {
 		storeChain(r, kv.WorkerWithDpRank{WorkerID: kv.WorkerID(id)}, prompts[id%8][:2048])
 	}
-	// Every rank is busy (4 requests in flight each), the worst case for
-	// the fan-out: no rank can be skipped as idle.
 	for i := 0; i < workers*4; i++ {
 		_, err := r.Route(context.Background(), &messages.RouteRequest{
 			RequestId: fmt.Sprintf("busy-%d", i), TokenIds: prompt(1024, uint32(1000+i)), UpdateStates: true,
@@ -46,6 +50,12 @@ func BenchmarkScheduleActor(b *testing.B) {
 		reply, err := r.Route(context.Background(), &messages.RouteRequest{TokenIds: prompts[0]})
 		return err == nil && reply.OverlapBlocks == 128
 	})
+	return r, prompts
+}
+
+// runDecisions runs decide in parallel and reports decisions/s and the
+// p99 latency of one decide call.
+func runDecisions(b *testing.B, decide func(ctx context.Context, n int64) error) {
 	var i atomic.Int64
 	var mu sync.Mutex
 	lat := make([]time.Duration, 0, 1<<16)
@@ -57,8 +67,7 @@ func BenchmarkScheduleActor(b *testing.B) {
 		for pb.Next() {
 			n := i.Add(1)
 			t0 := time.Now()
-			_, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompts[n%8]})
-			if err != nil {
+			if err := decide(ctx, n); err != nil {
 				b.Error(err)
 				return
 			}
@@ -77,6 +86,42 @@ func BenchmarkScheduleActor(b *testing.B) {
 	}
 }
 
+// BenchmarkScheduleActor measures whole routing decisions as the proxy
+// makes them: hash a 4k-token prompt, fan out to the shards and to 64 busy
+// sequence actors, aggregate, select, record the request on its rank and
+// gossip the add to a peer replica (a second in-process router applying
+// it), then free it (applied and gossiped too). One decision = one Route
+// with update_states and its Free; the latency is their sum.
+func BenchmarkScheduleActor(b *testing.B) {
+	peer := startRouter(b, func(c *Config) { c.ReplicaID = "peer"; c.Shards = 1 })
+	for id := uint64(1); id <= 64; id++ {
+		register(peer, id)
+	}
+	waitWorkers(b, peer, 64)
+	r, prompts := scheduleFixture(b, func(c *Config) {
+		c.ReplicaID = "local"
+		c.Publish = peer.ApplyRemote
+	})
+	runDecisions(b, func(ctx context.Context, n int64) error {
+		id := "d-" + strconv.FormatInt(n, 10)
+		if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: id, TokenIds: prompts[n%8], UpdateStates: true}); err != nil {
+			return err
+		}
+		return r.Free(ctx, id)
+	})
+}
+
+// BenchmarkScheduleActorQueryOnly is the same decision without state
+// updates (update_states false: no add, no free, no gossip), as
+// /route answers a query that only asks where a prompt would go.
+func BenchmarkScheduleActorQueryOnly(b *testing.B) {
+	r, prompts := scheduleFixture(b, nil)
+	runDecisions(b, func(ctx context.Context, n int64) error {
+		_, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompts[n%8]})
+		return err
+	})
+}
+
 // BenchmarkApplyRemote measures what a peer replica spends in the actors
 // on another replica's decisions: batches of gossiped add, prefill-done and
 // free events (stride 8: 32 hashes per 4k-token prompt) applied to 16
@@ -93,18 +138,21 @@ func BenchmarkApplyRemote(b *testing.B) {
 	register(r, ids...)
 	waitWorkers(b, r, 16)
 	const decisionsPerBatch = 4
-	hashes := make([]uint64, 32)
+	// The batches are built before the timer starts: a ring of 256, each
+	// adding and freeing its own 4 requests, so a batch can be sent again
+	// once the ring wraps (messages are never mutated after Send).
+	ring := make([][]*messages.SequenceEvent, 256)
 	n := 0
-	batch := func() []*messages.SequenceEvent {
+	for k := range ring {
 		evs := make([]*messages.SequenceEvent, 0, 3*decisionsPerBatch)
 		for range decisionsPerBatch {
 			n++
-			id := fmt.Sprintf("o-%d", n)
+			hashes := make([]uint64, 32)
 			for j := range hashes {
 				hashes[j] = uint64(n%64)<<32 | uint64(j)
 			}
 			evs = append(evs, &messages.SequenceEvent{Origin: "origin", Seq: uint64(3*n - 2), Data: &messages.SequenceEvent_Add{Add: &messages.AddRequest{
-				RequestId: id, Worker: &messages.WorkerRank{WorkerId: uint64(n%16 + 1)}, SequenceHashes: slices.Clone(hashes),
+				RequestId: fmt.Sprintf("o-%d", n), Worker: &messages.WorkerRank{WorkerId: uint64(n%16 + 1)}, SequenceHashes: hashes,
 				PromptBlocks: 256, Stride: 8, PrefillTokens: 4096, Isl: 4096, TrackPrefillTokens: true,
 			}}})
 		}
@@ -114,16 +162,18 @@ func BenchmarkApplyRemote(b *testing.B) {
 				&messages.SequenceEvent{Origin: "origin", Data: &messages.SequenceEvent_PrefillCompleted{PrefillCompleted: &messages.MarkPrefillCompleted{RequestId: id}}},
 				&messages.SequenceEvent{Origin: "origin", Data: &messages.SequenceEvent_Free{Free: &messages.FreeRequest{RequestId: id}}})
 		}
-		return evs
+		ring[k] = evs
 	}
 	ctx := context.Background()
 	events := 0
+	k := 0
 	for b.Loop() {
-		evs := batch()
+		evs := ring[k%len(ring)]
 		events += len(evs)
 		r.ApplyRemoteBatch(evs)
-		if n%256 == 0 {
-			// A query waits for the scheduler to drain what was sent.
+		if k++; k%len(ring) == 0 {
+			// A query waits for the replication edge to drain what was
+			// sent, so the ring's requests are freed before it wraps.
 			if _, err := r.Registry(ctx); err != nil {
 				b.Fatal(err)
 			}
