@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 )
@@ -46,7 +47,7 @@ func scheduleFixture(b *testing.B, mutate func(*Config)) (*Router, [][]uint32) {
 			b.Fatal(err)
 		}
 	}
-	eventually(b, "indexed", func() bool {
+	testutil.Eventually(b, 5*time.Second, "indexed", func() bool {
 		reply, err := r.Route(context.Background(), &messages.RouteRequest{TokenIds: prompts[0]})
 		return err == nil && reply.OverlapBlocks == 128
 	})

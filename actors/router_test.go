@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvrouter/kvrouter/hashing"
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 )
@@ -69,20 +70,8 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func waitWorkers(t testing.TB, r *Router, n int) {
-	eventually(t, "workers registered", func() bool {
+	testutil.Eventually(t, 5*time.Second, "workers registered", func() bool {
 		reg, err := r.Registry(context.Background())
 		return err == nil && len(reg.Workers) == n
 	})
@@ -94,7 +83,7 @@ func TestRouteFollowsCachedPrefix(t *testing.T) {
 	waitWorkers(t, r, 2)
 	tokens := prompt(160, 1) // 10 blocks
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 2}, tokens[:128])
-	eventually(t, "blocks indexed", func() bool {
+	testutil.Eventually(t, 5*time.Second, "blocks indexed", func() bool {
 		st, err := r.Status(context.Background())
 		return err == nil && st.Workers[1].Ranks[0].IndexedBlocks == 8
 	})
@@ -112,7 +101,7 @@ func TestRouteFollowsCachedPrefix(t *testing.T) {
 	seq := hashing.SequenceHashes(local)
 	r.ApplyEvent(&kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: 2}, Kind: kv.EventRemoved,
 		Removed: []kv.ExternalBlockHash{kv.ExternalBlockHash(seq[4])}})
-	eventually(t, "overlap drops to 4", func() bool {
+	testutil.Eventually(t, 5*time.Second, "overlap drops to 4", func() bool {
 		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
 		return err == nil && reply.OverlapBlocks == 4 && reply.Worker.WorkerId == 2
 	})
@@ -266,7 +255,7 @@ func TestBackpressureQueuesThenRejects(t *testing.T) {
 		_, err := r.Route(ctx, &messages.RouteRequest{RequestId: "waits", TokenIds: prompt(50, 2), UpdateStates: true})
 		queued <- err
 	}()
-	eventually(t, "second request queued", func() bool {
+	testutil.Eventually(t, 5*time.Second, "second request queued", func() bool {
 		reg, err := r.Registry(ctx)
 		return err == nil && reg.QueueDepth == 1
 	})
@@ -305,7 +294,7 @@ func TestApproximateModePredictsFromDecisions(t *testing.T) {
 	if err := r.Free(ctxT(t), "x"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "decision predicted as cached", func() bool {
+	testutil.Eventually(t, 5*time.Second, "decision predicted as cached", func() bool {
 		again, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
 		return err == nil && again.Worker.WorkerId == first.Worker.WorkerId && again.OverlapBlocks == 20
 	})
@@ -332,7 +321,7 @@ func TestGossipedLoadAndDeadOrigin(t *testing.T) {
 	r.ApplyRemote(&messages.SequenceEvent{Origin: "B", Data: &messages.SequenceEvent_Add{Add: add}})
 	r.ApplyRemote(&messages.SequenceEvent{Origin: "A", Data: &messages.SequenceEvent_Add{Add: &messages.AddRequest{
 		RequestId: "echo", Worker: &messages.WorkerRank{WorkerId: 1}, PrefillTokens: 7, Isl: 7}}})
-	eventually(t, "peer's request visible", func() bool {
+	testutil.Eventually(t, 5*time.Second, "peer's request visible", func() bool {
 		l, err := r.PotentialLoads(ctx, nil, "")
 		return err == nil && l.Loads[0].ActiveRequests == 1 && l.Loads[0].PotentialPrefillTokens == 500
 	})
@@ -349,7 +338,7 @@ func TestGossipedLoadAndDeadOrigin(t *testing.T) {
 		t.Fatalf("published %+v", published[0])
 	}
 	r.DropOrigin("B")
-	eventually(t, "dead replica's requests dropped", func() bool {
+	testutil.Eventually(t, 5*time.Second, "dead replica's requests dropped", func() bool {
 		l, err := r.PotentialLoads(ctx, nil, "")
 		return err == nil && l.Loads[0].ActiveRequests == 1 // only "mine" is left
 	})
@@ -369,12 +358,12 @@ func TestShardRestartKeepsIntactIndex(t *testing.T) {
 	waitWorkers(t, r, 1)
 	tokens := prompt(64, 9)
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 1}, tokens)
-	eventually(t, "indexed", func() bool {
+	testutil.Eventually(t, 5*time.Second, "indexed", func() bool {
 		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
 		return err == nil && reply.OverlapBlocks == 4
 	})
 	r.system.Root.Send(r.shards[0], &crashShard{})
-	eventually(t, "shard restarted with its index", func() bool {
+	testutil.Eventually(t, 5*time.Second, "shard restarted with its index", func() bool {
 		stats, err := r.ShardStats(ctxT(t))
 		return err == nil && stats[0].Restarts == 1 && len(stats[0].Blocks) == 1 && stats[0].Blocks[0].Blocks == 4
 	})
@@ -389,11 +378,11 @@ func TestHeartbeatTimeoutRemovesWorker(t *testing.T) {
 	r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 5, DataParallelSize: 1}, false)
 	waitWorkers(t, r, 1)
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 5}, prompt(64, 1))
-	eventually(t, "worker expired", func() bool {
+	testutil.Eventually(t, 5*time.Second, "worker expired", func() bool {
 		reg, err := r.Registry(context.Background())
 		return err == nil && len(reg.Workers) == 0
 	})
-	eventually(t, "its blocks removed", func() bool {
+	testutil.Eventually(t, 5*time.Second, "its blocks removed", func() bool {
 		st, err := r.ShardStats(context.Background())
 		n := 0
 		for _, s := range st {
@@ -419,7 +408,7 @@ func TestPredictOnRoute(t *testing.T) {
 		if ttl > 0 {
 			want = 20
 		}
-		eventually(t, "prediction applied", func() bool {
+		testutil.Eventually(t, 5*time.Second, "prediction applied", func() bool {
 			again, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
 			return err == nil && again.OverlapBlocks == want && (want == 0 || again.Worker.WorkerId == first.Worker.WorkerId)
 		})
@@ -464,7 +453,7 @@ func TestSlowShardDoesNotHangDecisions(t *testing.T) {
 	waitWorkers(t, r, 2)
 	tokens := prompt(64, 3)
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 1}, tokens)
-	eventually(t, "indexed", func() bool {
+	testutil.Eventually(t, 5*time.Second, "indexed", func() bool {
 		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
 		return err == nil && reply.OverlapBlocks == 4
 	})
@@ -502,7 +491,7 @@ func TestPredictedOverlapStillCountsPrefill(t *testing.T) {
 	if _, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "a", TokenIds: tokens, UpdateStates: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "prediction applied", func() bool {
+	testutil.Eventually(t, 5*time.Second, "prediction applied", func() bool {
 		again, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
 		return err == nil && again.OverlapBlocks == 20
 	})

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -66,7 +67,7 @@ func TestActiveSequenceStride(t *testing.T) {
 	other := proto.Clone(peer).(*messages.AddRequest)
 	other.RequestId, other.Stride = "peer-other-stride", 1
 	r.ApplyRemote(&messages.SequenceEvent{Origin: "C", Data: &messages.SequenceEvent_Add{Add: other}})
-	eventually(t, "peer add applied, mismatched one dropped", func() bool {
+	testutil.Eventually(t, 5*time.Second, "peer add applied, mismatched one dropped", func() bool {
 		l, err := r.PotentialLoads(ctx, tokens, "")
 		return err == nil && l.Loads[0].ActiveRequests == 2 && obs.mismatches.Load() == 1
 	})
