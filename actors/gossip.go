@@ -3,6 +3,8 @@ package actors
 import (
 	"sync/atomic"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -22,4 +24,24 @@ func (g *gossiper) send(ev *messages.SequenceEvent) {
 	}
 	ev.Origin, ev.Seq = g.replica, g.seq.Add(1)
 	g.publish(ev)
+}
+
+// step hands a request's lifecycle step to its rank's sequence actor and
+// gossips prefill completions and frees (true when it did). Output growth
+// is not gossiped (as in Dynamo): it is frequent and peers converge on the
+// next add or free anyway.
+func (g *gossiper) step(ctx actor.Context, rank *actor.PID, m *messages.RequestLifecycle) bool {
+	switch st := m.Step.(type) {
+	case *messages.RequestLifecycle_PrefillCompleted:
+		ctx.Send(rank, st.PrefillCompleted)
+		g.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_PrefillCompleted{PrefillCompleted: st.PrefillCompleted}})
+		return true
+	case *messages.RequestLifecycle_Free:
+		ctx.Send(rank, st.Free)
+		g.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: st.Free}})
+		return true
+	case *messages.RequestLifecycle_OutputBlock:
+		ctx.Send(rank, st.OutputBlock)
+	}
+	return false
 }

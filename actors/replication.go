@@ -211,17 +211,10 @@ func (a *replicationActor) lifecycle(ctx actor.Context, m *messages.RequestLifec
 		ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: false})
 		return
 	}
-	switch st := m.Step.(type) {
-	case *messages.RequestLifecycle_PrefillCompleted:
-		ctx.Send(pid, st.PrefillCompleted)
-		a.gossip.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_PrefillCompleted{PrefillCompleted: st.PrefillCompleted}})
-	case *messages.RequestLifecycle_Free:
-		ctx.Send(pid, st.Free)
+	if _, ok := m.Step.(*messages.RequestLifecycle_Free); ok {
 		a.remote.Untrack(m.RequestId)
-		a.gossip.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: st.Free}})
-		a.reportActivity(ctx)
-	case *messages.RequestLifecycle_OutputBlock:
-		ctx.Send(pid, st.OutputBlock) // local only, as for own requests
+		defer a.reportActivity(ctx)
 	}
+	a.gossip.step(ctx, pid, m)
 	ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: true})
 }

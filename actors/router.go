@@ -15,6 +15,8 @@ import (
 	"github.com/kvrouter/kvrouter/events"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/sequence"
 )
 
 // Router is one replica's routing engine: the actor system and the
@@ -35,10 +37,11 @@ type Router struct {
 }
 
 // Errors returned by Router methods; the HTTP layer maps them to codes.
+// Those a pure package defines are its own sentinels.
 var (
-	ErrNoEligibleWorker = errors.New("no eligible worker")
-	ErrOverloaded       = errors.New("all eligible workers are overloaded")
-	ErrUnknownRequest   = errors.New("unknown request")
+	ErrNoEligibleWorker = scheduling.ErrNoEligibleWorker
+	ErrOverloaded       = scheduling.ErrOverloaded
+	ErrUnknownRequest   = sequence.ErrUnknownRequest
 	ErrBadRequest       = errors.New("bad request")
 	ErrTimeout          = errors.New("router did not answer in time")
 	ErrStopped          = errors.New("router stopped")

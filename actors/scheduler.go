@@ -136,20 +136,11 @@ func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecyc
 		ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: false})
 		return
 	}
-	switch st := m.Step.(type) {
-	case *messages.RequestLifecycle_PrefillCompleted:
-		ctx.Send(pid, st.PrefillCompleted)
-		s.gossip.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_PrefillCompleted{PrefillCompleted: st.PrefillCompleted}})
+	if gossiped := s.gossip.step(ctx, pid, m); gossiped {
+		if _, ok := m.Step.(*messages.RequestLifecycle_Free); ok {
+			s.local.Untrack(m.RequestId)
+		}
 		s.tryDequeue(ctx)
-	case *messages.RequestLifecycle_Free:
-		ctx.Send(pid, st.Free)
-		s.local.Untrack(m.RequestId)
-		s.gossip.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: st.Free}})
-		s.tryDequeue(ctx)
-	case *messages.RequestLifecycle_OutputBlock:
-		// Output growth is not gossiped (as in Dynamo): it is frequent
-		// and peers converge on the next add/free anyway.
-		ctx.Send(pid, st.OutputBlock)
 	}
 	ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: true})
 }

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -102,14 +103,6 @@ func (r *Router) Status(ctx context.Context) (*Status, error) {
 			st.UnregisteredIndexed[w.String()] = n
 		}
 	}
-	slices.SortFunc(st.Workers, func(a, b WorkerStatus) int {
-		switch {
-		case a.WorkerID < b.WorkerID:
-			return -1
-		case a.WorkerID > b.WorkerID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(st.Workers, func(a, b WorkerStatus) int { return cmp.Compare(a.WorkerID, b.WorkerID) })
 	return st, nil
 }
