@@ -1,6 +1,8 @@
 package config
 
 import (
+	"bytes"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -155,6 +157,30 @@ func TestClusterBatchKnobsFollowTheClusterPackage(t *testing.T) {
 			if cfgErr != nil && !strings.Contains(cfgErr.Error(), "cluster-batch-") {
 				t.Errorf("max events %d, interval %v: error %q does not name the flag", n, iv, cfgErr)
 			}
+		}
+	}
+}
+
+// -h lists every flag with its default; no flag's String panics (the flag
+// package calls it on zero values of our types).
+func TestUsageListsFlagsWithoutPanics(t *testing.T) {
+	cfg := Default()
+	fs := flag.NewFlagSet("kvrouter serve", flag.ContinueOnError)
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	if err := Register(fs, &cfg, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Parse([]string{"-h"}); err != flag.ErrHelp {
+		t.Fatalf("parse -h: %v", err)
+	}
+	usage := out.String()
+	if strings.Contains(usage, "panic") {
+		t.Fatalf("usage reports panics:\n%s", usage)
+	}
+	for _, want := range []string{"-use-kv-events", "-block-size", "(default 16)", "-cluster-batch-interval", "(default 1ms)"} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("usage lacks %q", want)
 		}
 	}
 }

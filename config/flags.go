@@ -75,7 +75,9 @@ type fieldValue struct{ v reflect.Value }
 var durationType = reflect.TypeOf(time.Duration(0))
 
 func (f *fieldValue) String() string {
-	if !f.v.IsValid() {
+	// flag.PrintDefaults calls String on a zero boolValue (nil
+	// *fieldValue) to learn whether a default is the zero value.
+	if f == nil || !f.v.IsValid() {
 		return ""
 	}
 	if f.v.Type() == durationType {
