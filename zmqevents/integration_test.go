@@ -174,14 +174,16 @@ func (r *rig) waitConverged() {
 	r.t.Helper()
 	want := r.ref.Digest()
 	testutil.EventuallyNil(r.t, 10*time.Second, func() error {
-		r.mu.Lock()
-		got, size := r.got.Digest(), r.got.Len()
-		r.mu.Unlock()
-		if got != want {
-			return fmt.Errorf("index digest %x (%d blocks) never reached the reference %x (%d blocks); stats %+v counters %v",
-				got, size, want, r.ref.Len(), r.sub.Stats(), r.got.CounterMap())
+		r.mu.Lock() // the subscriber's goroutines apply to r.got
+		got := r.got.Digest()
+		if got == want {
+			r.mu.Unlock()
+			return nil
 		}
-		return nil
+		size, counters := r.got.Len(), r.got.CounterMap()
+		r.mu.Unlock()
+		return fmt.Errorf("index digest %x (%d blocks) never reached the reference %x (%d blocks); stats %+v counters %v",
+			got, size, want, r.ref.Len(), r.sub.Stats(), counters)
 	})
 }
 
