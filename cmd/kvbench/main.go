@@ -1,5 +1,7 @@
 // Command kvbench benchmarks routing policies against an in-process fleet
-// of mock engines (run, demo) and the router's indexer alone (indexer).
+// of mock engines (run, demo), the router's indexer alone (indexer), the
+// scaling of replica processes (scale) and the HTTP routing path under an
+// open-loop load (http).
 package main
 
 import (
@@ -22,6 +24,7 @@ commands:
   indexer  replay the Mooncake trace as KV events against an in-process router
   scale    routing decisions/s of 1 vs N replica processes, each on its own CPU quota
   load     send a workload to a running router or load balancer (completions)
+  http     open-loop /route load at fixed rates (in-process router or --url): decisions/s and latency percentiles
 
 kvbench <command> -h lists a command's flags.
 `
@@ -53,6 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runScale(ctx, args[1:], stdout, stderr)
 	case "load":
 		return runLoad(ctx, args[1:], stdout, stderr)
+	case "http":
+		return runHTTP(ctx, args[1:], stdout, stderr)
 	case replicaCommand:
 		return runReplica(ctx, args[1:], stderr)
 	case "-h", "--help", "help":

@@ -49,9 +49,41 @@ type scaleFlags struct {
 // runScale measures routing decisions/s of 1 vs N replica processes, each
 // capped to the same CPU share, under a closed-loop /route load.
 func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var f scaleFlags
-	fs := flag.NewFlagSet("kvbench scale", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	f, counts, err := parseScaleFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	static := scaleStaticWorkers(f.workers)
+	prompts := scalePrompts(f.seed, f.prompts, f.promptTokens)
+	writeScaleHeader(stdout, f)
+	var clusters map[int]*bench.ProcessCluster
+	if f.interleave > 0 {
+		// Every cluster stays up and the load alternates between them in
+		// short windows, so the machine's drift over tens of seconds hits
+		// both sides of each round's ratio alike.
+		clusters, err = startScaleClusters(ctx, f, exe, static, counts)
+		defer stopScaleClusters(clusters)
+		if err != nil {
+			return err
+		}
+	}
+	sum := scaleSummary{perSec: make(map[int][]float64), cpu: make(map[int][]float64)}
+	for round := 1; round <= max(f.rounds, 1); round++ {
+		results, errs := measureScaleRound(ctx, f, exe, static, prompts, counts, clusters)
+		if err := sum.addRound(stdout, round, counts, results, errs); err != nil {
+			return err
+		}
+	}
+	sum.write(stdout, counts, max(f.rounds, 1))
+	return nil
+}
+
+// register defines scale's flags on fs.
+func (f *scaleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.replicas, "replicas", "1,3", "comma-separated replica counts to compare")
 	fs.Float64Var(&f.cpuPerReplica, "cpu-per-replica", 0.5, "cores each replica process may use (its own cgroup CPU quota); 0 = no cap")
 	fs.IntVar(&f.workers, "workers", 16, "workers registered (static; /route never contacts them)")
@@ -69,98 +101,134 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&f.interleave, "interleave", 0, "keep every cluster up and alternate the load between them in windows this long (each after 1 s of warm-up), one window per count per round; 0 = a fresh cluster per measurement")
 	fs.BoolVar(&f.noGossip, "no-gossip", false, "run the replicas independently (no memberlist, no shared load view): the baseline that shows what the machine itself, not gossip, costs when N replicas share it")
 	fs.IntVar(&f.rounds, "rounds", 3, "rounds; each measures every replica count in turn, and the summary takes medians (a shared VM is noisy)")
+}
+
+// parseScaleFlags parses scale's arguments and its replica counts.
+func parseScaleFlags(args []string, stderr io.Writer) (scaleFlags, []int, error) {
+	var f scaleFlags
+	fs := flag.NewFlagSet("kvbench scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return f, nil, err
 	}
 	counts, err := parseCounts(f.replicas)
 	if err != nil {
-		return err
+		return f, nil, err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own binary: %w", err)
-	}
-	static := make([]string, f.workers)
+	return f, counts, nil
+}
+
+// scaleStaticWorkers are the --static-workers specs of n workers; their
+// URLs are never contacted (/route only decides).
+func scaleStaticWorkers(n int) []string {
+	static := make([]string, n)
 	for i := range static {
 		static[i] = fmt.Sprintf("%d=http://127.0.0.1:%d", i+1, 1+i)
 	}
-	rng := rand.New(rand.NewPCG(f.seed, 7))
-	prompts := make([][]uint32, f.prompts)
+	return static
+}
+
+// scalePrompts are n random prompts of tokens token ids each.
+func scalePrompts(seed uint64, n, tokens int) [][]uint32 {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	prompts := make([][]uint32, n)
 	for i := range prompts {
-		prompts[i] = make([]uint32, f.promptTokens)
+		prompts[i] = make([]uint32, tokens)
 		for j := range prompts[i] {
 			prompts[i][j] = rng.Uint32N(32000)
 		}
 	}
-	fmt.Fprintf(stdout, "routing decisions (route + prefill_done + free over HTTP), %d-token prompts, %d workers, %v cores per replica, stride %d\n\n",
+	return prompts
+}
+
+func writeScaleHeader(w io.Writer, f scaleFlags) {
+	fmt.Fprintf(w, "routing decisions (route + prefill_done + free over HTTP), %d-token prompts, %d workers, %v cores per replica, stride %d\n\n",
 		f.promptTokens, f.workers, capText(f.cpuPerReplica), f.stride)
-	fmt.Fprintf(stdout, "%-6s %-9s %12s %10s %10s %8s %16s %14s\n", "round", "replicas", "decisions/s", "route p50", "route p99", "errors", "cpu-µs/decision", "client cores")
-	perSec := make(map[int][]float64)
-	cpu := make(map[int][]float64)
-	var ratios []float64
-	var clusters map[int]*bench.ProcessCluster
-	if f.interleave > 0 {
-		// Every cluster stays up and the load alternates between them in
-		// short windows, so the machine's drift over tens of seconds hits
-		// both sides of each round's ratio alike.
-		clusters = make(map[int]*bench.ProcessCluster)
-		defer func() {
-			for _, c := range clusters {
-				stopScaleCluster(c)
-			}
-		}()
-		for _, n := range counts {
-			c, err := startScaleCluster(ctx, f, exe, static, n)
-			if err != nil {
-				return fmt.Errorf("%d replicas: %w", n, err)
-			}
-			clusters[n] = c
-		}
-	}
-	for round := 1; round <= max(f.rounds, 1); round++ {
-		var base float64
-		results := make([]scaleResult, len(counts))
-		errs := make([]error, len(counts))
-		if clusters != nil {
-			for i, n := range counts {
-				results[i], errs[i] = measureScale(ctx, f, clusters[n], prompts, time.Second, f.interleave)
-			}
-		} else {
-			for i, n := range counts {
-				results[i], errs[i] = scalePoint(ctx, f, exe, static, prompts, n)
-			}
-		}
-		for i, n := range counts {
-			res, err := results[i], errs[i]
-			if err != nil {
-				return fmt.Errorf("round %d, %d replicas: %w", round, n, err)
-			}
-			if res.load.Errors > 0 {
-				return fmt.Errorf("round %d, %d replicas: %d failed decisions (first: %s)", round, n, res.load.Errors, res.load.FirstErr)
-			}
-			fmt.Fprintf(stdout, "%-6d %-9d %12.0f %10v %10v %8d %16.1f %14.2f   per replica: %s\n", round, n, res.load.PerSec(),
-				res.load.RouteP50.Round(time.Microsecond), res.load.RouteP99.Round(time.Microsecond), res.load.Errors,
-				res.cpuPerDecision, res.clientCores, formatFloats(res.perReplica))
-			perSec[n] = append(perSec[n], res.load.PerSec())
-			cpu[n] = append(cpu[n], res.cpuPerDecision)
-			if base == 0 {
-				base = res.load.PerSec()
-			} else if n == counts[len(counts)-1] && base > 0 {
-				ratios = append(ratios, res.load.PerSec()/base)
-			}
-		}
-	}
-	fmt.Fprintf(stdout, "\nmedians over %d round(s):\n", max(f.rounds, 1))
+	fmt.Fprintf(w, "%-6s %-9s %12s %10s %10s %8s %16s %14s\n", "round", "replicas", "decisions/s", "route p50", "route p99", "errors", "cpu-µs/decision", "client cores")
+}
+
+// startScaleClusters starts one cluster per count for --interleave. On
+// error the clusters already started are returned too, for stopping.
+func startScaleClusters(ctx context.Context, f scaleFlags, exe string, static []string, counts []int) (map[int]*bench.ProcessCluster, error) {
+	clusters := make(map[int]*bench.ProcessCluster)
 	for _, n := range counts {
-		fmt.Fprintf(stdout, "  %d replica(s): %.0f decisions/s, %.1f cpu-µs/decision\n", n, median(perSec[n]), median(cpu[n]))
+		c, err := startScaleCluster(ctx, f, exe, static, n)
+		if err != nil {
+			return clusters, fmt.Errorf("%d replicas: %w", n, err)
+		}
+		clusters[n] = c
 	}
-	if len(ratios) > 0 {
-		first, last := counts[0], counts[len(counts)-1]
-		fmt.Fprintf(stdout, "  %d vs %d replica(s): %.2fx decisions/s (per round: %s); from CPU per decision: %.2fx\n",
-			last, first, median(ratios), formatRatios(ratios),
-			float64(last)/float64(first)*median(cpu[first])/median(cpu[last]))
+	return clusters, nil
+}
+
+func stopScaleClusters(clusters map[int]*bench.ProcessCluster) {
+	for _, c := range clusters {
+		stopScaleCluster(c)
+	}
+}
+
+// measureScaleRound measures every count once: in its window of the
+// running clusters with --interleave, else on a fresh cluster each.
+func measureScaleRound(ctx context.Context, f scaleFlags, exe string, static []string, prompts [][]uint32, counts []int, clusters map[int]*bench.ProcessCluster) ([]scaleResult, []error) {
+	results := make([]scaleResult, len(counts))
+	errs := make([]error, len(counts))
+	for i, n := range counts {
+		if clusters != nil {
+			results[i], errs[i] = measureScale(ctx, f, clusters[n], prompts, time.Second, f.interleave)
+		} else {
+			results[i], errs[i] = scalePoint(ctx, f, exe, static, prompts, n)
+		}
+	}
+	return results, errs
+}
+
+// scaleSummary collects every round's figures for the medians.
+type scaleSummary struct {
+	perSec map[int][]float64
+	cpu    map[int][]float64
+	ratios []float64 // last count's decisions/s over the first's, per round
+}
+
+// addRound prints a round's rows and records them; a failed measurement
+// or a failed decision ends the run.
+func (s *scaleSummary) addRound(w io.Writer, round int, counts []int, results []scaleResult, errs []error) error {
+	var base float64
+	for i, n := range counts {
+		res, err := results[i], errs[i]
+		if err != nil {
+			return fmt.Errorf("round %d, %d replicas: %w", round, n, err)
+		}
+		if res.load.Errors > 0 {
+			return fmt.Errorf("round %d, %d replicas: %d failed decisions (first: %s)", round, n, res.load.Errors, res.load.FirstErr)
+		}
+		fmt.Fprintf(w, "%-6d %-9d %12.0f %10v %10v %8d %16.1f %14.2f   per replica: %s\n", round, n, res.load.PerSec(),
+			res.load.RouteP50.Round(time.Microsecond), res.load.RouteP99.Round(time.Microsecond), res.load.Errors,
+			res.cpuPerDecision, res.clientCores, formatFloats(res.perReplica))
+		s.perSec[n] = append(s.perSec[n], res.load.PerSec())
+		s.cpu[n] = append(s.cpu[n], res.cpuPerDecision)
+		if base == 0 {
+			base = res.load.PerSec()
+		} else if n == counts[len(counts)-1] && base > 0 {
+			s.ratios = append(s.ratios, res.load.PerSec()/base)
+		}
 	}
 	return nil
+}
+
+// write prints the medians over the rounds and the ratio of the last
+// count to the first.
+func (s *scaleSummary) write(w io.Writer, counts []int, rounds int) {
+	fmt.Fprintf(w, "\nmedians over %d round(s):\n", rounds)
+	for _, n := range counts {
+		fmt.Fprintf(w, "  %d replica(s): %.0f decisions/s, %.1f cpu-µs/decision\n", n, median(s.perSec[n]), median(s.cpu[n]))
+	}
+	if len(s.ratios) > 0 {
+		first, last := counts[0], counts[len(counts)-1]
+		fmt.Fprintf(w, "  %d vs %d replica(s): %.2fx decisions/s (per round: %s); from CPU per decision: %.2fx\n",
+			last, first, median(s.ratios), formatRatios(s.ratios),
+			float64(last)/float64(first)*median(s.cpu[first])/median(s.cpu[last]))
+	}
 }
 
 func median(xs []float64) float64 {

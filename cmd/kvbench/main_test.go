@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+// runArgs runs kvbench with args and returns its error and output.
+func runArgs(t *testing.T, args ...string) (error, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), args, &stdout, &stderr)
+	return err, stdout.String(), stderr.String()
+}
+
+func TestRunDispatch(t *testing.T) {
+	err, _, stderr := runArgs(t)
+	if err == nil || !strings.Contains(err.Error(), "missing command") || !strings.Contains(stderr, "usage: kvbench") {
+		t.Errorf("no command: %v, stderr %q", err, stderr)
+	}
+	err, _, stderr = runArgs(t, "bogus")
+	if err == nil || !strings.Contains(err.Error(), `unknown command "bogus"`) || !strings.Contains(stderr, "commands:") {
+		t.Errorf("unknown command: %v", err)
+	}
+	err, stdout, _ := runArgs(t, "help")
+	if err != nil || !strings.Contains(stdout, "http ") || !strings.Contains(stdout, "scale ") {
+		t.Errorf("help: %v, %q", err, stdout)
+	}
+}
+
+// TestSubcommandsRejectBadArguments checks that every subcommand refuses
+// malformed arguments with a clear error before it starts anything.
+func TestSubcommandsRejectBadArguments(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // in the error, or in stderr for flag-package errors
+	}{
+		{[]string{"run", "--qps", "abc"}, `qps "abc" is not a positive number`},
+		{[]string{"run", "--qps", "-2"}, `qps "-2" is not a positive number`},
+		{[]string{"run", "--policies", "kvrouter,magic"}, `"magic"`},
+		{[]string{"run", "--workload", "nope"}, `unknown workload "nope"`},
+		{[]string{"run", "--workers", "0"}, "at least one worker"},
+		{[]string{"run", "--log-level", "loud"}, `log level "loud"`},
+		{[]string{"run", "--requests", "-1"}, "requests must be >= 0"},
+		{[]string{"run", "extra"}, "unexpected arguments: [extra]"},
+		{[]string{"run", "--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"run", "--qps", "1", "--duration", "0s"}, "give a request count or a duration"},
+		{[]string{"demo", "extra"}, "unexpected arguments: [extra]"},
+		{[]string{"demo", "--workers", "x"}, `invalid value "x" for flag -workers`},
+		{[]string{"indexer", "--log-level", "loud"}, `log level "loud"`},
+		{[]string{"indexer", "extra"}, "unexpected arguments"},
+		{[]string{"load"}, "--target is required"},
+		{[]string{"load", "--target", "http://127.0.0.1:1", "--workload", "nope"}, `unknown workload "nope"`},
+		{[]string{"load", "--target", "http://127.0.0.1:1", "--qps", "0"}, "qps"},
+		{[]string{"scale", "--replicas", "0"}, `replica count "0": want a positive integer`},
+		{[]string{"scale", "--replicas", "1,x"}, `replica count "x"`},
+		{[]string{"scale", "--rounds", "many"}, `invalid value "many" for flag -rounds`},
+		{[]string{"http", "--rate", "0"}, "--rate must be a positive number"},
+	} {
+		err, _, stderr := runArgs(t, c.args...)
+		if err == nil {
+			t.Errorf("%v: accepted", c.args)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) && !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: error %q (stderr %q), want it to mention %q", c.args, err, stderr, c.want)
+		}
+	}
+}
+
+func TestSubcommandHelp(t *testing.T) {
+	for _, cmd := range []string{"run", "demo", "indexer", "load", "scale", "http"} {
+		err, _, stderr := runArgs(t, cmd, "-h")
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%s -h: %v, want flag.ErrHelp", cmd, err)
+		}
+		if !strings.Contains(stderr, "-duration") && !strings.Contains(stderr, "-requests") {
+			t.Errorf("%s -h printed no flags: %q", cmd, stderr)
+		}
+	}
+}
+
+func TestFinishWorkloadSharesOutputLength(t *testing.T) {
+	var f sweepFlags
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f.register(fs)
+	if err := fs.Parse([]string{"--output-tokens", "77", "--system-tokens", "900"}); err != nil {
+		t.Fatal(err)
+	}
+	f.finish()
+	w := f.workload
+	if w.MultiTurn.OutputTokens != 77 || w.Random.OutputTokens != 77 || w.MultiTurn.SystemTokens != 900 {
+		t.Errorf("multi-turn %+v, random %+v: the shared flags were not copied", w.MultiTurn, w.Random)
+	}
+}
+
+func TestDemoPresetYieldsToFlags(t *testing.T) {
+	var f sweepFlags
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f.register(fs)
+	demoPreset(&f)
+	if f.fleet.Workers != 8 || f.qps != "8,40,64" || f.out != "out/demo" {
+		t.Fatalf("preset not applied: workers %d qps %s out %s", f.fleet.Workers, f.qps, f.out)
+	}
+	if err := fs.Parse([]string{"--workers", "3", "--qps", "5"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.fleet.Workers != 3 || f.qps != "5" || f.workload.SharedPrefix.Groups != 8 {
+		t.Errorf("after flags: workers %d qps %s groups %d; want 3, 5 and the preset's 8", f.fleet.Workers, f.qps, f.workload.SharedPrefix.Groups)
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	if _, err := newLogger(&bytes.Buffer{}, "debug"); err != nil {
+		t.Error(err)
+	}
+	if _, err := newLogger(&bytes.Buffer{}, "chatty"); err == nil {
+		t.Error("unknown level accepted")
+	}
+}
