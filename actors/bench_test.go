@@ -29,7 +29,7 @@ func scheduleFixture(b *testing.B, mutate func(*Config)) (*Router, [][]uint32) {
 	})
 	const workers = 64
 	for id := uint64(1); id <= workers; id++ {
-		register(r, id)
+		register(b, r, id)
 	}
 	waitWorkers(b, r, workers)
 	prompts := make([][]uint32, 8)
@@ -96,7 +96,7 @@ func runDecisions(b *testing.B, decide func(ctx context.Context, n int64) error)
 func BenchmarkScheduleActor(b *testing.B) {
 	peer := startRouter(b, func(c *Config) { c.ReplicaID = "peer"; c.Shards = 1 })
 	for id := uint64(1); id <= 64; id++ {
-		register(peer, id)
+		register(b, peer, id)
 	}
 	waitWorkers(b, peer, 64)
 	r, prompts := scheduleFixture(b, func(c *Config) {
@@ -136,7 +136,7 @@ func BenchmarkApplyRemote(b *testing.B) {
 	for i := range ids {
 		ids[i] = uint64(i + 1)
 	}
-	register(r, ids...)
+	register(b, r, ids...)
 	waitWorkers(b, r, 16)
 	const decisionsPerBatch = 4
 	// The batches are built before the timer starts: a ring of 256, each

@@ -39,6 +39,11 @@ type Config struct {
 	Scheduling        scheduling.Config
 	Sequence          sequence.Config
 
+	// MaxWorkers and MaxRanks bound the registry (0 = no bound): every
+	// rank is a sequence actor, a fan-out target and metric series.
+	MaxWorkers int
+	MaxRanks   int
+
 	// DefaultMaxNumBatchedTokens is the queue-threshold unit for workers
 	// that do not announce their own (vLLM's default 8192).
 	DefaultMaxNumBatchedTokens uint64
@@ -69,6 +74,12 @@ type Config struct {
 	shardMiddleware []actor.ReceiverMiddleware
 }
 
+// Registry bounds: Dynamo's own indexer benchmark runs 7,000 workers.
+const (
+	DefaultMaxWorkers = 10000
+	DefaultMaxRanks   = 32768
+)
+
 // DefaultConfig returns Dynamo's defaults for one replica.
 func DefaultConfig() Config {
 	return Config{
@@ -84,6 +95,8 @@ func DefaultConfig() Config {
 		Scheduling:                 scheduling.DefaultConfig(),
 		Sequence:                   sequence.DefaultConfig(),
 		DefaultMaxNumBatchedTokens: 8192,
+		MaxWorkers:                 DefaultMaxWorkers,
+		MaxRanks:                   DefaultMaxRanks,
 		DecisionTimeout:            250 * time.Millisecond,
 		MaxQueueWait:               60 * time.Second,
 		HeartbeatTimeout:           10 * time.Second,
@@ -97,6 +110,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.BlockSize <= 0 {
 		errs = append(errs, fmt.Errorf("block size must be > 0, got %d", c.BlockSize))
+	}
+	if c.MaxWorkers < 0 || c.MaxRanks < 0 {
+		errs = append(errs, fmt.Errorf("max workers and max ranks must be >= 0 (0 = no bound), got %d and %d", c.MaxWorkers, c.MaxRanks))
 	}
 	if c.Shards < 0 {
 		errs = append(errs, fmt.Errorf("shards must be >= 0, got %d", c.Shards))

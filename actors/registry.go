@@ -32,7 +32,8 @@ func newRegistryProps(cfg Config, shards []*actor.PID, scheduler, replication *a
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &registryActor{
 			cfg: cfg, log: cfg.Logger.With("component", "registry"),
-			reg:    registry.New[*messages.WorkerHeartbeat](cfg.DefaultMaxNumBatchedTokens),
+			reg: registry.New[*messages.WorkerHeartbeat](cfg.DefaultMaxNumBatchedTokens,
+				registry.Limits{MaxWorkers: cfg.MaxWorkers, MaxRanks: cfg.MaxRanks}),
 			pids:   map[kv.WorkerWithDpRank]*actor.PID{},
 			shards: shards, scheduler: scheduler, replication: replication,
 		}
@@ -64,7 +65,15 @@ func (a *registryActor) workerUp(ctx actor.Context, m *messages.WorkerUp) {
 	hb := m.Worker
 	id := kv.WorkerID(hb.WorkerId)
 	budget := a.reg.Budget(id)
-	ch := a.reg.Upsert(id, shapeOf(hb), hb, m.Static, time.Unix(0, m.SeenUnixNano))
+	ch, err := a.reg.Upsert(id, shapeOf(hb), hb, m.Static, time.Unix(0, m.SeenUnixNano))
+	if err != nil {
+		a.cfg.Observer.WorkerRejected("registry_full")
+		a.log.Warn("worker refused", "worker", id, "url", hb.Url, "err", err)
+		if ctx.Sender() != nil {
+			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_LIMIT, "%v", err))
+		}
+		return
+	}
 	a.applyChange(ctx, ch)
 	if !ch.Empty() {
 		a.log.Info("worker registered", "worker", id, "url", hb.Url, "dp_start", hb.DataParallelStartRank,

@@ -43,8 +43,11 @@ var (
 	ErrOverloaded       = scheduling.ErrOverloaded
 	ErrUnknownRequest   = sequence.ErrUnknownRequest
 	ErrBadRequest       = errors.New("bad request")
-	ErrTimeout          = errors.New("router did not answer in time")
-	ErrStopped          = errors.New("router stopped")
+	// ErrLimit: a configured bound refused the call (registry size,
+	// requests in flight).
+	ErrLimit   = errors.New("limit reached")
+	ErrTimeout = errors.New("router did not answer in time")
+	ErrStopped = errors.New("router stopped")
 )
 
 // RouteError is a failed routing decision with its queue figures.
@@ -151,15 +154,16 @@ const registerTimeout = 5 * time.Second
 // RegisterWorker adds or refreshes a worker (a heartbeat, or a static
 // registration that never expires). It returns once the scheduler has the
 // worker's ranks queued ahead of anything the caller sends next, so a
-// route right after a registration sees the worker.
-func (r *Router) RegisterWorker(hb *messages.WorkerHeartbeat, static bool) {
-	if r.stopped.Load() {
-		return
+// route right after a registration sees the worker. A registry at its
+// limits refuses new workers with ErrLimit.
+func (r *Router) RegisterWorker(hb *messages.WorkerHeartbeat, static bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), registerTimeout)
+	defer cancel()
+	_, err := r.ask(ctx, r.registry, &messages.WorkerUp{Worker: hb, Static: static, SeenUnixNano: time.Now().UnixNano()})
+	if err != nil {
+		return fmt.Errorf("register worker %d: %w", hb.WorkerId, err)
 	}
-	up := &messages.WorkerUp{Worker: hb, Static: static, SeenUnixNano: time.Now().UnixNano()}
-	if _, err := r.system.Root.RequestFuture(r.registry, up, registerTimeout).Result(); err != nil {
-		r.log.Warn("worker registration not confirmed", "worker", hb.WorkerId, "err", err)
-	}
+	return nil
 }
 
 // RemoveWorker drops a worker's candidates, requests and indexed blocks.
@@ -207,6 +211,8 @@ func toRouteError(e *messages.RouteError) *RouteError {
 		kind = ErrUnknownRequest
 	case messages.RouteErrorCode_ROUTE_ERROR_TIMEOUT:
 		kind = ErrTimeout
+	case messages.RouteErrorCode_ROUTE_ERROR_LIMIT:
+		kind = ErrLimit
 	}
 	return &RouteError{Kind: kind, Message: e.Message, QueueDepth: int(e.QueueDepth), QueueLimit: int(e.QueueLimit)}
 }

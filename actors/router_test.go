@@ -39,9 +39,12 @@ func startRouter(t testing.TB, mutate func(*Config)) *Router {
 	return r
 }
 
-func register(r *Router, ids ...uint64) {
+func register(t testing.TB, r *Router, ids ...uint64) {
+	t.Helper()
 	for _, id := range ids {
-		r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: id, Url: fmt.Sprintf("http://w%d", id), DataParallelSize: 1}, true)
+		if err := r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: id, Url: fmt.Sprintf("http://w%d", id), DataParallelSize: 1}, true); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -79,7 +82,7 @@ func waitWorkers(t testing.TB, r *Router, n int) {
 
 func TestRouteFollowsCachedPrefix(t *testing.T) {
 	r := startRouter(t, nil)
-	register(r, 1, 2)
+	register(t, r, 1, 2)
 	waitWorkers(t, r, 2)
 	tokens := prompt(160, 1) // 10 blocks
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 2}, tokens[:128])
@@ -109,7 +112,7 @@ func TestRouteFollowsCachedPrefix(t *testing.T) {
 
 func TestLoadSpreadsUncachedRequests(t *testing.T) {
 	r := startRouter(t, nil)
-	register(r, 1, 2, 3)
+	register(t, r, 1, 2, 3)
 	waitWorkers(t, r, 3)
 	counts := map[uint64]int{}
 	for i := 0; i < 30; i++ {
@@ -139,7 +142,7 @@ func TestLoadSpreadsUncachedRequests(t *testing.T) {
 
 func TestLifecycle(t *testing.T) {
 	r := startRouter(t, nil)
-	register(r, 1)
+	register(t, r, 1)
 	waitWorkers(t, r, 1)
 	ctx := ctxT(t)
 	if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: "a", TokenIds: prompt(64, 1), UpdateStates: true}); err != nil {
@@ -180,7 +183,7 @@ func TestLifecycle(t *testing.T) {
 
 func TestQueryOnlyChangesNothing(t *testing.T) {
 	r := startRouter(t, nil)
-	register(r, 1, 2)
+	register(t, r, 1, 2)
 	waitWorkers(t, r, 2)
 	for i := 0; i < 10; i++ {
 		if _, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: prompt(64, 7)}); err != nil {
@@ -204,8 +207,12 @@ func TestConstraints(t *testing.T) {
 	if _, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompt(32, 1)}); !errors.Is(err, ErrNoEligibleWorker) {
 		t.Fatalf("no workers: got %v", err)
 	}
-	r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 1, DataParallelSize: 1}, true)
-	r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 2, DataParallelStartRank: 0, DataParallelSize: 4}, true)
+	if err := r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 1, DataParallelSize: 1}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 2, DataParallelStartRank: 0, DataParallelSize: 4}, true); err != nil {
+		t.Fatal(err)
+	}
 	waitWorkers(t, r, 2)
 	reply, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompt(32, 1), PinnedWorker: &messages.WorkerRank{WorkerId: 2, DpRank: 3}})
 	if err != nil || reply.Worker.WorkerId != 2 || reply.Worker.DpRank != 3 {
@@ -243,7 +250,7 @@ func TestBackpressureQueuesThenRejects(t *testing.T) {
 		c.DefaultMaxNumBatchedTokens = 100
 		c.MaxQueueWait = 10 * time.Second
 	})
-	register(r, 1)
+	register(t, r, 1)
 	waitWorkers(t, r, 1)
 	ctx := ctxT(t)
 	// 200 prefill tokens > 1 x 100: the only worker is now overloaded.
@@ -284,7 +291,7 @@ func TestBackpressureQueuesThenRejects(t *testing.T) {
 
 func TestApproximateModePredictsFromDecisions(t *testing.T) {
 	r := startRouter(t, func(c *Config) { c.UseKVEvents = false })
-	register(r, 1, 2, 3, 4)
+	register(t, r, 1, 2, 3, 4)
 	waitWorkers(t, r, 4)
 	tokens := prompt(320, 5)
 	first, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "x", TokenIds: tokens, UpdateStates: true})
@@ -313,7 +320,7 @@ func TestGossipedLoadAndDeadOrigin(t *testing.T) {
 		c.ReplicaID = "A"
 		c.Publish = func(ev *messages.SequenceEvent) { pub <- ev }
 	})
-	register(r, 1)
+	register(t, r, 1)
 	waitWorkers(t, r, 1)
 	ctx := ctxT(t)
 	add := &messages.AddRequest{RequestId: "peer-1", Worker: &messages.WorkerRank{WorkerId: 1}, PrefillTokens: 500, Isl: 500,
@@ -354,7 +361,7 @@ func TestGossipedLoadAndDeadOrigin(t *testing.T) {
 
 func TestShardRestartKeepsIntactIndex(t *testing.T) {
 	r := startRouter(t, func(c *Config) { c.Shards = 1 })
-	register(r, 1)
+	register(t, r, 1)
 	waitWorkers(t, r, 1)
 	tokens := prompt(64, 9)
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 1}, tokens)
@@ -375,7 +382,9 @@ func TestShardRestartKeepsIntactIndex(t *testing.T) {
 
 func TestHeartbeatTimeoutRemovesWorker(t *testing.T) {
 	r := startRouter(t, func(c *Config) { c.HeartbeatTimeout = 50 * time.Millisecond })
-	r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 5, DataParallelSize: 1}, false)
+	if err := r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 5, DataParallelSize: 1}, false); err != nil {
+		t.Fatal(err)
+	}
 	waitWorkers(t, r, 1)
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 5}, prompt(64, 1))
 	testutil.Eventually(t, 5*time.Second, "worker expired", func() bool {
@@ -397,7 +406,7 @@ func TestHeartbeatTimeoutRemovesWorker(t *testing.T) {
 func TestPredictOnRoute(t *testing.T) {
 	for _, ttl := range []time.Duration{0, 5 * time.Second} {
 		r := startRouter(t, func(c *Config) { c.Index.PredictedTTL = ttl })
-		register(r, 1, 2, 3)
+		register(t, r, 1, 2, 3)
 		waitWorkers(t, r, 3)
 		tokens := prompt(320, 11)
 		first, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "a", TokenIds: tokens, UpdateStates: true})
@@ -449,7 +458,7 @@ func TestSlowShardDoesNotHangDecisions(t *testing.T) {
 		c.DecisionTimeout = 50 * time.Millisecond
 		c.Observer = obs
 	})
-	register(r, 1, 2)
+	register(t, r, 1, 2)
 	waitWorkers(t, r, 2)
 	tokens := prompt(64, 3)
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 1}, tokens)
@@ -485,7 +494,7 @@ func TestSlowShardDoesNotHangDecisions(t *testing.T) {
 // engine has not stored them yet, so it computes them.
 func TestPredictedOverlapStillCountsPrefill(t *testing.T) {
 	r := startRouter(t, func(c *Config) { c.Index.PredictedTTL = 5 * time.Second })
-	register(r, 1)
+	register(t, r, 1)
 	waitWorkers(t, r, 1)
 	tokens := prompt(320, 12)
 	if _, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "a", TokenIds: tokens, UpdateStates: true}); err != nil {

@@ -150,7 +150,10 @@ func (s *scenario) run(cmd string, words []string, a map[string]string) {
 		if v, ok := a["budget"]; ok {
 			hb.MaxNumBatchedTokens = s.num(v)
 		}
-		s.router().RegisterWorker(hb, true)
+		err := s.router().RegisterWorker(hb, true)
+		if refused := a["refused"] == "true"; refused != errors.Is(err, ErrLimit) || (!refused && err != nil) {
+			s.fail("register: %v, want refused=%v", err, refused)
+		}
 	case "remove_worker":
 		s.router().RemoveWorker(kv.WorkerID(s.num(words[0])))
 	case "store":
@@ -212,6 +215,15 @@ func (s *scenario) config(a map[string]string) {
 		case "max_queue_wait":
 			d := s.dur(v)
 			s.mutations = append(s.mutations, func(c *Config) { c.MaxQueueWait = d })
+		case "max_workers", "max_ranks":
+			n := int(s.num(v))
+			s.mutations = append(s.mutations, func(c *Config) {
+				if k == "max_workers" {
+					c.MaxWorkers = n
+				} else {
+					c.MaxRanks = n
+				}
+			})
 		case "replica":
 			s.mutations = append(s.mutations, func(c *Config) { c.ReplicaID = v })
 		case "stride":

@@ -31,7 +31,7 @@ func TestActiveSequenceStride(t *testing.T) {
 		c.Observer = obs
 		c.Publish = func(ev *messages.SequenceEvent) { pub <- ev }
 	})
-	register(r, 1)
+	register(t, r, 1)
 	waitWorkers(t, r, 1)
 	ctx := ctxT(t)
 	tokens := prompt(22*testBlockSize, 1) // 22 blocks: 5 sampled groups of 4, 2 trailing

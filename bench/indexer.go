@@ -160,10 +160,13 @@ func planAll(recs []TraceRecord, cfg IndexerPlanConfig) ([][]*kv.Event, int, err
 // until the scheduler lists them all.
 func registerWorkers(ctx context.Context, router *actors.Router, cfg IndexerPlanConfig) error {
 	for i := range cfg.Workers {
-		router.RegisterWorker(&messages.WorkerHeartbeat{
+		err := router.RegisterWorker(&messages.WorkerHeartbeat{
 			WorkerId: uint64(WorkerID(i)), DataParallelSize: 1, BlockSize: uint32(cfg.BlockSize),
 			TotalKvBlocks: uint64(cfg.CapacityBlocks), ModelName: "mooncake",
 		}, true)
+		if err != nil {
+			return err
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {

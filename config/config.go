@@ -69,6 +69,8 @@ type Config struct {
 	RouterMaxQueueWait         time.Duration `flag:"router-max-queue-wait" help:"longest wait in the queue before 429"`
 	MaxNumBatchedTokens        uint64        `flag:"max-num-batched-tokens" help:"queue-threshold unit for workers that do not announce theirs"`
 	IndexerShards              int           `flag:"indexer-shards" help:"indexer shard actors; 0 = GOMAXPROCS"`
+	MaxWorkers                 int           `flag:"max-workers" help:"most workers the registry holds; more are refused (HTTP 429, counted as worker_rejected{reason=registry_full}); 0 = no bound"`
+	MaxRanks                   int           `flag:"max-ranks" help:"most (worker, dp rank) candidates the registry holds; 0 = no bound"`
 	DecisionTimeout            time.Duration `flag:"decision-timeout" help:"longest wait for shard and load replies before deciding with what arrived"`
 	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" help:"free requests never freed after this long"`
 	ProxyOutputBlockDecayFloor float64       `flag:"proxy-output-block-decay-floor" help:"proxy: smallest weight of a generated block when the expected output is exceeded"`
@@ -131,6 +133,8 @@ func Default() Config {
 		RouterMaxQueueWait:         60 * time.Second,
 		MaxNumBatchedTokens:        8192,
 		DecisionTimeout:            250 * time.Millisecond,
+		MaxWorkers:                 actors.DefaultMaxWorkers,
+		MaxRanks:                   actors.DefaultMaxRanks,
 		StaleRequestExpiry:         time.Hour,
 		ProxyOutputBlockDecayFloor: 0.1,
 		ClusterBatchMaxEvents:      cluster.DefaultBatchMaxEvents,
@@ -217,5 +221,6 @@ func (c *Config) Actors() actors.Config {
 	ac.DecisionTimeout = c.DecisionTimeout
 	ac.MaxQueueWait = c.RouterMaxQueueWait
 	ac.HeartbeatTimeout = c.HeartbeatTimeout
+	ac.MaxWorkers, ac.MaxRanks = c.MaxWorkers, c.MaxRanks
 	return ac
 }

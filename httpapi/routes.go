@@ -155,6 +155,8 @@ func (s *Server) writeRouterError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "%v", err)
 	case errors.Is(err, actors.ErrBadRequest):
 		writeError(w, http.StatusBadRequest, "%v", err)
+	case errors.Is(err, actors.ErrLimit):
+		writeError(w, http.StatusTooManyRequests, "%v", err)
 	case errors.Is(err, actors.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, "%v", err)
 	case errors.Is(err, actors.ErrStopped):

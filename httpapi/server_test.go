@@ -32,7 +32,9 @@ func newTestServer(t testing.TB, workers int) (*Server, *actors.Router) {
 	}
 	t.Cleanup(r.Stop)
 	for i := 1; i <= workers; i++ {
-		r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: uint64(i), DataParallelSize: 1}, true)
+		if err := r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: uint64(i), DataParallelSize: 1}, true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	testutil.Eventually(t, 5*time.Second, "workers registered", func() bool {
 		reg, err := r.Registry(context.Background())

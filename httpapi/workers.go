@@ -57,11 +57,15 @@ func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "worker block_size %d differs from the router's %d", body.BlockSize, s.opts.BlockSize)
 		return
 	}
-	s.opts.Router.RegisterWorker(&messages.WorkerHeartbeat{
+	err := s.opts.Router.RegisterWorker(&messages.WorkerHeartbeat{
 		WorkerId: *body.WorkerID, Url: body.URL, DataParallelStartRank: body.DataParallelStartRank,
 		DataParallelSize: size, TotalKvBlocks: body.TotalKVBlocks, BlockSize: uint32(s.opts.BlockSize),
 		ModelName: body.ModelName, MaxNumBatchedTokens: body.MaxNumBatchedTokens,
 	}, true)
+	if err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
 	s.forgetURLs()
 	writeJSON(w, http.StatusOK, map[string]any{"worker_id": *body.WorkerID, "registered": true})
 }

@@ -85,6 +85,7 @@ const (
 	RouteErrorCode_ROUTE_ERROR_UNKNOWN_REQUEST    RouteErrorCode = 3 // HTTP 404
 	RouteErrorCode_ROUTE_ERROR_BAD_REQUEST        RouteErrorCode = 4 // HTTP 400
 	RouteErrorCode_ROUTE_ERROR_TIMEOUT            RouteErrorCode = 5 // HTTP 504
+	RouteErrorCode_ROUTE_ERROR_LIMIT              RouteErrorCode = 6 // HTTP 429: a configured bound (registry size, in-flight requests)
 )
 
 // Enum value maps for RouteErrorCode.
@@ -96,6 +97,7 @@ var (
 		3: "ROUTE_ERROR_UNKNOWN_REQUEST",
 		4: "ROUTE_ERROR_BAD_REQUEST",
 		5: "ROUTE_ERROR_TIMEOUT",
+		6: "ROUTE_ERROR_LIMIT",
 	}
 	RouteErrorCode_value = map[string]int32{
 		"ROUTE_ERROR_UNSPECIFIED":        0,
@@ -104,6 +106,7 @@ var (
 		"ROUTE_ERROR_UNKNOWN_REQUEST":    3,
 		"ROUTE_ERROR_BAD_REQUEST":        4,
 		"ROUTE_ERROR_TIMEOUT":            5,
+		"ROUTE_ERROR_LIMIT":              6,
 	}
 )
 
@@ -3870,14 +3873,15 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
 	"\x11STORAGE_TIER_DISK\x10\x02\x12\x19\n" +
-	"\x15STORAGE_TIER_EXTERNAL\x10\x03*\xc4\x01\n" +
+	"\x15STORAGE_TIER_EXTERNAL\x10\x03*\xdb\x01\n" +
 	"\x0eRouteErrorCode\x12\x1b\n" +
 	"\x17ROUTE_ERROR_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eROUTE_ERROR_NO_ELIGIBLE_WORKER\x10\x01\x12\x1a\n" +
 	"\x16ROUTE_ERROR_OVERLOADED\x10\x02\x12\x1f\n" +
 	"\x1bROUTE_ERROR_UNKNOWN_REQUEST\x10\x03\x12\x1b\n" +
 	"\x17ROUTE_ERROR_BAD_REQUEST\x10\x04\x12\x17\n" +
-	"\x13ROUTE_ERROR_TIMEOUT\x10\x05B'Z%github.com/kvrouter/kvrouter/messagesb\x06proto3"
+	"\x13ROUTE_ERROR_TIMEOUT\x10\x05\x12\x15\n" +
+	"\x11ROUTE_ERROR_LIMIT\x10\x06B'Z%github.com/kvrouter/kvrouter/messagesb\x06proto3"
 
 var (
 	file_kvrouter_proto_rawDescOnce sync.Once

@@ -9,6 +9,8 @@ package registry
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -56,37 +58,71 @@ type Change struct {
 // Empty reports whether the change left the rank set as it was.
 func (c Change) Empty() bool { return len(c.Added) == 0 && len(c.Removed) == 0 }
 
+// ErrFull: a registration would take the registry past one of its limits.
+var ErrFull = errors.New("worker registry full")
+
+// Limits bound the registry: every rank costs a sequence actor, a map
+// entry in every decision's fan-out and metric series, so an unbounded
+// registry is a way to slow every decision down. 0 means no limit.
+type Limits struct {
+	MaxWorkers int
+	MaxRanks   int
+}
+
 // Registry holds the workers; its zero value is not usable (call New).
 type Registry[H any] struct {
 	workers       map[kv.WorkerID]*Worker[H]
 	ranks         []kv.WorkerWithDpRank // sorted: the stable candidate order
 	defaultBudget uint64
+	limits        Limits
 }
 
 // New returns an empty registry; defaultBudget is the prefill budget of
 // workers that do not announce one (vLLM's default is 8192).
-func New[H any](defaultBudget uint64) *Registry[H] {
-	return &Registry[H]{workers: map[kv.WorkerID]*Worker[H]{}, defaultBudget: defaultBudget}
+func New[H any](defaultBudget uint64, limits Limits) *Registry[H] {
+	return &Registry[H]{workers: map[kv.WorkerID]*Worker[H]{}, defaultBudget: defaultBudget, limits: limits}
 }
 
 // Upsert registers a worker or refreshes it. A worker that changed its dp
 // ranks gets its old ranks removed and the new ones added; a refresh with
 // the same ranks changes no rank. Static is sticky: a heartbeat from a
-// statically registered worker does not make it expirable.
-func (r *Registry[H]) Upsert(id kv.WorkerID, shape Shape, info H, static bool, seen time.Time) Change {
+// statically registered worker does not make it expirable. A new worker or
+// a reshape past the limits is refused with ErrFull and changes nothing.
+func (r *Registry[H]) Upsert(id kv.WorkerID, shape Shape, info H, static bool, seen time.Time) (Change, error) {
 	var ch Change
-	if w, ok := r.workers[id]; ok {
-		if sameRanks(w.Shape, shape) {
-			w.Shape, w.Info, w.LastSeen = shape, info, seen
-			w.Static = w.Static || static
-			return ch
-		}
-		ch.Removed = w.Shape.Ranks(id)
+	old, known := r.workers[id]
+	if known && sameRanks(old.Shape, shape) {
+		old.Shape, old.Info, old.LastSeen = shape, info, seen
+		old.Static = old.Static || static
+		return ch, nil
+	}
+	if err := r.admit(old, known, shape); err != nil {
+		return ch, err
+	}
+	if known {
+		ch.Removed = old.Shape.Ranks(id)
 	}
 	r.workers[id] = &Worker[H]{ID: id, Shape: shape, Info: info, Static: static, LastSeen: seen}
 	ch.Added = shape.Ranks(id)
 	r.rebuild()
-	return ch
+	return ch, nil
+}
+
+// admit checks the limits for a new worker, or a known one changing shape.
+func (r *Registry[H]) admit(old *Worker[H], known bool, shape Shape) error {
+	workers, ranks := len(r.workers), len(r.ranks)+int(shape.size())
+	if known {
+		ranks -= int(old.Shape.size())
+	} else {
+		workers++
+	}
+	if r.limits.MaxWorkers > 0 && workers > r.limits.MaxWorkers {
+		return fmt.Errorf("%d workers registered, limit %d: %w", len(r.workers), r.limits.MaxWorkers, ErrFull)
+	}
+	if r.limits.MaxRanks > 0 && ranks > r.limits.MaxRanks {
+		return fmt.Errorf("%d more dp ranks would make %d, limit %d: %w", shape.size(), ranks, r.limits.MaxRanks, ErrFull)
+	}
+	return nil
 }
 
 // Remove forgets a worker and returns the ranks it had (false: unknown).

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -29,11 +30,14 @@ func TestUpsertReportsRankChanges(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := New[string](8192)
-			if ch := r.Upsert(5, tt.first, "hb1", false, t0); len(ch.Added) != int(max(tt.first.DpSize, 1)) || len(ch.Removed) != 0 {
+			r := New[string](8192, Limits{})
+			if ch, _ := r.Upsert(5, tt.first, "hb1", false, t0); len(ch.Added) != int(max(tt.first.DpSize, 1)) || len(ch.Removed) != 0 {
 				t.Fatalf("first upsert %+v", ch)
 			}
-			ch := r.Upsert(5, tt.then, "hb2", false, t0.Add(time.Second))
+			ch, err := r.Upsert(5, tt.then, "hb2", false, t0.Add(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if !reflect.DeepEqual(ch.Added, tt.wantAdded) || !reflect.DeepEqual(ch.Removed, tt.wantRemoved) {
 				t.Fatalf("change %+v, want added %v removed %v", ch, tt.wantAdded, tt.wantRemoved)
 			}
@@ -46,9 +50,9 @@ func TestUpsertReportsRankChanges(t *testing.T) {
 }
 
 func TestRanksSortedAndBudgets(t *testing.T) {
-	r := New[int](8192)
-	r.Upsert(3, Shape{DpSize: 2}, 0, true, time.Time{})
-	r.Upsert(1, Shape{DpStart: 4, DpSize: 1, MaxNumBatchedTokens: 2048}, 0, true, time.Time{})
+	r := New[int](8192, Limits{})
+	mustUpsert(t, r, 3, Shape{DpSize: 2}, 0, true, time.Time{})
+	mustUpsert(t, r, 1, Shape{DpStart: 4, DpSize: 1, MaxNumBatchedTokens: 2048}, 0, true, time.Time{})
 	want := []kv.WorkerWithDpRank{rk(1, 4), rk(3, 0), rk(3, 1)}
 	if !reflect.DeepEqual(r.Ranks(), want) {
 		t.Fatalf("ranks %v, want %v", r.Ranks(), want)
@@ -73,16 +77,46 @@ func TestRanksSortedAndBudgets(t *testing.T) {
 
 func TestExpired(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	r := New[int](0)
-	r.Upsert(1, Shape{}, 0, false, t0)
-	r.Upsert(2, Shape{}, 0, true, t0)                     // static: never expires
-	r.Upsert(3, Shape{}, 0, false, t0.Add(8*time.Second)) // heard recently
-	r.Upsert(4, Shape{}, 0, false, t0)
-	r.Upsert(4, Shape{}, 0, true, t0) // a static registration sticks
+	r := New[int](0, Limits{})
+	mustUpsert(t, r, 1, Shape{}, 0, false, t0)
+	mustUpsert(t, r, 2, Shape{}, 0, true, t0)                     // static: never expires
+	mustUpsert(t, r, 3, Shape{}, 0, false, t0.Add(8*time.Second)) // heard recently
+	mustUpsert(t, r, 4, Shape{}, 0, false, t0)
+	mustUpsert(t, r, 4, Shape{}, 0, true, t0) // a static registration sticks
 	if got := r.Expired(t0.Add(11*time.Second), 10*time.Second); !reflect.DeepEqual(got, []kv.WorkerID{1}) {
 		t.Fatalf("expired %v, want [1]", got)
 	}
 	if got := r.Expired(t0.Add(time.Hour), 0); got != nil {
 		t.Fatalf("timeout 0 expired %v", got)
 	}
+}
+
+func mustUpsert[H any](t *testing.T, r *Registry[H], id kv.WorkerID, shape Shape, info H, static bool, seen time.Time) {
+	t.Helper()
+	if _, err := r.Upsert(id, shape, info, static, seen); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	r := New[int](0, Limits{MaxWorkers: 2, MaxRanks: 4})
+	mustUpsert(t, r, 1, Shape{DpSize: 2}, 0, true, time.Time{})
+	mustUpsert(t, r, 2, Shape{DpSize: 1}, 0, true, time.Time{})
+	if _, err := r.Upsert(3, Shape{}, 0, true, time.Time{}); !errors.Is(err, ErrFull) {
+		t.Fatalf("third worker: %v", err)
+	}
+	// A reshape may grow up to the rank limit, not past it; a refused one
+	// keeps the old shape.
+	mustUpsert(t, r, 2, Shape{DpSize: 2}, 0, true, time.Time{})
+	if _, err := r.Upsert(2, Shape{DpSize: 3}, 0, true, time.Time{}); !errors.Is(err, ErrFull) {
+		t.Fatalf("reshape past the rank limit: %v", err)
+	}
+	if len(r.Ranks()) != 4 || r.Workers()[1].Shape.DpSize != 2 {
+		t.Fatalf("refused reshape changed the registry: %v", r.Ranks())
+	}
+	// Refreshes of known workers are never refused.
+	mustUpsert(t, r, 1, Shape{DpSize: 2, MaxNumBatchedTokens: 99}, 0, false, time.Time{})
+	// Room again after a removal.
+	r.Remove(1)
+	mustUpsert(t, r, 3, Shape{DpSize: 2}, 0, true, time.Time{})
 }

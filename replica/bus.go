@@ -80,7 +80,11 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 			router.RemoveWorker(kv.WorkerID(hb.WorkerID))
 			return
 		}
-		router.RegisterWorker(hb.Proto(), false)
+		if err := router.RegisterWorker(hb.Proto(), false); err != nil {
+			// Counted by the router (registry_full); a heartbeat retries.
+			log.Warn("worker heartbeat not registered", "worker", hb.WorkerID, "err", err)
+			return
+		}
 		if b.zmq != nil {
 			b.zmq.heartbeat(hb)
 		}

@@ -136,10 +136,13 @@ func (r *Replica) registerStatic() error {
 		return err
 	}
 	for _, w := range workers {
-		r.router.RegisterWorker(&messages.WorkerHeartbeat{
+		err := r.router.RegisterWorker(&messages.WorkerHeartbeat{
 			WorkerId: w.ID, Url: w.URL, DataParallelStartRank: w.DpStart, DataParallelSize: w.DpSize,
 			BlockSize: uint32(r.cfg.BlockSize),
 		}, true)
+		if err != nil {
+			return fmt.Errorf("static worker %d: %w", w.ID, err)
+		}
 	}
 	return nil
 }
