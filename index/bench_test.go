@@ -119,24 +119,41 @@ func (f *fleet) queries(n int) [][]kv.LocalBlockHash {
 	return out
 }
 
+// BenchmarkFindMatches times FindMatches alone. Latency percentiles come
+// from a separate pass after the timed loop, so the clock reads and the
+// bookkeeping they need never count towards ns/op.
 func BenchmarkFindMatches(b *testing.B) {
 	x := fleetIndexOnce()
 	qs := buildFleetOnce().queries(1024)
-	lat := make([]time.Duration, 0, 1<<16)
-	matched := 0
 	i := 0
 	for b.Loop() {
-		start := time.Now()
-		m := x.FindMatches(qs[i%len(qs)])
-		lat = append(lat, time.Since(start))
-		matched += len(m)
+		x.FindMatches(qs[i%len(qs)])
 		i++
 	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.StopTimer()
+	p50, p99, ranks := findMatchesLatency(x, qs)
+	b.ReportMetric(float64(p99.Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(p50.Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(x.Len()), "entries")
-	b.ReportMetric(float64(matched)/float64(i), "ranks/query")
+	b.ReportMetric(ranks, "ranks/query")
+}
+
+// findMatchesLatency times every query a few times, one call at a time, and
+// returns the median and 99th percentile and the mean ranks matched.
+func findMatchesLatency(x *Indexer, qs [][]kv.LocalBlockHash) (p50, p99 time.Duration, ranks float64) {
+	const rounds = 8
+	lat := make([]time.Duration, 0, rounds*len(qs))
+	matched := 0
+	for range rounds {
+		for _, q := range qs {
+			start := time.Now()
+			m := x.FindMatches(q)
+			lat = append(lat, time.Since(start))
+			matched += len(m)
+		}
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], float64(matched) / float64(len(lat))
 }
 
 func BenchmarkApplyStored(b *testing.B) {
@@ -216,27 +233,32 @@ func BenchmarkMemoryPerEntry(b *testing.B) {
 }
 
 // BenchmarkApplyStoredUnique applies chains of blocks nobody holds yet, so
-// every block allocates a node: the slowest Stored path.
+// every block allocates a node: the slowest Stored path. The events are
+// generated before the timed loop.
 func BenchmarkApplyStoredUnique(b *testing.B) {
-	tr := NewTree()
-	blocks := make([]kv.StoredBlock, fleetChunk)
+	const events = 1 << 20 / fleetChunk
+	evs := make([]kv.Event, events)
 	var next uint64
-	applied := 0
-	for b.Loop() {
-		if tr.Len() >= 1<<20 {
-			b.StopTimer()
-			tr = NewTree()
-			b.StartTimer()
-		}
+	for e := range evs {
+		blocks := make([]kv.StoredBlock, fleetChunk)
 		for i := range blocks {
 			next++
 			blocks[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(next), TokensHash: kv.LocalBlockHash(mix64(next))}
 		}
-		ev := kv.Event{Worker: rank(kv.WorkerID(next%fleetWorkers), 0), Kind: kv.EventStored, Blocks: blocks}
-		if err := tr.Apply(&ev); err != nil {
+		evs[e] = kv.Event{Worker: rank(kv.WorkerID(next%fleetWorkers), 0), Kind: kv.EventStored, Blocks: blocks}
+	}
+	tr := NewTree()
+	i := 0
+	for b.Loop() {
+		if i == len(evs) {
+			b.StopTimer()
+			tr, i = NewTree(), 0
+			b.StartTimer()
+		}
+		if err := tr.Apply(&evs[i]); err != nil {
 			b.Fatal(err)
 		}
-		applied += len(blocks)
+		i++
 	}
-	b.ReportMetric(float64(applied)/b.Elapsed().Seconds(), "blocks/s")
+	b.ReportMetric(float64(b.N*fleetChunk)/b.Elapsed().Seconds(), "blocks/s")
 }

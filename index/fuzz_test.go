@@ -54,20 +54,27 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte{0x10, 2, 0x01, 0x22, 0x18, 0x02, 1, 0x01, 0x05, 0x07, 0x13, 2, 0x01, 0x02})
 	f.Add([]byte{0x40, 5, 1, 2, 3, 4, 1, 0x48, 4, 1, 0x44, 1, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tr := NewTree()
+		// One tree per fan setting: they must agree on everything.
+		trees := make([]*Tree, len(fanSettings))
+		for i, fs := range fanSettings {
+			trees[i] = newFanTree(fs.build, fs.drop)
+		}
 		for _, ev := range decodeEvents(data) {
-			if ev == nil {
-				tr.RemoveWorker(1)
-				continue
-			}
-			if err := tr.Apply(ev); err != nil && ErrorReason(err) == "error" {
-				t.Fatalf("untyped error %v", err)
-			}
-			if err := tr.CheckInvariants(); err != nil {
-				t.Fatal(err)
+			for i, tr := range trees {
+				if ev == nil {
+					tr.RemoveWorker(1)
+				} else if err := tr.Apply(ev); err != nil && ErrorReason(err) == "error" {
+					t.Fatalf("untyped error %v", err)
+				}
+				if err := tr.CheckInvariants(); err != nil {
+					t.Fatalf("%s: %v", fanSettings[i].name, err)
+				}
 			}
 		}
-		assertRebuildEqual(t, tr)
-		_ = tr.FindMatches(locals(0, 1, 2, 3, 4, 5, 6, 7), true)
+		for i, tr := range trees[1:] {
+			assertSameContent(t, fanSettings[i+1].name, trees[0], tr)
+		}
+		assertRebuildEqual(t, trees[0])
+		_ = trees[0].FindMatches(locals(0, 1, 2, 3, 4, 5, 6, 7), true)
 	})
 }

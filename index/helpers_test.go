@@ -54,6 +54,25 @@ func chain(tag uint64, local ...uint64) []kv.StoredBlock {
 	return out
 }
 
+// fanSettings are the fan thresholds the randomized tests run with: the
+// default, and thresholds low enough for their small trees to build, use
+// and drop fans all the time.
+var fanSettings = []struct {
+	name        string
+	build, drop int
+}{
+	{"fan=default", defaultFanBuild, defaultFanDrop},
+	{"fan=2/1", 2, 1},
+	{"fan=1/0", 1, 0},
+}
+
+// newFanTree returns an empty tree with the given fan thresholds.
+func newFanTree(build, drop int) *Tree {
+	tr := NewTree()
+	tr.fanBuild, tr.fanDrop = build, drop
+	return tr
+}
+
 func mustApply(t testing.TB, tr *Tree, evs ...*kv.Event) {
 	t.Helper()
 	for _, ev := range evs {

@@ -18,6 +18,10 @@ var ErrCorrupt = errors.New("index invariant violated")
 //   - every holder's engine hash maps back to that node in the rank's
 //     lookup, and every lookup entry is matched by a holder, so every
 //     lookup entry is reachable from the root;
+//   - a node has a fan exactly when it is wide (see fan.go), and the fan
+//     lists every (rank, child) pair once, at the position the child's
+//     holder entry records;
+//   - every live rank is listed once under its worker, and nothing else is;
 //   - the entry and node totals are right.
 //
 // It is O(size of the tree) and meant for tests and for validating an
@@ -47,6 +51,9 @@ func (t *Tree) CheckInvariants() error {
 		}
 		if n.kids != nil && len(n.kids) < 2 {
 			return fail("node %d has a child map of %d", n.hash, len(n.kids))
+		}
+		if err := t.checkFan(n); err != nil {
+			return fail("node %d: %v", n.hash, err)
 		}
 		var linkErr error
 		n.eachChild(func(c *node) {
@@ -81,6 +88,9 @@ func (t *Tree) CheckInvariants() error {
 			return fail("rank %s: lookup has %d entries, tree has %d", rs.rank, len(rs.blocks), perRank[id])
 		}
 	}
+	if err := t.checkWorkers(); err != nil {
+		return fail("%v", err)
+	}
 	if len(t.ids)+len(t.free) != len(t.ranks) {
 		return fail("%d ranks interned, %d free, %d slots", len(t.ids), len(t.free), len(t.ranks))
 	}
@@ -109,6 +119,70 @@ func (t *Tree) checkNode(n *node, perRank []int) error {
 			return fmt.Errorf("rank %s holds the node but not its parent", rs.rank)
 		}
 		perRank[h.id]++
+	}
+	return nil
+}
+
+// checkFan verifies n's per-rank child lists against its children.
+func (t *Tree) checkFan(n *node) error {
+	count := n.childCount()
+	if n.fan == nil {
+		if n != &t.root && count >= t.fanBuild {
+			return fmt.Errorf("%d children and no fan", count)
+		}
+		return nil
+	}
+	if n == &t.root {
+		return errors.New("the root has a fan")
+	}
+	if count <= t.fanDrop {
+		return fmt.Errorf("fan kept with %d children", count)
+	}
+	listed := 0
+	for id, l := range n.fan {
+		if l == nil || len(*l) == 0 {
+			return fmt.Errorf("empty fan list for rank id %d", id)
+		}
+		listed += len(*l)
+	}
+	held := 0
+	var err error
+	n.eachChild(func(c *node) {
+		for _, h := range c.holders {
+			held++
+			if l := n.fan[h.id]; err == nil && (l == nil || int(h.pos) >= len(*l) || (*l)[h.pos] != c) {
+				err = fmt.Errorf("child %d is not at %d in the fan of rank id %d", c.hash, h.pos, h.id)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if listed != held {
+		return fmt.Errorf("fan lists %d children, the children have %d holders", listed, held)
+	}
+	return nil
+}
+
+// checkWorkers verifies that t.workers lists every live rank once, under
+// its own worker.
+func (t *Tree) checkWorkers() error {
+	seen := make([]bool, len(t.ranks))
+	listed := 0
+	for w, ids := range t.workers {
+		if len(ids) == 0 {
+			return fmt.Errorf("worker %d listed with no ranks", w)
+		}
+		for _, id := range ids {
+			if int(id) >= len(t.ranks) || !t.ranks[id].live || t.ranks[id].rank.WorkerID != w || seen[id] {
+				return fmt.Errorf("worker %d lists rank id %d, which is not one of its live ranks or is listed twice", w, id)
+			}
+			seen[id] = true
+		}
+		listed += len(ids)
+	}
+	if listed != len(t.ids) {
+		return fmt.Errorf("%d ranks listed under workers, %d interned", listed, len(t.ids))
 	}
 	return nil
 }

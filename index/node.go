@@ -7,9 +7,12 @@ import "github.com/kvrouter/kvrouter/kv"
 type holder struct {
 	ext kv.ExternalBlockHash
 	id  uint32
+	// pos is the node's index in its parent's fan[id] while the parent has
+	// a fan (see fan.go). It fills what was padding: a holder stays 16 bytes.
+	pos uint32
 }
 
-// node is one block of the radix tree. It is kept at 56 bytes (the 64-byte
+// node is one block of the radix tree. It is kept at 64 bytes (the 64-byte
 // size class): a single child is stored inline and a map is only built for
 // two or more, because most nodes below the first few levels of a prompt
 // tree have exactly one child.
@@ -19,6 +22,7 @@ type node struct {
 	child   *node                       // the only child, when there is exactly one
 	kids    map[kv.LocalBlockHash]*node // all children, when there are two or more
 	holders []holder                    // sorted by id, no duplicates
+	fan     map[uint32]*[]*node         // wide nodes only: rank id -> children it holds (fan.go)
 }
 
 func (n *node) childOf(h kv.LocalBlockHash) *node {
@@ -101,16 +105,25 @@ func (n *node) has(id uint32) bool {
 	return ok
 }
 
+// insertHolder inserts h at holders[at] and, if the parent keeps a fan,
+// lists the node there under h's rank.
 func (n *node) insertHolder(at int, h holder) {
 	n.holders = append(n.holders, holder{})
 	copy(n.holders[at+1:], n.holders[at:])
 	n.holders[at] = h
+	if p := n.parent; p != nil && p.fan != nil {
+		p.fanAdd(n, at)
+	}
 }
 
-// deleteHolder removes holders[at]. When a set that once grew large has
-// mostly emptied, it is copied into a right-sized slice so churn does not
-// pin memory.
-func (n *node) deleteHolder(at int) {
+// deleteHolder removes holders[at], and with unfan the node from its
+// parent's fan (the caller may have dropped the rank's whole list there).
+// When a set that once grew large has mostly emptied, it is copied into a
+// right-sized slice so churn does not pin memory.
+func (n *node) deleteHolder(at int, unfan bool) {
+	if p := n.parent; unfan && p != nil && p.fan != nil {
+		p.fanRemove(n.holders[at].id, n.holders[at].pos)
+	}
 	n.holders = append(n.holders[:at], n.holders[at+1:]...)
 	if l := len(n.holders); l == 0 {
 		n.holders = nil

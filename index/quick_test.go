@@ -148,9 +148,18 @@ func toLocal(s string) []kv.LocalBlockHash {
 	return out
 }
 
+// TestFindMatchesAgainstModel runs with the default fan thresholds and
+// with fans on nodes of one or two children, since the model's alphabet
+// never makes a node wide enough for the default.
 func TestFindMatchesAgainstModel(t *testing.T) {
+	for _, f := range fanSettings {
+		t.Run(f.name, func(t *testing.T) { checkAgainstModel(t, f.build, f.drop) })
+	}
+}
+
+func checkAgainstModel(t *testing.T, fanBuild, fanDrop int) {
 	property := func(s script) bool {
-		tr, m := NewTree(), model{}
+		tr, m := newFanTree(fanBuild, fanDrop), model{}
 		for _, o := range s.Ops {
 			_ = tr.Apply(o.event()) // errors are expected for unknown parents/hashes
 			m.apply(o)

@@ -66,25 +66,35 @@ func randomEvent(rng *rand.Rand, tr *Tree) *kv.Event {
 
 // TestRandomEventsKeepInvariants applies thousands of random, often
 // contradictory events and checks the tree after every batch, plus that a
-// dump rebuilds the same content.
+// dump rebuilds the same content. The same events go to a tree per fan
+// setting, which must stay identical in content to the default one.
 func TestRandomEventsKeepInvariants(t *testing.T) {
 	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 99))
-		tr := NewTree()
+		trees := make([]*Tree, len(fanSettings))
+		for i, fs := range fanSettings {
+			trees[i] = newFanTree(fs.build, fs.drop)
+		}
+		tr := trees[0]
 		for batch := range 150 {
 			for range 20 {
 				ev := randomEvent(rng, tr)
-				if ev == nil {
-					tr.RemoveWorker(kv.WorkerID(rng.IntN(5)))
-					continue
-				}
-				err := tr.Apply(ev)
-				if err != nil && ErrorReason(err) == "error" {
-					t.Fatalf("seed %d: untyped error %v", seed, err)
+				w := kv.WorkerID(rng.IntN(5))
+				for _, x := range trees {
+					if ev == nil {
+						x.RemoveWorker(w)
+					} else if err := x.Apply(ev); err != nil && ErrorReason(err) == "error" {
+						t.Fatalf("seed %d: untyped error %v", seed, err)
+					}
 				}
 			}
-			if err := tr.CheckInvariants(); err != nil {
-				t.Fatalf("seed %d batch %d: %v", seed, batch, err)
+			for i, x := range trees {
+				if err := x.CheckInvariants(); err != nil {
+					t.Fatalf("seed %d batch %d %s: %v", seed, batch, fanSettings[i].name, err)
+				}
+				if i > 0 {
+					assertSameContent(t, fanSettings[i].name, tr, x)
+				}
 			}
 			if batch%25 == 0 {
 				assertRebuildEqual(t, tr)
@@ -131,5 +141,15 @@ func TestApplyNeverPanicsOnErrorPaths(t *testing.T) {
 	mustApply(t, tr, storedRoot(w1, long...))
 	if got := scoresOf(tr, 0, 1, 2); got[w1] != 3 {
 		t.Fatalf("scores %v", got)
+	}
+}
+
+// assertSameContent fails unless two trees fed the same input hold the same
+// entries and counted the same things.
+func assertSameContent(t *testing.T, name string, want, got *Tree) {
+	t.Helper()
+	if got.Digest() != want.Digest() || got.Len() != want.Len() || got.Nodes() != want.Nodes() || got.Counters() != want.Counters() {
+		t.Fatalf("%s differs from the default tree: len %d/%d nodes %d/%d counters %+v/%+v",
+			name, got.Len(), want.Len(), got.Nodes(), want.Nodes(), got.Counters(), want.Counters())
 	}
 }

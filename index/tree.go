@@ -12,11 +12,16 @@ type Tree struct {
 	root    node
 	ranks   []rankState
 	ids     map[kv.WorkerWithDpRank]uint32
+	workers map[kv.WorkerID][]uint32 // rank ids of each worker, for Cleared and RemoveWorker
 	free    []uint32
 	entries int // (rank, block) entries, i.e. the sum of lookup sizes
 	nodes   int // nodes excluding the root
 
 	counters Counters
+
+	// A node gets a fan at fanBuild children and loses it at fanDrop
+	// (fan.go); tests lower both so small trees exercise fans.
+	fanBuild, fanDrop int
 
 	// onDrop, when set, learns of every entry that leaves the tree for any
 	// reason; approximate mode uses it to forget the entry's TTL.
@@ -31,7 +36,12 @@ type Tree struct {
 
 // NewTree returns an empty tree.
 func NewTree() *Tree {
-	return &Tree{ids: make(map[kv.WorkerWithDpRank]uint32)}
+	return &Tree{
+		ids:      make(map[kv.WorkerWithDpRank]uint32),
+		workers:  make(map[kv.WorkerID][]uint32),
+		fanBuild: defaultFanBuild,
+		fanDrop:  defaultFanDrop,
+	}
 }
 
 // Counters returns a copy of the running totals.
@@ -177,6 +187,7 @@ func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, err
 	if child == nil {
 		child = &node{hash: b.TokensHash}
 		parent.addChild(child)
+		t.childAdded(parent)
 		t.nodes++
 	}
 	at, held := child.find(id)
@@ -226,8 +237,11 @@ func (t *Tree) applyRemoved(ev *kv.Event) error {
 		}
 		t.targets = append(t.targets, n)
 	}
-	for _, n := range t.targets {
-		if n.has(id) { // else already dropped with an ancestor in this batch
+	for i, n := range t.targets {
+		// A target after the first may have gone with an ancestor listed
+		// before it. The first cannot: skipping its check saves a binary
+		// search of what may be a fleet-wide holder set.
+		if i == 0 || n.has(id) {
 			dropped := t.dropSubtree(n, id)
 			t.counters.RemovedBlocks++
 			t.counters.CascadeRemoved += uint64(dropped - 1)
@@ -244,8 +258,10 @@ func (t *Tree) applyRemoved(ev *kv.Event) error {
 }
 
 // dropSubtree removes rank id from n and from every descendant of n it
-// holds, unlinking nodes left without holders. Under the subset invariant the descendants id holds form a
-// connected subtree below n, so the walk never visits foreign branches.
+// holds, unlinking nodes left without holders. Under the subset invariant
+// the descendants id holds form a connected subtree below n, and wide nodes
+// list their children by rank (fan.go), so the walk costs O(entries
+// dropped), however many other ranks share those blocks.
 // It returns how many entries were dropped, n's included.
 func (t *Tree) dropSubtree(n *node, id uint32) int {
 	t.doomed = t.doomed[:0]
@@ -254,36 +270,40 @@ func (t *Tree) dropSubtree(n *node, id uint32) int {
 		top := t.stack[len(t.stack)-1]
 		t.stack = t.stack[:len(t.stack)-1]
 		t.doomed = append(t.doomed, top)
-		top.eachChild(func(c *node) {
-			if c.has(id) {
-				t.stack = append(t.stack, c)
-			}
-		})
+		t.stack = top.appendHeldChildren(t.stack, id)
+		if top.fan != nil {
+			// Every child listed is dropped below: forget the list at once
+			// rather than one child at a time.
+			delete(top.fan, id)
+		}
 	}
 	// Pre-order reversed: every node is handled after its descendants, so
-	// a node emptied here has no children left when it is unlinked.
+	// a node emptied here has no children left when it is unlinked. Only n
+	// has a parent whose fan still lists it.
 	dropped := len(t.doomed)
 	for i := dropped - 1; i >= 0; i-- {
-		t.dropEntry(t.doomed[i], id)
+		t.dropEntry(t.doomed[i], id, i == 0)
 	}
 	clear(t.doomed) // do not keep unlinked nodes reachable
 	t.doomed = t.doomed[:0]
 	return dropped
 }
 
-// dropEntry removes rank id from one node (which must hold it) and unlinks
-// the node if nobody holds it any more.
-func (t *Tree) dropEntry(n *node, id uint32) {
+// dropEntry removes rank id from one node (which must hold it), and from
+// its parent's fan when unfan is set, and unlinks the node if nobody holds
+// it any more.
+func (t *Tree) dropEntry(n *node, id uint32, unfan bool) {
 	at, ok := n.find(id)
 	if !ok {
 		return
 	}
 	ext := n.holders[at].ext
-	n.deleteHolder(at)
+	n.deleteHolder(at, unfan)
 	delete(t.ranks[id].blocks, ext)
 	t.entries--
-	if len(n.holders) == 0 && n.parent != nil {
-		n.parent.removeChild(n)
+	if p := n.parent; len(n.holders) == 0 && p != nil {
+		p.removeChild(n)
+		t.childRemoved(p)
 		t.nodes--
 	}
 	if t.onDrop != nil {
@@ -295,19 +315,20 @@ func (t *Tree) dropEntry(n *node, id uint32) {
 // Dynamo's clear_all_blocks does for a Cleared event.
 func (t *Tree) clearWorker(w kv.WorkerID) {
 	t.counters.Cleared++
-	for _, id := range t.ranksOf(w) {
+	for _, id := range t.workers[w] {
 		t.counters.ClearedBlocks += uint64(t.emptyRank(id))
 	}
 }
 
 // RemoveWorker drops every rank of a worker and forgets them.
 func (t *Tree) RemoveWorker(w kv.WorkerID) {
-	ids := t.ranksOf(w)
+	ids := t.workers[w]
 	if len(ids) == 0 {
 		t.counters.UnknownWorkerRemoved++
 		return
 	}
 	t.counters.WorkersRemoved++
+	delete(t.workers, w)
 	for _, id := range ids {
 		t.counters.RemovedByWorker += uint64(t.emptyRank(id))
 		t.releaseRank(id)

@@ -26,23 +26,14 @@ func (t *Tree) internRank(r kv.WorkerWithDpRank) uint32 {
 	}
 	t.ranks[id] = rankState{rank: r, live: true, blocks: make(map[kv.ExternalBlockHash]*node)}
 	t.ids[r] = id
+	t.workers[r.WorkerID] = append(t.workers[r.WorkerID], id)
 	return id
 }
 
-// releaseRank forgets a rank whose blocks are all gone.
+// releaseRank forgets a rank whose blocks are all gone. The caller has
+// already taken the rank's worker out of t.workers.
 func (t *Tree) releaseRank(id uint32) {
 	delete(t.ids, t.ranks[id].rank)
 	t.ranks[id] = rankState{}
 	t.free = append(t.free, id)
-}
-
-// ranksOf lists the ids of every known rank of a worker.
-func (t *Tree) ranksOf(w kv.WorkerID) []uint32 {
-	var out []uint32
-	for id := range t.ranks {
-		if rs := &t.ranks[id]; rs.live && rs.rank.WorkerID == w {
-			out = append(out, uint32(id))
-		}
-	}
-	return out
 }
