@@ -39,6 +39,10 @@ type Config struct {
 	Scheduling        scheduling.Config
 	Sequence          sequence.Config
 
+	// Limits bound a request's prompt and id and this replica's requests
+	// in flight.
+	Limits scheduling.Limits
+
 	// MaxWorkers and MaxRanks bound the registry (0 = no bound): every
 	// rank is a sequence actor, a fan-out target and metric series.
 	MaxWorkers int
@@ -95,6 +99,7 @@ func DefaultConfig() Config {
 		Scheduling:                 scheduling.DefaultConfig(),
 		Sequence:                   sequence.DefaultConfig(),
 		DefaultMaxNumBatchedTokens: 8192,
+		Limits:                     scheduling.DefaultLimits(),
 		MaxWorkers:                 DefaultMaxWorkers,
 		MaxRanks:                   DefaultMaxRanks,
 		DecisionTimeout:            250 * time.Millisecond,
@@ -110,6 +115,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.BlockSize <= 0 {
 		errs = append(errs, fmt.Errorf("block size must be > 0, got %d", c.BlockSize))
+	}
+	if err := c.Limits.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxWorkers < 0 || c.MaxRanks < 0 {
 		errs = append(errs, fmt.Errorf("max workers and max ranks must be >= 0 (0 = no bound), got %d and %d", c.MaxWorkers, c.MaxRanks))

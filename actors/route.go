@@ -28,11 +28,21 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 		ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST, "token_ids must not be empty"))
 		return
 	}
+	if err := s.cfg.Limits.CheckRequest(len(m.TokenIds), m.RequestId); err != nil {
+		s.obs.Decision("bad_request", 0, 0)
+		ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST, "%v", err))
+		return
+	}
 	if m.UpdateStates {
 		if _, dup := s.local.Lookup(m.RequestId); dup {
 			s.obs.Decision("bad_request", 0, 0)
 			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST,
 				"request_id %q is already active; free it first or use a new id", m.RequestId))
+			return
+		}
+		if err := s.cfg.Limits.CheckAdmission(s.local.Len()); err != nil {
+			s.obs.Decision("overloaded", 0, 0)
+			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_LIMIT, "%v", err))
 			return
 		}
 	}
@@ -45,6 +55,9 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	p := s.newPending(ctx, kindRoute)
 	p.req = m
 	p.eligible = eligible
+	if m.CancelToken != 0 {
+		s.cancels[m.CancelToken] = p.id
+	}
 	s.hash(p, m.TokenIds, m.LoraName, s.cfg.Scheduling.WithOverride(overrideOf(m.RouterConfigOverride)).AssumeKVReuse)
 	s.askShards(ctx, p)
 	s.askLoads(ctx, p)
@@ -192,7 +205,7 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		PrefillTokens: prefill, ExpectedOutputTokens: p.req.ExpectedOutputTokens,
 		TrackPrefillTokens: cfg.TrackPrefillTokens, Isl: isl,
 	}
-	s.local.Track(p.req.RequestId, tracking.Entry{Rank: d.Worker, Origin: s.cfg.ReplicaID})
+	s.local.Track(p.req.RequestId, tracking.Entry{Rank: d.Worker, Origin: s.cfg.ReplicaID, Token: p.req.CancelToken})
 	if pid, ok := s.ranks.pids[d.Worker]; ok {
 		ctx.Send(pid, add)
 	}
@@ -243,6 +256,9 @@ func queueID(p *pending) string { return strconv.FormatUint(p.id, 10) }
 // queue if it waited there.
 func (s *schedulerActor) release(p *pending) {
 	delete(s.pending, p.id)
+	if p.req != nil && p.req.CancelToken != 0 {
+		delete(s.cancels, p.req.CancelToken)
+	}
 	if s.recheck == p {
 		s.recheck = nil
 	}

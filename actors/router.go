@@ -34,6 +34,8 @@ type Router struct {
 	stop     chan struct{}
 	done     chan struct{}
 	stopped  atomic.Bool
+	// cancelTokens numbers route calls (RouteRequest.cancel_token).
+	cancelTokens atomic.Uint64
 }
 
 // Errors returned by Router methods; the HTTP layer maps them to codes.
@@ -45,7 +47,7 @@ var (
 	ErrBadRequest       = errors.New("bad request")
 	// ErrLimit: a configured bound refused the call (registry size,
 	// requests in flight).
-	ErrLimit   = errors.New("limit reached")
+	ErrLimit   = scheduling.ErrLimit
 	ErrTimeout = errors.New("router did not answer in time")
 	ErrStopped = errors.New("router stopped")
 )
@@ -213,18 +215,65 @@ func toRouteError(e *messages.RouteError) *RouteError {
 		kind = ErrTimeout
 	case messages.RouteErrorCode_ROUTE_ERROR_LIMIT:
 		kind = ErrLimit
+	case messages.RouteErrorCode_ROUTE_ERROR_CANCELLED:
+		kind = context.Canceled
 	}
 	return &RouteError{Kind: kind, Message: e.Message, QueueDepth: int(e.QueueDepth), QueueLimit: int(e.QueueLimit)}
 }
 
 // Route picks a (worker, dp rank) for a request. With UpdateStates the
 // decision is recorded as an active request (free it with Free).
+//
+// It waits longer than a request may wait in the backpressure queue, so an
+// overloaded fleet answers ErrOverloaded, not ErrTimeout. When ctx ends
+// first (the client left), the scheduler is told: a decision in flight or
+// queued is dropped, and one already recorded is freed, because nobody
+// will receive its answer and free it.
 func (r *Router) Route(ctx context.Context, req *messages.RouteRequest) (*messages.RouteReply, error) {
-	res, err := r.ask(ctx, r.scheduler, req)
+	if r.stopped.Load() {
+		return nil, ErrStopped
+	}
+	token, id := r.cancelTokens.Add(1), req.RequestId
+	req.CancelToken = token
+	cancel := func() {
+		r.system.Root.Send(r.scheduler, &messages.CancelRoute{CancelToken: token, RequestId: id})
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("route %q: client left: %w", id, context.Cause(ctx))
+	}
+	f := r.system.Root.RequestFuture(r.scheduler, req, r.routeWait(ctx))
+	// Registered after the request is in the scheduler's mailbox, so a
+	// cancel can never overtake it.
+	stop := context.AfterFunc(ctx, cancel)
+	res, err := f.Result()
+	if !stop() {
+		return nil, fmt.Errorf("route %q: client left: %w", id, context.Cause(ctx))
+	}
 	if err != nil {
-		return nil, err
+		cancel() // do not leave a decision behind that nobody waits for
+		if errors.Is(err, actor.ErrTimeout) {
+			return nil, ErrTimeout
+		}
+		return nil, fmt.Errorf("route: %w", err)
+	}
+	if rerr, ok := res.(*messages.RouteError); ok {
+		return nil, toRouteError(rerr)
 	}
 	return res.(*messages.RouteReply), nil
+}
+
+// routeWait is how long Route waits for the scheduler: past the longest
+// queue wait (plus a re-check's fan-out), or until ctx's deadline and a
+// second more for the cancel to be answered, whichever is sooner.
+func (r *Router) routeWait(ctx context.Context) time.Duration {
+	wait := 30 * time.Second
+	if r.cfg.MaxQueueWait > 0 {
+		wait = r.cfg.MaxQueueWait + 2*r.cfg.DecisionTimeout + time.Second
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, max(time.Until(dl), 0)+time.Second)
+	}
+	return wait
 }
 
 func (r *Router) lifecycle(ctx context.Context, m *messages.RequestLifecycle) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -513,5 +514,49 @@ func TestPredictedOverlapStillCountsPrefill(t *testing.T) {
 	}
 	if got := loads.Loads[0].PotentialPrefillTokens; got != 2*320 {
 		t.Fatalf("prefill load %d, want both prompts in full (640)", got)
+	}
+}
+
+// A client that left after its request was recorded (its answer is lost,
+// so nobody will free it) gets the request freed and the free gossiped; a
+// cancel with another call's token leaves a re-used id alone.
+func TestCancelAfterRecordFreesTheRequest(t *testing.T) {
+	var mu sync.Mutex
+	var published []*messages.SequenceEvent
+	r := startRouter(t, func(c *Config) {
+		c.Publish = func(ev *messages.SequenceEvent) { mu.Lock(); published = append(published, ev); mu.Unlock() }
+	})
+	register(t, r, 1)
+	waitWorkers(t, r, 1)
+	for _, tc := range []struct {
+		token, cancelToken uint64
+		wantTracked        uint64
+	}{{7, 7, 0}, {8, 99, 1}} {
+		id := fmt.Sprintf("req-%d", tc.token)
+		res, err := r.system.Root.RequestFuture(r.scheduler, &messages.RouteRequest{
+			RequestId: id, TokenIds: prompt(64, 1), UpdateStates: true, CancelToken: tc.token,
+		}, 5*time.Second).Result()
+		if err != nil || res.(*messages.RouteReply).Worker.WorkerId != 1 {
+			t.Fatalf("route: %v %v", res, err)
+		}
+		r.system.Root.Send(r.scheduler, &messages.CancelRoute{CancelToken: tc.cancelToken, RequestId: id})
+		testutil.Eventually(t, 5*time.Second, "request freed or kept", func() bool {
+			reg, err := r.Registry(ctxT(t))
+			return err == nil && reg.TrackedRequests == tc.wantTracked
+		})
+		if err := r.Free(ctxT(t), id); tc.wantTracked == 1 && err != nil {
+			t.Fatalf("kept request could not be freed: %v", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	frees := 0
+	for _, ev := range published {
+		if ev.GetFree() != nil {
+			frees++
+		}
+	}
+	if frees != 2 { // the cancelled request's and the kept one's explicit free
+		t.Fatalf("published %d frees, want 2", frees)
 	}
 }

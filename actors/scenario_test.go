@@ -224,6 +224,18 @@ func (s *scenario) config(a map[string]string) {
 					c.MaxRanks = n
 				}
 			})
+		case "max_prompt_tokens", "max_request_id_bytes", "max_active_requests":
+			n := int(s.num(v))
+			s.mutations = append(s.mutations, func(c *Config) {
+				switch k {
+				case "max_prompt_tokens":
+					c.Limits.MaxPromptTokens = n
+				case "max_request_id_bytes":
+					c.Limits.MaxRequestIDBytes = n
+				default:
+					c.Limits.MaxActiveRequests = n
+				}
+			})
 		case "replica":
 			s.mutations = append(s.mutations, func(c *Config) { c.ReplicaID = v })
 		case "stride":
@@ -255,8 +267,12 @@ func (s *scenario) route(id string, a map[string]string) {
 	ch := make(chan routeResult, 1)
 	s.routes[id] = ch
 	r := s.router()
+	timeout := 10 * time.Second
+	if v, ok := a["timeout"]; ok {
+		timeout = s.dur(v) // the client leaves after this long
+	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		reply, err := r.Route(ctx, req)
 		ch <- routeResult{reply, err}
@@ -328,7 +344,8 @@ func (s *scenario) expect(id string, a map[string]string) {
 	}
 	res := s.result(id)
 	if want, ok := a["error"]; ok {
-		kinds := map[string]error{"overloaded": ErrOverloaded, "no_worker": ErrNoEligibleWorker, "bad_request": ErrBadRequest}
+		kinds := map[string]error{"overloaded": ErrOverloaded, "no_worker": ErrNoEligibleWorker, "bad_request": ErrBadRequest,
+			"limit": ErrLimit, "client_left": context.DeadlineExceeded}
 		if !errors.Is(res.err, kinds[want]) {
 			s.fail("got %v / %v, want error %s", res.reply, res.err, want)
 		}

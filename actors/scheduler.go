@@ -40,6 +40,8 @@ type schedulerActor struct {
 	remoteBusy map[kv.WorkerWithDpRank]bool
 
 	pending map[uint64]*pending
+	// cancels maps a route call's cancel token to its pending decision.
+	cancels map[uint64]uint64
 	nextID  uint64
 	queue   *scheduling.Queue[uint64] // payload: pending id
 	// recheck is the queued request whose loads are being re-read; one
@@ -54,9 +56,9 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 			cfg: cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
 			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{},
-			pending: map[uint64]*pending{},
-			queue:   mustQueue(cfg.Scheduling),
-			rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
+			queue: mustQueue(cfg.Scheduling),
+			rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
 		actor.WithMailbox(actor.UnboundedPriority()))
@@ -80,6 +82,8 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.onRequests(ctx, m)
 	case *messages.RequestLifecycle:
 		s.lifecycle(ctx, m)
+	case *messages.CancelRoute:
+		s.cancel(ctx, m)
 	case *messages.PeerStep:
 		s.peerStep(ctx, m.Event)
 	case *messages.StaleRequestsFreed:
@@ -143,6 +147,31 @@ func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecyc
 		s.tryDequeue(ctx)
 	}
 	ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: true})
+}
+
+// cancel drops the decision of a route call whose client left: answered
+// with ROUTE_ERROR_CANCELLED if it is still in flight or queued (a queued
+// request is never admitted later as a ghost), freed and gossiped if it
+// was already recorded, since nobody will receive its answer to free it.
+func (s *schedulerActor) cancel(ctx actor.Context, m *messages.CancelRoute) {
+	if id, ok := s.cancels[m.CancelToken]; ok {
+		if p := s.pending[id]; p != nil {
+			s.release(p)
+			s.obs.Decision("cancelled", 0, len(p.local))
+			ctx.Send(p.replyTo, routeErr(messages.RouteErrorCode_ROUTE_ERROR_CANCELLED, "client left"))
+			s.tryDequeue(ctx)
+		}
+		return
+	}
+	e, ok := s.local.Lookup(m.RequestId)
+	if !ok || e.Token != m.CancelToken {
+		return // answered and freed already, or the id is a newer request's
+	}
+	s.obs.Decision("cancelled", 0, 0)
+	s.gossip.step(ctx, s.ranks.pids[e.Rank], &messages.RequestLifecycle{RequestId: m.RequestId,
+		Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: m.RequestId}}})
+	s.local.Untrack(m.RequestId)
+	s.tryDequeue(ctx)
 }
 
 // peerStep applies a peer's prefill-completed or free of a request this

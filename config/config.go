@@ -71,6 +71,9 @@ type Config struct {
 	IndexerShards              int           `flag:"indexer-shards" help:"indexer shard actors; 0 = GOMAXPROCS"`
 	MaxWorkers                 int           `flag:"max-workers" help:"most workers the registry holds; more are refused (HTTP 429, counted as worker_rejected{reason=registry_full}); 0 = no bound"`
 	MaxRanks                   int           `flag:"max-ranks" help:"most (worker, dp rank) candidates the registry holds; 0 = no bound"`
+	MaxPromptTokens            int           `flag:"max-prompt-tokens" help:"longest prompt routed, in tokens; longer ones get 400; 0 = no bound"`
+	MaxRequestIDBytes          int           `flag:"max-request-id-bytes" help:"longest request_id accepted; longer ones get 400; 0 = no bound"`
+	MaxActiveRequests          int           `flag:"max-active-requests" help:"requests this replica routed that may be active (not freed or expired) at once; more get 429; 0 = no bound"`
 	DecisionTimeout            time.Duration `flag:"decision-timeout" help:"longest wait for shard and load replies before deciding with what arrived"`
 	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" help:"free requests never freed after this long"`
 	ProxyOutputBlockDecayFloor float64       `flag:"proxy-output-block-decay-floor" help:"proxy: smallest weight of a generated block when the expected output is exceeded"`
@@ -135,6 +138,9 @@ func Default() Config {
 		DecisionTimeout:            250 * time.Millisecond,
 		MaxWorkers:                 actors.DefaultMaxWorkers,
 		MaxRanks:                   actors.DefaultMaxRanks,
+		MaxPromptTokens:            scheduling.DefaultMaxPromptTokens,
+		MaxRequestIDBytes:          scheduling.DefaultMaxRequestIDBytes,
+		MaxActiveRequests:          scheduling.DefaultMaxActiveRequests,
 		StaleRequestExpiry:         time.Hour,
 		ProxyOutputBlockDecayFloor: 0.1,
 		ClusterBatchMaxEvents:      cluster.DefaultBatchMaxEvents,
@@ -222,5 +228,8 @@ func (c *Config) Actors() actors.Config {
 	ac.MaxQueueWait = c.RouterMaxQueueWait
 	ac.HeartbeatTimeout = c.HeartbeatTimeout
 	ac.MaxWorkers, ac.MaxRanks = c.MaxWorkers, c.MaxRanks
+	ac.Limits = scheduling.Limits{
+		MaxPromptTokens: c.MaxPromptTokens, MaxRequestIDBytes: c.MaxRequestIDBytes, MaxActiveRequests: c.MaxActiveRequests,
+	}
 	return ac
 }

@@ -159,6 +159,9 @@ func (s *Server) writeRouterError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusTooManyRequests, "%v", err)
 	case errors.Is(err, actors.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, "%v", err)
+	case errors.Is(err, context.Canceled):
+		// The client left; nobody reads this (nginx's 499 in the logs).
+		writeError(w, 499, "client closed the request")
 	case errors.Is(err, actors.ErrStopped):
 		writeError(w, http.StatusServiceUnavailable, "router is shutting down")
 	default:

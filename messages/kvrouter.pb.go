@@ -86,6 +86,7 @@ const (
 	RouteErrorCode_ROUTE_ERROR_BAD_REQUEST        RouteErrorCode = 4 // HTTP 400
 	RouteErrorCode_ROUTE_ERROR_TIMEOUT            RouteErrorCode = 5 // HTTP 504
 	RouteErrorCode_ROUTE_ERROR_LIMIT              RouteErrorCode = 6 // HTTP 429: a configured bound (registry size, in-flight requests)
+	RouteErrorCode_ROUTE_ERROR_CANCELLED          RouteErrorCode = 7 // the client left (no HTTP answer is read)
 )
 
 // Enum value maps for RouteErrorCode.
@@ -98,6 +99,7 @@ var (
 		4: "ROUTE_ERROR_BAD_REQUEST",
 		5: "ROUTE_ERROR_TIMEOUT",
 		6: "ROUTE_ERROR_LIMIT",
+		7: "ROUTE_ERROR_CANCELLED",
 	}
 	RouteErrorCode_value = map[string]int32{
 		"ROUTE_ERROR_UNSPECIFIED":        0,
@@ -107,6 +109,7 @@ var (
 		"ROUTE_ERROR_BAD_REQUEST":        4,
 		"ROUTE_ERROR_TIMEOUT":            5,
 		"ROUTE_ERROR_LIMIT":              6,
+		"ROUTE_ERROR_CANCELLED":          7,
 	}
 )
 
@@ -1310,8 +1313,11 @@ type RouteRequest struct {
 	ExpectedOutputTokens uint64                 `protobuf:"varint,7,opt,name=expected_output_tokens,json=expectedOutputTokens,proto3" json:"expected_output_tokens,omitempty"`
 	PriorityJump         float64                `protobuf:"fixed64,8,opt,name=priority_jump,json=priorityJump,proto3" json:"priority_jump,omitempty"`
 	RouterConfigOverride *RouterConfigOverride  `protobuf:"bytes,9,opt,name=router_config_override,json=routerConfigOverride,proto3" json:"router_config_override,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// cancel_token (set by the façade, unique per call) lets a CancelRoute
+	// find this decision once its client has gone.
+	CancelToken   uint64 `protobuf:"varint,10,opt,name=cancel_token,json=cancelToken,proto3" json:"cancel_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
@@ -1407,6 +1413,68 @@ func (x *RouteRequest) GetRouterConfigOverride() *RouterConfigOverride {
 	return nil
 }
 
+func (x *RouteRequest) GetCancelToken() uint64 {
+	if x != nil {
+		return x.CancelToken
+	}
+	return 0
+}
+
+// CancelRoute says the client of a route call left before its answer: a
+// decision still in flight or queued is dropped, and one already routed
+// (whose answer nobody will receive, so nobody will free it) is freed.
+type CancelRoute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CancelToken   uint64                 `protobuf:"varint,1,opt,name=cancel_token,json=cancelToken,proto3" json:"cancel_token,omitempty"`
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRoute) Reset() {
+	*x = CancelRoute{}
+	mi := &file_kvrouter_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRoute) ProtoMessage() {}
+
+func (x *CancelRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRoute.ProtoReflect.Descriptor instead.
+func (*CancelRoute) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CancelRoute) GetCancelToken() uint64 {
+	if x != nil {
+		return x.CancelToken
+	}
+	return 0
+}
+
+func (x *CancelRoute) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type RouteReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -1418,7 +1486,7 @@ type RouteReply struct {
 
 func (x *RouteReply) Reset() {
 	*x = RouteReply{}
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1498,7 @@ func (x *RouteReply) String() string {
 func (*RouteReply) ProtoMessage() {}
 
 func (x *RouteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1511,7 @@ func (x *RouteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteReply.ProtoReflect.Descriptor instead.
 func (*RouteReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{19}
+	return file_kvrouter_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RouteReply) GetWorker() *WorkerRank {
@@ -1485,7 +1553,7 @@ type SequenceEvent struct {
 
 func (x *SequenceEvent) Reset() {
 	*x = SequenceEvent{}
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1565,7 @@ func (x *SequenceEvent) String() string {
 func (*SequenceEvent) ProtoMessage() {}
 
 func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1578,7 @@ func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEvent.ProtoReflect.Descriptor instead.
 func (*SequenceEvent) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{20}
+	return file_kvrouter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SequenceEvent) GetOrigin() string {
@@ -1592,7 +1660,7 @@ type SequenceEventBatch struct {
 
 func (x *SequenceEventBatch) Reset() {
 	*x = SequenceEventBatch{}
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1672,7 @@ func (x *SequenceEventBatch) String() string {
 func (*SequenceEventBatch) ProtoMessage() {}
 
 func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1685,7 @@ func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEventBatch.ProtoReflect.Descriptor instead.
 func (*SequenceEventBatch) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{21}
+	return file_kvrouter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SequenceEventBatch) GetEvents() []*SequenceEvent {
@@ -1645,7 +1713,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1725,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1738,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{22}
+	return file_kvrouter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerHeartbeat) GetWorkerId() uint64 {
@@ -1756,7 +1824,7 @@ type WorkerUp struct {
 
 func (x *WorkerUp) Reset() {
 	*x = WorkerUp{}
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1836,7 @@ func (x *WorkerUp) String() string {
 func (*WorkerUp) ProtoMessage() {}
 
 func (x *WorkerUp) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1849,7 @@ func (x *WorkerUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUp.ProtoReflect.Descriptor instead.
 func (*WorkerUp) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{23}
+	return file_kvrouter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerUp) GetWorker() *WorkerHeartbeat {
@@ -1817,7 +1885,7 @@ type RoutingDecision struct {
 
 func (x *RoutingDecision) Reset() {
 	*x = RoutingDecision{}
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1897,7 @@ func (x *RoutingDecision) String() string {
 func (*RoutingDecision) ProtoMessage() {}
 
 func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1910,7 @@ func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingDecision.ProtoReflect.Descriptor instead.
 func (*RoutingDecision) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{24}
+	return file_kvrouter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RoutingDecision) GetWorker() *WorkerRank {
@@ -1871,7 +1939,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1951,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1964,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{25}
+	return file_kvrouter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Tick) GetUnixNano() int64 {
@@ -1918,7 +1986,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +1998,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2011,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{26}
+	return file_kvrouter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RouteError) GetCode() RouteErrorCode {
@@ -1992,7 +2060,7 @@ type RequestLifecycle struct {
 
 func (x *RequestLifecycle) Reset() {
 	*x = RequestLifecycle{}
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2072,7 @@ func (x *RequestLifecycle) String() string {
 func (*RequestLifecycle) ProtoMessage() {}
 
 func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2085,7 @@ func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLifecycle.ProtoReflect.Descriptor instead.
 func (*RequestLifecycle) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{27}
+	return file_kvrouter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RequestLifecycle) GetRequestId() string {
@@ -2094,7 +2162,7 @@ type LifecycleReply struct {
 
 func (x *LifecycleReply) Reset() {
 	*x = LifecycleReply{}
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2174,7 @@ func (x *LifecycleReply) String() string {
 func (*LifecycleReply) ProtoMessage() {}
 
 func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2187,7 @@ func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
 func (*LifecycleReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{28}
+	return file_kvrouter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LifecycleReply) GetRequestId() string {
@@ -2144,7 +2212,7 @@ type RegistryQuery struct {
 
 func (x *RegistryQuery) Reset() {
 	*x = RegistryQuery{}
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2224,7 @@ func (x *RegistryQuery) String() string {
 func (*RegistryQuery) ProtoMessage() {}
 
 func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2237,7 @@ func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
 func (*RegistryQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{29}
+	return file_kvrouter_proto_rawDescGZIP(), []int{30}
 }
 
 type RegisteredWorker struct {
@@ -2183,7 +2251,7 @@ type RegisteredWorker struct {
 
 func (x *RegisteredWorker) Reset() {
 	*x = RegisteredWorker{}
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2263,7 @@ func (x *RegisteredWorker) String() string {
 func (*RegisteredWorker) ProtoMessage() {}
 
 func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2276,7 @@ func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
 func (*RegisteredWorker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{30}
+	return file_kvrouter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
@@ -2243,7 +2311,7 @@ type RegistryReply struct {
 
 func (x *RegistryReply) Reset() {
 	*x = RegistryReply{}
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2323,7 @@ func (x *RegistryReply) String() string {
 func (*RegistryReply) ProtoMessage() {}
 
 func (x *RegistryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2336,7 @@ func (x *RegistryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
 func (*RegistryReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{31}
+	return file_kvrouter_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
@@ -2300,7 +2368,7 @@ type ShardStatsQuery struct {
 
 func (x *ShardStatsQuery) Reset() {
 	*x = ShardStatsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2380,7 @@ func (x *ShardStatsQuery) String() string {
 func (*ShardStatsQuery) ProtoMessage() {}
 
 func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2393,7 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+	return file_kvrouter_proto_rawDescGZIP(), []int{33}
 }
 
 type WorkerBlocks struct {
@@ -2338,7 +2406,7 @@ type WorkerBlocks struct {
 
 func (x *WorkerBlocks) Reset() {
 	*x = WorkerBlocks{}
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2418,7 @@ func (x *WorkerBlocks) String() string {
 func (*WorkerBlocks) ProtoMessage() {}
 
 func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2431,7 @@ func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
 func (*WorkerBlocks) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+	return file_kvrouter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkerBlocks) GetWorker() *WorkerRank {
@@ -2395,7 +2463,7 @@ type ShardStatsReply struct {
 
 func (x *ShardStatsReply) Reset() {
 	*x = ShardStatsReply{}
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2475,7 @@ func (x *ShardStatsReply) String() string {
 func (*ShardStatsReply) ProtoMessage() {}
 
 func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2488,7 @@ func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
 func (*ShardStatsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{34}
+	return file_kvrouter_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ShardStatsReply) GetShard() uint32 {
@@ -2472,7 +2540,7 @@ type PotentialLoad struct {
 
 func (x *PotentialLoad) Reset() {
 	*x = PotentialLoad{}
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2552,7 @@ func (x *PotentialLoad) String() string {
 func (*PotentialLoad) ProtoMessage() {}
 
 func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2565,7 @@ func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
 func (*PotentialLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{35}
+	return file_kvrouter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PotentialLoad) GetWorker() *WorkerRank {
@@ -2539,7 +2607,7 @@ type DropOrigin struct {
 
 func (x *DropOrigin) Reset() {
 	*x = DropOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2619,7 @@ func (x *DropOrigin) String() string {
 func (*DropOrigin) ProtoMessage() {}
 
 func (x *DropOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2632,7 @@ func (x *DropOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
 func (*DropOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{36}
+	return file_kvrouter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DropOrigin) GetOrigin() string {
@@ -2585,7 +2653,7 @@ type StaleRequestsFreed struct {
 
 func (x *StaleRequestsFreed) Reset() {
 	*x = StaleRequestsFreed{}
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2665,7 @@ func (x *StaleRequestsFreed) String() string {
 func (*StaleRequestsFreed) ProtoMessage() {}
 
 func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2678,7 @@ func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
 func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{37}
+	return file_kvrouter_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StaleRequestsFreed) GetRequestIds() []string {
@@ -2632,7 +2700,7 @@ type ActiveRequestsQuery struct {
 
 func (x *ActiveRequestsQuery) Reset() {
 	*x = ActiveRequestsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2712,7 @@ func (x *ActiveRequestsQuery) String() string {
 func (*ActiveRequestsQuery) ProtoMessage() {}
 
 func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2725,7 @@ func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{38}
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ActiveRequestsQuery) GetOrigin() string {
@@ -2689,7 +2757,7 @@ type ActiveRequestsReply struct {
 
 func (x *ActiveRequestsReply) Reset() {
 	*x = ActiveRequestsReply{}
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2769,7 @@ func (x *ActiveRequestsReply) String() string {
 func (*ActiveRequestsReply) ProtoMessage() {}
 
 func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2782,7 @@ func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
@@ -2750,7 +2818,7 @@ type ReplaceOrigin struct {
 
 func (x *ReplaceOrigin) Reset() {
 	*x = ReplaceOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2830,7 @@ func (x *ReplaceOrigin) String() string {
 func (*ReplaceOrigin) ProtoMessage() {}
 
 func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +2843,7 @@ func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
 func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReplaceOrigin) GetOrigin() string {
@@ -2803,7 +2871,7 @@ type OverlapScoresQuery struct {
 
 func (x *OverlapScoresQuery) Reset() {
 	*x = OverlapScoresQuery{}
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +2883,7 @@ func (x *OverlapScoresQuery) String() string {
 func (*OverlapScoresQuery) ProtoMessage() {}
 
 func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +2896,7 @@ func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
 func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
@@ -2855,7 +2923,7 @@ type OverlapScoresReply struct {
 
 func (x *OverlapScoresReply) Reset() {
 	*x = OverlapScoresReply{}
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +2935,7 @@ func (x *OverlapScoresReply) String() string {
 func (*OverlapScoresReply) ProtoMessage() {}
 
 func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +2948,7 @@ func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
 func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
@@ -2909,7 +2977,7 @@ type PotentialLoadsQuery struct {
 
 func (x *PotentialLoadsQuery) Reset() {
 	*x = PotentialLoadsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +2989,7 @@ func (x *PotentialLoadsQuery) String() string {
 func (*PotentialLoadsQuery) ProtoMessage() {}
 
 func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3002,7 @@ func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
@@ -2960,7 +3028,7 @@ type PotentialLoadsReply struct {
 
 func (x *PotentialLoadsReply) Reset() {
 	*x = PotentialLoadsReply{}
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3040,7 @@ func (x *PotentialLoadsReply) String() string {
 func (*PotentialLoadsReply) ProtoMessage() {}
 
 func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3053,7 @@ func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
@@ -3010,7 +3078,7 @@ type ClusterDigest struct {
 
 func (x *ClusterDigest) Reset() {
 	*x = ClusterDigest{}
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3090,7 @@ func (x *ClusterDigest) String() string {
 func (*ClusterDigest) ProtoMessage() {}
 
 func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3103,7 @@ func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
 func (*ClusterDigest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ClusterDigest) GetOrigin() string {
@@ -3076,7 +3144,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3156,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3169,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StateRequest) GetRequester() string {
@@ -3123,7 +3191,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3203,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3216,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StateSnapshot) GetOrigin() string {
@@ -3182,7 +3250,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3262,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3275,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
 // DumpQuery asks a shard for its whole index as single-block Stored
@@ -3220,7 +3288,7 @@ type DumpQuery struct {
 
 func (x *DumpQuery) Reset() {
 	*x = DumpQuery{}
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3300,7 @@ func (x *DumpQuery) String() string {
 func (*DumpQuery) ProtoMessage() {}
 
 func (x *DumpQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3313,7 @@ func (x *DumpQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
 func (*DumpQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
 }
 
 // RankEntry is one registered worker rank as the registry publishes it:
@@ -3261,7 +3329,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3341,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3354,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -3323,7 +3391,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3403,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3416,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -3371,7 +3439,7 @@ type RemoteActivity struct {
 
 func (x *RemoteActivity) Reset() {
 	*x = RemoteActivity{}
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3451,7 @@ func (x *RemoteActivity) String() string {
 func (*RemoteActivity) ProtoMessage() {}
 
 func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3464,7 @@ func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteActivity.ProtoReflect.Descriptor instead.
 func (*RemoteActivity) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoteActivity) GetBusy() []*WorkerRank {
@@ -3424,7 +3492,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3504,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3517,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -3473,7 +3541,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3553,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3566,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{54}
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -3532,7 +3600,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3612,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3625,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
 }
 
 type TrackedReply struct {
@@ -3570,7 +3638,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3582,7 +3650,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3595,7 +3663,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+	return file_kvrouter_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -3712,7 +3780,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x15_overlap_score_creditB\x15\n" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
-	"\x10_assume_kv_reuse\"\xac\x03\n" +
+	"\x10_assume_kv_reuse\"\xcf\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -3723,7 +3791,13 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x12allowed_worker_ids\x18\x06 \x03(\x04R\x10allowedWorkerIds\x124\n" +
 	"\x16expected_output_tokens\x18\a \x01(\x04R\x14expectedOutputTokens\x12#\n" +
 	"\rpriority_jump\x18\b \x01(\x01R\fpriorityJump\x12W\n" +
-	"\x16router_config_override\x18\t \x01(\v2!.kvrouter.v1.RouterConfigOverrideR\x14routerConfigOverride\"\x89\x01\n" +
+	"\x16router_config_override\x18\t \x01(\v2!.kvrouter.v1.RouterConfigOverrideR\x14routerConfigOverride\x12!\n" +
+	"\fcancel_token\x18\n" +
+	" \x01(\x04R\vcancelToken\"O\n" +
+	"\vCancelRoute\x12!\n" +
+	"\fcancel_token\x18\x01 \x01(\x04R\vcancelToken\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x89\x01\n" +
 	"\n" +
 	"RouteReply\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12%\n" +
@@ -3873,7 +3947,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
 	"\x11STORAGE_TIER_DISK\x10\x02\x12\x19\n" +
-	"\x15STORAGE_TIER_EXTERNAL\x10\x03*\xdb\x01\n" +
+	"\x15STORAGE_TIER_EXTERNAL\x10\x03*\xf6\x01\n" +
 	"\x0eRouteErrorCode\x12\x1b\n" +
 	"\x17ROUTE_ERROR_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eROUTE_ERROR_NO_ELIGIBLE_WORKER\x10\x01\x12\x1a\n" +
@@ -3881,7 +3955,8 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x1bROUTE_ERROR_UNKNOWN_REQUEST\x10\x03\x12\x1b\n" +
 	"\x17ROUTE_ERROR_BAD_REQUEST\x10\x04\x12\x17\n" +
 	"\x13ROUTE_ERROR_TIMEOUT\x10\x05\x12\x15\n" +
-	"\x11ROUTE_ERROR_LIMIT\x10\x06B'Z%github.com/kvrouter/kvrouter/messagesb\x06proto3"
+	"\x11ROUTE_ERROR_LIMIT\x10\x06\x12\x19\n" +
+	"\x15ROUTE_ERROR_CANCELLED\x10\aB'Z%github.com/kvrouter/kvrouter/messagesb\x06proto3"
 
 var (
 	file_kvrouter_proto_rawDescOnce sync.Once
@@ -3896,7 +3971,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
 	(RouteErrorCode)(0),          // 1: kvrouter.v1.RouteErrorCode
@@ -3919,45 +3994,46 @@ var file_kvrouter_proto_goTypes = []any{
 	(*LoadReply)(nil),            // 18: kvrouter.v1.LoadReply
 	(*RouterConfigOverride)(nil), // 19: kvrouter.v1.RouterConfigOverride
 	(*RouteRequest)(nil),         // 20: kvrouter.v1.RouteRequest
-	(*RouteReply)(nil),           // 21: kvrouter.v1.RouteReply
-	(*SequenceEvent)(nil),        // 22: kvrouter.v1.SequenceEvent
-	(*SequenceEventBatch)(nil),   // 23: kvrouter.v1.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 24: kvrouter.v1.WorkerHeartbeat
-	(*WorkerUp)(nil),             // 25: kvrouter.v1.WorkerUp
-	(*RoutingDecision)(nil),      // 26: kvrouter.v1.RoutingDecision
-	(*Tick)(nil),                 // 27: kvrouter.v1.Tick
-	(*RouteError)(nil),           // 28: kvrouter.v1.RouteError
-	(*RequestLifecycle)(nil),     // 29: kvrouter.v1.RequestLifecycle
-	(*LifecycleReply)(nil),       // 30: kvrouter.v1.LifecycleReply
-	(*RegistryQuery)(nil),        // 31: kvrouter.v1.RegistryQuery
-	(*RegisteredWorker)(nil),     // 32: kvrouter.v1.RegisteredWorker
-	(*RegistryReply)(nil),        // 33: kvrouter.v1.RegistryReply
-	(*ShardStatsQuery)(nil),      // 34: kvrouter.v1.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 35: kvrouter.v1.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 36: kvrouter.v1.ShardStatsReply
-	(*PotentialLoad)(nil),        // 37: kvrouter.v1.PotentialLoad
-	(*DropOrigin)(nil),           // 38: kvrouter.v1.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 39: kvrouter.v1.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 40: kvrouter.v1.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 41: kvrouter.v1.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 42: kvrouter.v1.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 43: kvrouter.v1.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 44: kvrouter.v1.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 45: kvrouter.v1.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 46: kvrouter.v1.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 47: kvrouter.v1.ClusterDigest
-	(*StateRequest)(nil),         // 48: kvrouter.v1.StateRequest
-	(*StateSnapshot)(nil),        // 49: kvrouter.v1.StateSnapshot
-	(*Barrier)(nil),              // 50: kvrouter.v1.Barrier
-	(*DumpQuery)(nil),            // 51: kvrouter.v1.DumpQuery
-	(*RankEntry)(nil),            // 52: kvrouter.v1.RankEntry
-	(*RankTable)(nil),            // 53: kvrouter.v1.RankTable
-	(*RemoteActivity)(nil),       // 54: kvrouter.v1.RemoteActivity
-	(*PeerStep)(nil),             // 55: kvrouter.v1.PeerStep
-	(*RestoreOrigin)(nil),        // 56: kvrouter.v1.RestoreOrigin
-	(*TrackedQuery)(nil),         // 57: kvrouter.v1.TrackedQuery
-	(*TrackedReply)(nil),         // 58: kvrouter.v1.TrackedReply
-	nil,                          // 59: kvrouter.v1.ShardStatsReply.CountersEntry
+	(*CancelRoute)(nil),          // 21: kvrouter.v1.CancelRoute
+	(*RouteReply)(nil),           // 22: kvrouter.v1.RouteReply
+	(*SequenceEvent)(nil),        // 23: kvrouter.v1.SequenceEvent
+	(*SequenceEventBatch)(nil),   // 24: kvrouter.v1.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 25: kvrouter.v1.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 26: kvrouter.v1.WorkerUp
+	(*RoutingDecision)(nil),      // 27: kvrouter.v1.RoutingDecision
+	(*Tick)(nil),                 // 28: kvrouter.v1.Tick
+	(*RouteError)(nil),           // 29: kvrouter.v1.RouteError
+	(*RequestLifecycle)(nil),     // 30: kvrouter.v1.RequestLifecycle
+	(*LifecycleReply)(nil),       // 31: kvrouter.v1.LifecycleReply
+	(*RegistryQuery)(nil),        // 32: kvrouter.v1.RegistryQuery
+	(*RegisteredWorker)(nil),     // 33: kvrouter.v1.RegisteredWorker
+	(*RegistryReply)(nil),        // 34: kvrouter.v1.RegistryReply
+	(*ShardStatsQuery)(nil),      // 35: kvrouter.v1.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 36: kvrouter.v1.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 37: kvrouter.v1.ShardStatsReply
+	(*PotentialLoad)(nil),        // 38: kvrouter.v1.PotentialLoad
+	(*DropOrigin)(nil),           // 39: kvrouter.v1.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 40: kvrouter.v1.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 41: kvrouter.v1.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 42: kvrouter.v1.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 43: kvrouter.v1.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 44: kvrouter.v1.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 45: kvrouter.v1.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 46: kvrouter.v1.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 47: kvrouter.v1.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 48: kvrouter.v1.ClusterDigest
+	(*StateRequest)(nil),         // 49: kvrouter.v1.StateRequest
+	(*StateSnapshot)(nil),        // 50: kvrouter.v1.StateSnapshot
+	(*Barrier)(nil),              // 51: kvrouter.v1.Barrier
+	(*DumpQuery)(nil),            // 52: kvrouter.v1.DumpQuery
+	(*RankEntry)(nil),            // 53: kvrouter.v1.RankEntry
+	(*RankTable)(nil),            // 54: kvrouter.v1.RankTable
+	(*RemoteActivity)(nil),       // 55: kvrouter.v1.RemoteActivity
+	(*PeerStep)(nil),             // 56: kvrouter.v1.PeerStep
+	(*RestoreOrigin)(nil),        // 57: kvrouter.v1.RestoreOrigin
+	(*TrackedQuery)(nil),         // 58: kvrouter.v1.TrackedQuery
+	(*TrackedReply)(nil),         // 59: kvrouter.v1.TrackedReply
+	nil,                          // 60: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	3,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
@@ -3977,29 +4053,29 @@ var file_kvrouter_proto_depIdxs = []int32{
 	13, // 14: kvrouter.v1.SequenceEvent.add:type_name -> kvrouter.v1.AddRequest
 	14, // 15: kvrouter.v1.SequenceEvent.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
 	15, // 16: kvrouter.v1.SequenceEvent.free:type_name -> kvrouter.v1.FreeRequest
-	22, // 17: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
-	24, // 18: kvrouter.v1.WorkerUp.worker:type_name -> kvrouter.v1.WorkerHeartbeat
+	23, // 17: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
+	25, // 18: kvrouter.v1.WorkerUp.worker:type_name -> kvrouter.v1.WorkerHeartbeat
 	2,  // 19: kvrouter.v1.RoutingDecision.worker:type_name -> kvrouter.v1.WorkerRank
 	1,  // 20: kvrouter.v1.RouteError.code:type_name -> kvrouter.v1.RouteErrorCode
 	14, // 21: kvrouter.v1.RequestLifecycle.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
 	15, // 22: kvrouter.v1.RequestLifecycle.free:type_name -> kvrouter.v1.FreeRequest
 	16, // 23: kvrouter.v1.RequestLifecycle.output_block:type_name -> kvrouter.v1.AddOutputBlock
-	24, // 24: kvrouter.v1.RegisteredWorker.worker:type_name -> kvrouter.v1.WorkerHeartbeat
-	32, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
+	25, // 24: kvrouter.v1.RegisteredWorker.worker:type_name -> kvrouter.v1.WorkerHeartbeat
+	33, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
 	2,  // 26: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
-	35, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	59, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	36, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
+	60, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
 	2,  // 29: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
-	22, // 30: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
-	22, // 31: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
+	23, // 30: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
+	23, // 31: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
 	11, // 32: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
-	37, // 33: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
-	22, // 34: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
+	38, // 33: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
+	23, // 34: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
 	2,  // 35: kvrouter.v1.RankEntry.worker:type_name -> kvrouter.v1.WorkerRank
-	52, // 36: kvrouter.v1.RankTable.ranks:type_name -> kvrouter.v1.RankEntry
+	53, // 36: kvrouter.v1.RankTable.ranks:type_name -> kvrouter.v1.RankEntry
 	2,  // 37: kvrouter.v1.RemoteActivity.busy:type_name -> kvrouter.v1.WorkerRank
 	2,  // 38: kvrouter.v1.RemoteActivity.idle:type_name -> kvrouter.v1.WorkerRank
-	22, // 39: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
+	23, // 39: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
 	13, // 40: kvrouter.v1.RestoreOrigin.adds:type_name -> kvrouter.v1.AddRequest
 	41, // [41:41] is the sub-list for method output_type
 	41, // [41:41] is the sub-list for method input_type
@@ -4020,24 +4096,24 @@ func file_kvrouter_proto_init() {
 		(*KvEvent_Cleared)(nil),
 	}
 	file_kvrouter_proto_msgTypes[17].OneofWrappers = []any{}
-	file_kvrouter_proto_msgTypes[20].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[21].OneofWrappers = []any{
 		(*SequenceEvent_Add)(nil),
 		(*SequenceEvent_PrefillCompleted)(nil),
 		(*SequenceEvent_Free)(nil),
 	}
-	file_kvrouter_proto_msgTypes[27].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[28].OneofWrappers = []any{
 		(*RequestLifecycle_PrefillCompleted)(nil),
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
 	}
-	file_kvrouter_proto_msgTypes[38].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -17,6 +17,10 @@ import (
 type Entry struct {
 	Rank   kv.WorkerWithDpRank
 	Origin string
+	// Token identifies the route call that created a local entry, so a
+	// late cancel of that call frees this request and not a newer one that
+	// re-used its id.
+	Token uint64
 }
 
 // Table maps request ids to their rank and keeps a per-rank count, so the
