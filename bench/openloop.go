@@ -152,9 +152,12 @@ type OpenLoopResult struct {
 	Scheduled int           // requests due in the window
 	Sent      int           // of them, sent (not dropped, not expired)
 	// Late of them found every sender busy when they were due and waited.
-	Late   int
-	OK     int
-	Errors map[string]int // by class: HTTP status, timeout, dropped, ...
+	Late int
+	// AllSent counts every request sent, warm-up included (what the
+	// target worked on while the step ran).
+	AllSent int
+	OK      int
+	Errors  map[string]int // by class: HTTP status, timeout, dropped, ...
 	// Latency is each successful request's time from its intended send
 	// time to its answer, sorted.
 	Latency []time.Duration
@@ -196,6 +199,7 @@ type job struct {
 
 type senderLog struct {
 	sent    int
+	allSent int
 	ok      int
 	errs    map[string]int
 	lat     []time.Duration
@@ -214,103 +218,117 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig, newSender func(i int) 
 	if err := cfg.Validate(); err != nil {
 		return OpenLoopResult{}, err
 	}
-	senders := make([]Sender, cfg.MaxInFlight)
-	for i := range senders {
-		senders[i] = newSender(i)
+	sched, err := NewSchedule(time.Now(), cfg.Rate, cfg.Warmup+cfg.Duration)
+	if err != nil {
+		return OpenLoopResult{}, err
 	}
-	defer func() {
-		for _, s := range senders {
-			s.Close()
-		}
-	}()
-	backlog := cfg.backlog()
+	limit := cfg.MaxInFlight + cfg.backlog()
 	// Requests out or waiting; the channel holds every one of them, so a
 	// send never blocks the dispatcher.
-	jobs := make(chan job, cfg.MaxInFlight+backlog)
+	jobs := make(chan job, limit)
 	logs := make([]senderLog, cfg.MaxInFlight)
 	var pending atomic.Int64
 	var wg sync.WaitGroup
-	for i, s := range senders {
+	for i := range cfg.MaxInFlight {
+		s := newSender(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer s.Close()
 			runSender(ctx, s, jobs, &logs[i], &pending, cfg.Timeout)
 		}()
 	}
-
-	sched, err := NewSchedule(time.Now(), cfg.Rate, cfg.Warmup+cfg.Duration)
-	if err != nil {
-		close(jobs)
-		wg.Wait()
-		return OpenLoopResult{}, err
+	d := dispatcher{
+		sched: sched, measureFrom: sched.Start.Add(cfg.Warmup), maxInFlight: int64(cfg.MaxInFlight), limit: int64(limit),
+		pending: &pending, jobs: jobs, onDue: cfg.onDue,
+		res: OpenLoopResult{Offered: cfg.Rate, Window: cfg.Duration, Errors: make(map[string]int)},
 	}
-	measureFrom := sched.Start.Add(cfg.Warmup)
-	res := OpenLoopResult{Offered: cfg.Rate, Window: cfg.Duration, Errors: make(map[string]int)}
-	dropped := 0
+	d.run(ctx)
+	close(jobs)
+	wg.Wait()
+	res := d.res
+	res.merge(logs, d.measureFrom)
+	res.Elapsed = max(res.Elapsed, cfg.Duration)
+	return res, ctx.Err()
+}
+
+// dispatcher hands the schedule's requests to the senders as they fall
+// due.
+type dispatcher struct {
+	sched       Schedule
+	measureFrom time.Time
+	maxInFlight int64 // senders
+	limit       int64 // senders + backlog
+	pending     *atomic.Int64
+	jobs        chan<- job
+	onDue       func(seq int)
+	res         OpenLoopResult
+}
+
+// run offers every request at its time, or until ctx ends.
+func (d *dispatcher) run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	next := 0
-	for next < sched.Count && ctx.Err() == nil {
-		due := sched.Due(time.Now())
-		for ; next < due; next++ {
-			at := sched.At(next)
-			measured := !at.Before(measureFrom)
-			// Only this goroutine adds, so a check then add cannot
-			// overshoot the bound.
-			p := pending.Load()
-			if measured {
-				res.Scheduled++
-			}
-			if p >= int64(cfg.MaxInFlight+backlog) {
-				if measured {
-					dropped++
-				}
-			} else {
-				pending.Add(1)
-				if measured && p >= int64(cfg.MaxInFlight) {
-					res.Late++
-				}
-				jobs <- job{seq: next, intended: at, measured: measured}
-			}
-			if cfg.onDue != nil {
-				cfg.onDue(next)
-			}
+	for next < d.sched.Count && ctx.Err() == nil {
+		for due := d.sched.Due(time.Now()); next < due; next++ {
+			d.offer(next)
 		}
-		if next >= sched.Count {
-			break
-		}
-		timer.Reset(time.Until(sched.At(next)))
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
+		if next < d.sched.Count {
+			waitUntil(ctx, timer, d.sched.At(next))
 		}
 	}
-	close(jobs)
-	wg.Wait()
+}
 
+// offer queues request seq for a sender, counted as late when every
+// sender is busy, or drops it when the backlog is full too.
+func (d *dispatcher) offer(seq int) {
+	at := d.sched.At(seq)
+	measured := !at.Before(d.measureFrom)
+	// Only the dispatcher adds, so a check then add cannot overshoot.
+	p := d.pending.Load()
+	if measured {
+		d.res.Scheduled++
+	}
+	switch {
+	case p >= d.limit:
+		if measured {
+			d.res.Errors[ClassDropped]++
+		}
+	default:
+		d.pending.Add(1)
+		if measured && p >= d.maxInFlight {
+			d.res.Late++
+		}
+		d.jobs <- job{seq: seq, intended: at, measured: measured}
+	}
+	if d.onDue != nil {
+		d.onDue(seq)
+	}
+}
+
+// merge adds the senders' records to r: counts, sorted samples, and the
+// elapsed time from measureFrom to the last measured answer.
+func (r *OpenLoopResult) merge(logs []senderLog, measureFrom time.Time) {
 	var last time.Time
 	for _, l := range logs {
-		res.OK += l.ok
-		res.Sent += l.sent
+		r.OK += l.ok
+		r.Sent += l.sent
+		r.AllSent += l.allSent
 		for c, n := range l.errs {
-			res.Errors[c] += n
+			r.Errors[c] += n
 		}
-		res.Latency = append(res.Latency, l.lat...)
-		res.SendLag = append(res.SendLag, l.lag...)
+		r.Latency = append(r.Latency, l.lat...)
+		r.SendLag = append(r.SendLag, l.lag...)
 		if l.lastEnd.After(last) {
 			last = l.lastEnd
 		}
 	}
-	if dropped > 0 {
-		res.Errors[ClassDropped] += dropped
+	slices.Sort(r.Latency)
+	slices.Sort(r.SendLag)
+	if !last.IsZero() {
+		r.Elapsed = last.Sub(measureFrom)
 	}
-	slices.Sort(res.Latency)
-	slices.Sort(res.SendLag)
-	res.Elapsed = max(cfg.Duration, last.Sub(measureFrom))
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	return res, nil
 }
 
 // runSender sends the jobs it receives until the channel closes,
@@ -331,6 +349,9 @@ func runSender(ctx context.Context, s Sender, jobs <-chan job, l *senderLog, pen
 		}
 		end := time.Now()
 		pending.Add(-1)
+		if class != ClassExpired && class != ClassCanceled {
+			l.allSent++
+		}
 		if !j.measured {
 			continue
 		}
@@ -347,6 +368,27 @@ func runSender(ctx context.Context, s Sender, jobs <-chan job, l *senderLog, pen
 		}
 		l.ok++
 		l.lat = append(l.lat, done.Sub(j.intended))
+	}
+}
+
+// fineSleepBelow is the longest wait the pacer sleeps in the kernel
+// rather than on a Go timer.
+const fineSleepBelow = 2 * time.Millisecond
+
+// waitUntil returns at t (or when ctx ends), as precisely as the
+// platform allows.
+func waitUntil(ctx context.Context, timer *time.Timer, t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	if d < fineSleepBelow && fineSleep(d) {
+		return
+	}
+	timer.Reset(d)
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
 	}
 }
 

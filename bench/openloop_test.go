@@ -215,6 +215,9 @@ func TestRunOpenLoopAccounting(t *testing.T) {
 	if res.Scheduled != 100 || res.Sent != 100 || res.OK != 90 || res.Failed() != 10 || res.Errors["route 429"] != 10 {
 		t.Fatalf("scheduled %d sent %d ok %d failed %d (%v), want 100 100 90 10", res.Scheduled, res.Sent, res.OK, res.Failed(), res.Errors)
 	}
+	if res.AllSent != 100 {
+		t.Errorf("%d sent in all, want 100", res.AllSent)
+	}
 	if len(res.Latency) != 90 || len(res.SendLag) != 100 {
 		t.Errorf("%d latencies and %d lags, want 90 and 100", len(res.Latency), len(res.SendLag))
 	}
@@ -237,6 +240,9 @@ func TestRunOpenLoopWarmupNotRecorded(t *testing.T) {
 	}
 	if len(seen) != 50 {
 		t.Errorf("%d requests sent, want 50 (warm-up included)", len(seen))
+	}
+	if res.AllSent != 50 {
+		t.Errorf("%d sent in all, want 50", res.AllSent)
 	}
 	if res.Scheduled != 30 || res.OK != 30 || len(res.Latency) != 30 {
 		t.Errorf("measured %d scheduled, %d ok, %d latencies; want 30 each", res.Scheduled, res.OK, len(res.Latency))

@@ -74,9 +74,13 @@ type RouteStep struct {
 	// ProcessCores is the CPU the kvbench process used, in cores (with
 	// an in-process router, the router's CPU is part of it).
 	ProcessCores float64 `json:"process_cpu_cores"`
-	Pass         bool    `json:"meets_slo"`
-	Why          string  `json:"slo_miss,omitempty"`
-	FirstError   string  `json:"first_error,omitempty"`
+	// RouterCPUPerDecision is the router process's CPU per request sent
+	// (warm-up included), in µs, when its pid was given.
+	RouterCPUPerDecision float64 `json:"router_cpu_us_per_decision,omitempty"`
+	RouterCores          float64 `json:"router_cpu_cores,omitempty"`
+	Pass                 bool    `json:"meets_slo"`
+	Why                  string  `json:"slo_miss,omitempty"`
+	FirstError           string  `json:"first_error,omitempty"`
 }
 
 // NewRouteStep summarises an open-loop result.
@@ -140,6 +144,9 @@ func WriteRouteStep(w io.Writer, st RouteStep) {
 	fmt.Fprintf(w, "%9.0f %10.0f %9.0f %9s %9s %9s %9s %9s %9s %7d %7d %6.2f  %s\n",
 		st.OfferedRate, st.AchievedRate, st.SentRate, fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max),
 		fmtMs(st.SendLagMs.P99), st.Late, st.Failed, st.ProcessCores, verdict)
+	if st.RouterCPUPerDecision > 0 {
+		fmt.Fprintf(w, "%9s router process: %.1f cpu-µs per decision, %.2f cores\n", "", st.RouterCPUPerDecision, st.RouterCores)
+	}
 	if len(st.Errors) > 0 {
 		fmt.Fprintf(w, "%9s failed by kind: %s\n", "", FormatErrorCounts(st.Errors))
 		if st.FirstError != "" {

@@ -29,6 +29,7 @@ type httpFlags struct {
 	noSetup      bool
 	keepWorkers  bool
 	natsURL      string
+	routerPID    int
 	eventsSubj   string
 	workers      int
 	workerIDBase uint64
@@ -86,6 +87,7 @@ Without --url it starts a router in-process (kvrouter serve's defaults).
 	fs.BoolVar(&f.noSetup, "no-setup", false, "with --url: register no workers, publish no KV events, start no busy requests (use the fleet the router has)")
 	fs.BoolVar(&f.keepWorkers, "keep-workers", false, "with --url: leave the registered workers and their prefixes in the router at the end")
 	fs.StringVar(&f.natsURL, "nats-url", "", "with --url: the NATS server the router reads KV events from; the prefixes are published there (without it every worker scores zero overlap)")
+	fs.IntVar(&f.routerPID, "router-pid", 0, "with --url: pid of the router process on this machine; its CPU per decision is reported (steadier than latency on a shared machine)")
 	fs.StringVar(&f.eventsSubj, "kv-events-subject", "kvrouter.kv_events", "with --url: the router's KV-event subject")
 	fs.IntVar(&f.workers, "workers", 64, "workers registered over POST /workers (static: /route never contacts them)")
 	fs.Uint64Var(&f.workerIDBase, "worker-id-base", 0, "worker ids are base+1 .. base+workers (pick a range a real fleet does not use)")
@@ -141,7 +143,7 @@ func (f *httpFlags) check(set map[string]bool) (httpPlan, error) {
 			return plan, errors.New("--router-args configures the in-process router; with --url, configure the running router instead")
 		}
 	} else {
-		for _, name := range []string{"no-setup", "keep-workers", "nats-url", "kv-events-subject"} {
+		for _, name := range []string{"no-setup", "keep-workers", "nats-url", "kv-events-subject", "router-pid"} {
 			if set[name] {
 				return plan, fmt.Errorf("--%s applies to --url only (the in-process router is set up by the harness)", name)
 			}
@@ -152,6 +154,9 @@ func (f *httpFlags) check(set map[string]bool) (httpPlan, error) {
 	}
 	if err := (bench.OpenLoopConfig{Rate: 1, Duration: f.duration, Warmup: f.warmup, MaxInFlight: f.maxInFlight}).Validate(); err != nil {
 		return plan, fmt.Errorf("--duration, --warmup, --max-inflight: %w", err)
+	}
+	if f.routerPID < 0 {
+		return plan, fmt.Errorf("--router-pid must be a process id, got %d", f.routerPID)
 	}
 	if f.pause < 0 {
 		return plan, fmt.Errorf("--pause must not be negative, got %v", f.pause)
@@ -343,22 +348,24 @@ func describeHTTPRun(w io.Writer, f httpFlags, cfg bench.RouteLoadConfig, rep *b
 	fmt.Fprintf(w, "steps:    %v warm-up then %v measured per rate; SLO: %s\n\n", f.warmup, f.duration, slo)
 }
 
+// next is the i-th rate to measure (false: done): the list's, or the
+// search's next.
+func (p httpPlan) next(i int) (float64, bool) {
+	if p.search != nil {
+		return p.search.Next()
+	}
+	if i < len(p.rates) {
+		return p.rates[i], true
+	}
+	return 0, false
+}
+
 // runHTTPSteps measures each rate of the plan and prints it as it ends.
 func runHTTPSteps(ctx context.Context, w io.Writer, f httpFlags, plan httpPlan, target *bench.RouteTarget, rep *bench.RouteBenchReport) error {
 	bench.WriteRouteStepHeader(w)
-	rates := plan.rates
-	next := func(i int) (float64, bool) {
-		if plan.search != nil {
-			return plan.search.Next()
-		}
-		if i < len(rates) {
-			return rates[i], true
-		}
-		return 0, false
-	}
 	best := 0.0
 	for i := 0; ; i++ {
-		rate, ok := next(i)
+		rate, ok := plan.next(i)
 		if !ok {
 			break
 		}
@@ -369,17 +376,11 @@ func runHTTPSteps(ctx context.Context, w io.Writer, f httpFlags, plan httpPlan, 
 				return ctx.Err()
 			}
 		}
-		cpu0, wall0 := selfCPU(), time.Now()
-		res, err := target.Run(ctx, bench.OpenLoopConfig{Rate: rate, Warmup: f.warmup, Duration: f.duration, MaxInFlight: f.maxInFlight, Timeout: f.timeout})
+		st, err := measureHTTPStep(ctx, f, target, rate)
 		if err != nil {
 			return err
 		}
-		st := bench.NewRouteStep(res)
-		st.ProcessCores = (selfCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
 		st.Pass, st.Why = plan.slo.Judge(st)
-		if st.Failed > 0 {
-			st.FirstError = target.FirstError()
-		}
 		if st.Pass {
 			best = max(best, rate)
 		}
@@ -388,8 +389,9 @@ func runHTTPSteps(ctx context.Context, w io.Writer, f httpFlags, plan httpPlan, 
 		}
 		rep.Steps = append(rep.Steps, st)
 		bench.WriteRouteStep(w, st)
-		if st.SendLagMs.P99 > 1 {
-			fmt.Fprintf(w, "%9s note: the generator started requests late (lag p99 %.2fms); latency still counts from the scheduled time\n", "", st.SendLagMs.P99)
+		if st.SendLagMs.P99 > 1 { // ms
+			fmt.Fprintf(w, "%9s note: requests left late (send lag p50 %s, p99 %s: the generator or every connection was busy); the latency includes it\n",
+				"", fmtMs(st.SendLagMs.P50), fmtMs(st.SendLagMs.P99))
 		}
 	}
 	if len(rep.Steps) > 1 {
@@ -402,6 +404,50 @@ func runHTTPSteps(ctx context.Context, w io.Writer, f httpFlags, plan httpPlan, 
 	}
 	return nil
 }
+
+// measureHTTPStep runs one rate and adds the CPU the kvbench process and,
+// with --router-pid, the router used meanwhile.
+func measureHTTPStep(ctx context.Context, f httpFlags, target *bench.RouteTarget, rate float64) (bench.RouteStep, error) {
+	cpu0, wall0 := selfCPU(), time.Now()
+	router0, err := routerCPU(f.routerPID)
+	if err != nil {
+		return bench.RouteStep{}, err
+	}
+	res, err := target.Run(ctx, bench.OpenLoopConfig{Rate: rate, Warmup: f.warmup, Duration: f.duration, MaxInFlight: f.maxInFlight, Timeout: f.timeout})
+	if err != nil {
+		return bench.RouteStep{}, err
+	}
+	router1, err := routerCPU(f.routerPID)
+	if err != nil {
+		return bench.RouteStep{}, err
+	}
+	wall := time.Since(wall0).Seconds()
+	st := bench.NewRouteStep(res)
+	st.ProcessCores = (selfCPU() - cpu0).Seconds() / wall
+	if f.routerPID > 0 && res.AllSent > 0 {
+		st.RouterCPUPerDecision = float64((router1 - router0).Microseconds()) / float64(res.AllSent)
+		st.RouterCores = (router1 - router0).Seconds() / wall
+	}
+	if st.Failed > 0 {
+		st.FirstError = target.FirstError()
+	}
+	return st, nil
+}
+
+// routerCPU is the CPU time the router process used so far (0 without
+// a pid).
+func routerCPU(pid int) (time.Duration, error) {
+	if pid <= 0 {
+		return 0, nil
+	}
+	d, err := bench.ProcessCPUTime(pid)
+	if err != nil {
+		return 0, fmt.Errorf("--router-pid: %w", err)
+	}
+	return d, nil
+}
+
+func fmtMs(ms float64) string { return strconv.FormatFloat(ms, 'f', 2, 64) + "ms" }
 
 func writeJSONFile(path string, v any) error {
 	if dir := filepath.Dir(path); dir != "" {

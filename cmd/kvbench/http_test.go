@@ -37,6 +37,8 @@ func TestParseHTTPFlagsRejects(t *testing.T) {
 		{[]string{"--no-setup"}, "--no-setup applies to --url only"},
 		{[]string{"--nats-url", "nats://127.0.0.1:4222"}, "--nats-url applies to --url only"},
 		{[]string{"--keep-workers"}, "--keep-workers applies to --url only"},
+		{[]string{"--router-pid", "1"}, "--router-pid applies to --url only"},
+		{[]string{"--url", "http://h:1", "--router-pid", "-3"}, "--router-pid must be a process id"},
 		{[]string{"--url", "http://h:1", "--no-setup", "--nats-url", "nats://h:4222"}, "--no-setup publishes no KV events"},
 		{[]string{"--duration", "0s"}, "duration must be positive"},
 		{[]string{"--warmup", "-1s"}, "warmup must not be negative"},
@@ -205,4 +207,13 @@ func readReport(t *testing.T, path string) bench.RouteBenchReport {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return rep
+}
+
+func TestRouterCPU(t *testing.T) {
+	if d, err := routerCPU(0); d != 0 || err != nil {
+		t.Errorf("no pid: %v %v", d, err)
+	}
+	if _, err := routerCPU(1 << 30); err == nil || !strings.Contains(err.Error(), "--router-pid") {
+		t.Errorf("a pid that does not exist: %v", err)
+	}
 }
