@@ -82,8 +82,8 @@ type EventStats struct {
 	Messages  uint64            // NATS messages received
 	Events    uint64            // events decoded and handed on
 	Malformed map[string]uint64 // dropped messages by reason ("json", "protobuf")
-	Gaps      uint64            // event ids skipped (per worker rank)
-	Reordered uint64            // event ids not above the last seen (replay or restart)
+	Gaps      uint64            // event ids skipped (per worker rank), at most MaxEventIDGap per event
+	Reordered uint64            // event ids not above the last seen (replay or restart) or past MaxEventIDGap above it
 	// StreamGaps counts stream messages this replica never saw: purged by
 	// a snapshot before it read them (it then lacks their effect until
 	// the affected workers re-store those blocks or it restarts).
@@ -204,18 +204,44 @@ func (s *EventSource) handle(subject string, hdr nats.Header, data []byte) {
 // a gap means lost events (the index may miss blocks until they are
 // stored again or the worker is re-dumped), a step back means a replay
 // or an engine restart (its Cleared event resets the worker; re-applying
-// a Stored or Removed the index already reflects changes nothing). After
-// a step back, ids are counted from the new one.
+// a Stored or Removed the index already reflects changes nothing). A
+// jump forward of more than MaxEventIDGap is no gap either (see
+// EventIDStep) and counts as a discontinuity, like a step back. After a
+// discontinuity, ids are counted from the new one.
 func (s *EventSource) track(ev *kv.Event) {
 	last, seen := s.lastID[ev.Worker]
-	switch {
-	case !seen:
-	case ev.EventID > last+1:
-		s.gaps.Add(ev.EventID - last - 1)
-	case ev.EventID <= last:
-		s.reordered.Add(1)
+	if seen {
+		if skipped, ok := EventIDStep(last, ev.EventID); ok {
+			s.gaps.Add(skipped)
+		} else {
+			s.reordered.Add(1)
+		}
 	}
 	s.lastID[ev.Worker] = ev.EventID
+}
+
+// MaxEventIDGap is the largest forward jump of a rank's event_id that
+// counts as lost events. event_id is unsigned and JSON decoders read a
+// negative one as its two's complement (-1 is 2^64-1), so a publisher
+// with a signed or wrapped counter, or a hostile one, could otherwise
+// add nearly 2^64 to the gap counter with one event and wrap it. No
+// fleet loses 2^32 events of one rank between two it delivers.
+const MaxEventIDGap = 1 << 32
+
+// EventIDStep classifies event id after last, on the same rank: ok is
+// true for a forward step of at most MaxEventIDGap+1, with skipped the
+// ids in between (0 for last+1); anything else — a step back, a repeat,
+// a larger jump — is a discontinuity (ok false). It never overflows,
+// whatever the two ids are.
+func EventIDStep(last, id uint64) (skipped uint64, ok bool) {
+	if id <= last {
+		return 0, false
+	}
+	skipped = id - last - 1 // id > last: no wrap
+	if skipped > MaxEventIDGap {
+		return 0, false
+	}
+	return skipped, true
 }
 
 // Ready reports whether the replay (if any) has caught up.

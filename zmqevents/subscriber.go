@@ -59,8 +59,8 @@ type Stats struct {
 	Replays       uint64 // replay requests answered
 	ReplayErrors  uint64 // replay requests that failed or timed out
 	Replayed      uint64 // batches applied from replays
-	Lost          uint64 // sequence numbers neither received nor replayed
-	Restarts      uint64 // sequence went backwards: the engine restarted
+	Lost          uint64 // sequence numbers neither received nor replayed (at most MaxSeqGap per jump)
+	Restarts      uint64 // sequence went backwards (or jumped past MaxSeqGap): the engine restarted
 	RefSuppressed uint64 // duplicate stores/removals absorbed by RefCounter
 }
 
@@ -81,6 +81,21 @@ func (s *Stats) add(o Stats) {
 type counters struct {
 	messages, events, storedBlocks, malformed, duplicates   atomic.Uint64
 	replays, replayErrors, replayed, lost, restarts, refSup atomic.Uint64
+}
+
+// MaxSeqGap is the largest forward jump of a rank's sequence number that
+// counts as lost batches. An engine numbers its batches from 0 one by
+// one, so a larger jump is no gap: live, it is handled as a restart (the
+// worker is cleared and numbering starts again from the new sequence);
+// in a replay, the loss is counted as MaxSeqGap. Either way a corrupt or
+// hostile sequence number (a negative one is 2^64-1 as unsigned) cannot
+// add nearly 2^64 to the lost counter and wrap it.
+const MaxSeqGap = 1 << 32
+
+// addLost counts the sequence numbers between next (expected) and seq
+// (received, seq > next), at most MaxSeqGap.
+func (c *counters) addLost(next, seq uint64) {
+	c.lost.Add(min(seq-next, MaxSeqGap))
 }
 
 // Subscriber receives one worker's KV events: one SUB socket per DP rank.
@@ -290,11 +305,17 @@ func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
 		return
 	}
 	c.messages.Add(1)
-	if rs.haveLive && seq <= rs.lastLive {
+	if rs.haveLive && (seq <= rs.lastLive || seq-rs.lastLive-1 > MaxSeqGap) {
 		c.restarts.Add(1)
-		rs.s.log.Info("kv event sequence went back: engine restarted", "dp_rank", rs.rank, "seq", seq, "last", rs.lastLive)
+		rs.s.log.Info("kv event sequence went back or jumped: engine restarted", "dp_rank", rs.rank, "seq", seq, "last", rs.lastLive)
 		rs.s.clearWorker(rs.rank, seq)
+		// A restarted engine numbers from 0 again: what it published
+		// before seq is lost or replayable. A sequence too far from 0
+		// for that starts a new numbering at seq.
 		rs.started, rs.next = true, 0
+		if seq > MaxSeqGap {
+			rs.next = seq
+		}
 	}
 	rs.haveLive, rs.lastLive = true, seq
 	switch {
@@ -310,7 +331,7 @@ func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
 			return
 		}
 		if seq > rs.next {
-			c.lost.Add(seq - rs.next)
+			c.addLost(rs.next, seq)
 		}
 	}
 	rs.started, rs.next = true, seq+1
@@ -337,7 +358,7 @@ func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
 			return nil
 		}
 		if rs.started && seq > rs.next {
-			c.lost.Add(seq - rs.next)
+			c.addLost(rs.next, seq)
 		}
 		rs.started, rs.next = true, seq+1
 		c.replayed.Add(1)
@@ -383,7 +404,7 @@ func (rs *rankStream) repairGap(ctx context.Context) {
 		case seq < rs.next:
 			return nil
 		case seq > rs.next:
-			c.lost.Add(seq - rs.next)
+			c.addLost(rs.next, seq)
 		}
 		rs.next = seq + 1
 		c.replayed.Add(1)
