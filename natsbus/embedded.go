@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -27,13 +28,23 @@ const readyTimeout = 10 * time.Second
 // keep its streams in.
 var ErrNoStoreDir = errors.New("embedded NATS: JetStream needs a StoreDir")
 
+// ErrStoreDirInUse means another embedded server (this process or
+// another) holds the JetStream store directory.
+var ErrStoreDirInUse = errors.New("embedded NATS: the JetStream store directory is in use by another server (give each embedded NATS its own --data-dir)")
+
+// lockFile, in StoreDir, is what an embedded server with JetStream locks.
+const lockFile = "kvrouter.lock"
+
 // EmbeddedConfig configures an in-process NATS server.
 type EmbeddedConfig struct {
 	// Listen is host:port; empty means DefaultListen, and port 0 or -1
 	// picks a free port (see ClientURL).
 	Listen string
 	// StoreDir holds JetStream's file store (in a "jetstream"
-	// subdirectory); required with JetStream.
+	// subdirectory); required with JetStream. It must be the same path on
+	// every start for the streams (KV events, index snapshots) to survive
+	// a restart, and only one server may use it at a time: it is locked
+	// while the server runs (ErrStoreDirInUse).
 	StoreDir string
 	// JetStream enables streams (KV-event replay, snapshots).
 	JetStream bool
@@ -42,7 +53,10 @@ type EmbeddedConfig struct {
 }
 
 // Embedded is a running in-process NATS server.
-type Embedded struct{ srv *server.Server }
+type Embedded struct {
+	srv  *server.Server
+	lock *os.File // StoreDir's lock (nil without JetStream)
+}
 
 // StartEmbedded starts a server and waits until it accepts clients. The
 // server never installs signal handlers: the process owning it decides
@@ -65,6 +79,18 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.JetStream && cfg.StoreDir == "" {
 		return nil, ErrNoStoreDir
 	}
+	e := &Embedded{}
+	if cfg.JetStream {
+		if e.lock, err = lockDir(cfg.StoreDir); err != nil {
+			return nil, err
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.unlock()
+		}
+	}()
 	opts := &server.Options{
 		Host: host, Port: port, NoLog: !cfg.Debug, NoSigs: true,
 		JetStream: cfg.JetStream, StoreDir: filepath.Join(cfg.StoreDir, "jetstream"),
@@ -80,9 +106,18 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	go srv.Start()
 	if !srv.ReadyForConnections(readyTimeout) {
 		srv.Shutdown()
+		srv.WaitForShutdown()
 		return nil, fmt.Errorf("embedded NATS on %s did not become ready within %s", cfg.Listen, readyTimeout)
 	}
-	return &Embedded{srv: srv}, nil
+	e.srv, ok = srv, true
+	return e, nil
+}
+
+func (e *Embedded) unlock() {
+	if e.lock != nil {
+		_ = e.lock.Close() // closing drops the flock; nothing else to report
+		e.lock = nil
+	}
 }
 
 // ClientURL is the URL clients connect to (with the real port when a
@@ -93,4 +128,5 @@ func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
+	e.unlock()
 }

@@ -54,9 +54,9 @@ func TestEventSourceNegativeEventIDKeepsGapsExact(t *testing.T) {
 	msgs := []string{
 		`{"worker_id":1,"event":{"event_id":1,"data":"cleared"}}`,
 		`{"worker_id":1,"event":{"event_id":2,"data":"cleared"}}`,
-		`{"worker_id":1,"event":{"event_id":-1,"data":"cleared"}}`, // discontinuity
-		`{"worker_id":1,"event":{"event_id":3,"data":"cleared"}}`,  // discontinuity (below 2^64-1)
-		`{"worker_id":1,"event":{"event_id":5,"data":"cleared"}}`,  // 4 lost
+		`{"worker_id":1,"event":{"event_id":-1,"data":"cleared"}}`,                   // discontinuity
+		`{"worker_id":1,"event":{"event_id":3,"data":"cleared"}}`,                    // discontinuity (below 2^64-1)
+		`{"worker_id":1,"event":{"event_id":5,"data":"cleared"}}`,                    // 4 lost
 		`{"worker_id":1,"event":{"event_id":-9223372036854775808,"data":"cleared"}}`, // 2^63: discontinuity
 	}
 	for _, m := range msgs {

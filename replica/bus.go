@@ -32,7 +32,10 @@ type bus struct {
 
 // base is the replica's logger without a component: natsbus and zmqevents
 // add theirs, the bus's own messages are the replica's.
-func startBus(ctx context.Context, cfg config.Config, id string, router *actors.Router, m *metrics.Router, base *slog.Logger) (b *bus, err error) {
+// admit applies the worker-address policy to a heartbeat (false: refused,
+// counted and logged by admit).
+func startBus(ctx context.Context, cfg config.Config, id string, router *actors.Router, m *metrics.Router, base *slog.Logger,
+	admit func(hb events.Heartbeat, zmq bool) bool) (b *bus, err error) {
 	log := base.With("component", "replica")
 	b = &bus{url: cfg.NATSURL}
 	defer func() {
@@ -42,7 +45,7 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 	}()
 	if b.url == "" {
 		b.embedded, err = natsbus.StartEmbedded(natsbus.EmbeddedConfig{
-			Listen: cfg.NATSListen, StoreDir: filepath.Join(cfg.DataDir, "nats-"+id), JetStream: cfg.JetStream,
+			Listen: cfg.NATSListen, StoreDir: filepath.Join(cfg.DataDir, "nats"), JetStream: cfg.JetStream,
 		})
 		if err != nil {
 			return nil, err
@@ -78,6 +81,9 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 			log.Error("worker rejected: block size differs from the router's", "worker", hb.WorkerID,
 				"worker_block_size", hb.BlockSize, "router_block_size", cfg.BlockSize)
 			router.RemoveWorker(kv.WorkerID(hb.WorkerID))
+			return
+		}
+		if !admit(hb, b.zmq != nil) {
 			return
 		}
 		if err := router.RegisterWorker(hb.Proto(), false); err != nil {
