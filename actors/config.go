@@ -23,6 +23,13 @@ type IndexConfig struct {
 	// routed prompt's blocks as cached on its worker for this long, until
 	// the engine's own events confirm them. 0 disables.
 	PredictedTTL time.Duration
+	// HoldBlocks and HoldAge bound the KV events of workers that have not
+	// registered: held (up to HoldBlocks blocks per replica, for up to
+	// HoldAge) and applied once the worker registers, dropped and counted
+	// past either bound. Events often precede a worker's first heartbeat;
+	// a publisher must not grow the index with workers nobody routes to.
+	HoldBlocks int
+	HoldAge    time.Duration
 }
 
 // Config is what one replica's actors need. The service's config maps
@@ -38,6 +45,16 @@ type Config struct {
 	Index             IndexConfig
 	Scheduling        scheduling.Config
 	Sequence          sequence.Config
+
+	// ShardBacklog bounds the KV events sent to one shard and not yet
+	// applied; past it, ApplyEvent waits up to BackpressureWait (slowing
+	// the subscription down) and then drops the event, counted.
+	ShardBacklog     int
+	BackpressureWait time.Duration
+	// ReplicationBacklog bounds the peers' gossiped events not yet
+	// applied; past it they are dropped, counted, and the anti-entropy
+	// digest repairs the difference.
+	ReplicationBacklog int
 
 	// Limits bound a request's prompt and id and this replica's requests
 	// in flight.
@@ -95,11 +112,16 @@ func DefaultConfig() Config {
 			TTL:              120 * time.Second,
 			MaxTreeSize:      1 << 20,
 			PruneTargetRatio: 0.8,
+			HoldBlocks:       1 << 20,
+			HoldAge:          time.Minute,
 		},
 		Scheduling:                 scheduling.DefaultConfig(),
 		Sequence:                   sequence.DefaultConfig(),
 		DefaultMaxNumBatchedTokens: 8192,
 		Limits:                     scheduling.DefaultLimits(),
+		ShardBacklog:               1 << 16,
+		BackpressureWait:           time.Second,
+		ReplicationBacklog:         1 << 16,
 		MaxWorkers:                 DefaultMaxWorkers,
 		MaxRanks:                   DefaultMaxRanks,
 		DecisionTimeout:            250 * time.Millisecond,
@@ -119,6 +141,10 @@ func (c *Config) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.ShardBacklog <= 0 || c.ReplicationBacklog <= 0 || c.BackpressureWait < 0 {
+		errs = append(errs, fmt.Errorf("backlogs must be > 0 and the back-pressure wait >= 0, got %d, %d, %v",
+			c.ShardBacklog, c.ReplicationBacklog, c.BackpressureWait))
+	}
 	if c.MaxWorkers < 0 || c.MaxRanks < 0 {
 		errs = append(errs, fmt.Errorf("max workers and max ranks must be >= 0 (0 = no bound), got %d and %d", c.MaxWorkers, c.MaxRanks))
 	}
@@ -130,6 +156,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Index.PruneTargetRatio <= 0 || c.Index.PruneTargetRatio > 1 {
 		errs = append(errs, fmt.Errorf("router_prune_target_ratio must be in (0,1], got %v", c.Index.PruneTargetRatio))
+	}
+	if c.Index.HoldBlocks <= 0 || c.Index.HoldAge <= 0 {
+		errs = append(errs, fmt.Errorf("unregistered-worker event hold: blocks and age must be > 0, got %d and %v", c.Index.HoldBlocks, c.Index.HoldAge))
 	}
 	if c.Index.MaxTreeSize <= 0 {
 		errs = append(errs, fmt.Errorf("router_max_tree_size must be > 0, got %d", c.Index.MaxTreeSize))

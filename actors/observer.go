@@ -21,6 +21,9 @@ type Observer interface {
 	// StrideMismatch counts a peer's add dropped for its different
 	// router_active_sequence_stride.
 	StrideMismatch()
+	// BacklogDropped counts a message dropped because an actor's backlog
+	// was at its bound ("shard", "replication").
+	BacklogDropped(queue string)
 	QueueDepth(n int)
 }
 
@@ -35,4 +38,5 @@ func (NopObserver) EventDropped(string)                 {}
 func (NopObserver) ShardRestarted(uint32, bool)         {}
 func (NopObserver) WorkerRejected(string)               {}
 func (NopObserver) StrideMismatch()                     {}
+func (NopObserver) BacklogDropped(string)               {}
 func (NopObserver) QueueDepth(int)                      {}

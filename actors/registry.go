@@ -133,6 +133,9 @@ func (a *registryActor) publish(ctx actor.Context) *messages.RankTable {
 	t := a.table()
 	ctx.Send(a.scheduler, t)
 	ctx.Send(a.replication, t)
+	for _, sh := range a.shards {
+		ctx.Send(sh, t) // shards apply held events of workers that registered
+	}
 	return t
 }
 

@@ -24,6 +24,7 @@ type replicationActor struct {
 	log       *slog.Logger
 	obs       Observer
 	gossip    *gossiper
+	backlog   *backlog // peers' events sent here and not yet applied
 	scheduler *actor.PID
 	ranks     *rankView
 	remote    *tracking.Table
@@ -33,10 +34,10 @@ type replicationActor struct {
 	byRank map[kv.WorkerWithDpRank][]*messages.SequenceEvent
 }
 
-func newReplicationProps(cfg Config, g *gossiper, scheduler *actor.PID) *actor.Props {
+func newReplicationProps(cfg Config, g *gossiper, scheduler *actor.PID, bl *backlog) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &replicationActor{
-			cfg: cfg, log: cfg.Logger.With("component", "replication"), obs: cfg.Observer, gossip: g,
+			cfg: cfg, log: cfg.Logger.With("component", "replication"), obs: cfg.Observer, gossip: g, backlog: bl,
 			scheduler: scheduler, ranks: emptyRankView(), remote: tracking.New(),
 			strideWarned: map[string]bool{}, byRank: map[kv.WorkerWithDpRank][]*messages.SequenceEvent{},
 		}
@@ -46,8 +47,10 @@ func newReplicationProps(cfg Config, g *gossiper, scheduler *actor.PID) *actor.P
 func (a *replicationActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.SequenceEvent:
+		a.backlog.done(1)
 		a.remoteBatch(ctx, []*messages.SequenceEvent{m})
 	case *messages.SequenceEventBatch:
+		a.backlog.done(len(m.Events))
 		a.remoteBatch(ctx, m.Events)
 	case *messages.DropOrigin:
 		a.dropOrigin(ctx, m.Origin)

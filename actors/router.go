@@ -36,6 +36,9 @@ type Router struct {
 	stopped  atomic.Bool
 	// cancelTokens numbers route calls (RouteRequest.cancel_token).
 	cancelTokens atomic.Uint64
+	// Backlogs bound the shards' and the replication edge's mailboxes.
+	shardBacklogs []*backlog
+	replBacklog   *backlog
 }
 
 // Errors returned by Router methods; the HTTP layer maps them to codes.
@@ -86,8 +89,15 @@ func Start(cfg Config) (*Router, error) {
 	// each shard gets its share.
 	shardIndex := cfg.Index
 	shardIndex.MaxTreeSize = max(cfg.Index.MaxTreeSize/cfg.shardCount(), 1)
+	shardIndex.HoldBlocks = max(cfg.Index.HoldBlocks/cfg.shardCount(), 1)
 	for i := 0; i < cfg.shardCount(); i++ {
-		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: shardIndex, log: cfg.Logger, obs: cfg.Observer}
+		gate, err := newEventGate(shardIndex, cfg.Observer)
+		if err != nil {
+			return nil, err
+		}
+		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: shardIndex, log: cfg.Logger, obs: cfg.Observer,
+			gate: gate, backlog: newBacklog(cfg.ShardBacklog)}
+		r.shardBacklogs = append(r.shardBacklogs, st.backlog)
 		r.shards = append(r.shards, guardian.Spawn(newShardProps(st, cfg.shardMiddleware...)))
 	}
 	// The scheduler and the replication edge address each other, so both
@@ -99,7 +109,8 @@ func Start(cfg Config) (*Router, error) {
 	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.shards, replicationPID), schedulerPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn scheduler: %w", err)
 	}
-	if r.replication, err = sys.Root.SpawnNamed(newReplicationProps(cfg, g, schedulerPID), replicationPID.Id); err != nil {
+	r.replBacklog = newBacklog(cfg.ReplicationBacklog)
+	if r.replication, err = sys.Root.SpawnNamed(newReplicationProps(cfg, g, schedulerPID, r.replBacklog), replicationPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn replication: %w", err)
 	}
 	r.registry = sys.Root.Spawn(newRegistryProps(cfg, r.shards, r.scheduler, r.replication))
@@ -147,7 +158,12 @@ func (r *Router) ApplyEvent(ev *kv.Event) {
 	if r.stopped.Load() {
 		return
 	}
-	r.system.Root.Send(r.shards[shardOf(ev.Worker.WorkerID, len(r.shards))], events.ToProto(ev))
+	i := shardOf(ev.Worker.WorkerID, len(r.shards))
+	if !r.shardBacklogs[i].wait(1, r.cfg.BackpressureWait) {
+		r.cfg.Observer.BacklogDropped("shard")
+		return
+	}
+	r.system.Root.Send(r.shards[i], events.ToProto(ev))
 }
 
 // registerTimeout bounds how long RegisterWorker waits for the registry.
@@ -424,12 +440,22 @@ func (r *Router) ActiveRequests(ctx context.Context, origin *string) ([]*message
 
 // ApplyRemote applies a peer replica's active-sequence change.
 func (r *Router) ApplyRemote(ev *messages.SequenceEvent) {
+	if !r.replBacklog.tryAdd(1) {
+		r.cfg.Observer.BacklogDropped("replication")
+		return
+	}
 	r.system.Root.Send(r.replication, ev)
 }
 
 // ApplyRemoteBatch applies a run of one peer's changes, in order, as one
 // message. evs is copied: the caller may reuse the slice.
 func (r *Router) ApplyRemoteBatch(evs []*messages.SequenceEvent) {
+	if !r.replBacklog.tryAdd(len(evs)) {
+		for range evs {
+			r.cfg.Observer.BacklogDropped("replication")
+		}
+		return
+	}
 	r.system.Root.Send(r.replication, &messages.SequenceEventBatch{Events: slices.Clone(evs)})
 }
 

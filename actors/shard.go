@@ -26,7 +26,11 @@ type shardState struct {
 	// prompt and its KV events arriving, which would otherwise scatter a
 	// burst of same-prefix requests over idle workers. Scores take the max
 	// of both, as Dynamo's predict-on-route indexer does.
-	pred     *index.Approx
+	pred *index.Approx
+	// gate holds the events of workers that have not registered.
+	gate *eventGate
+	// backlog counts KV events sent to this shard and not yet applied.
+	backlog  *backlog
 	restarts uint64
 	resets   uint64
 	cfg      IndexConfig
@@ -52,12 +56,18 @@ func (a *shardActor) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		st.restarts++
 	case *messages.KvEvent:
+		st.backlog.done(1)
 		a.apply(m)
 	case *messages.KvEventBatch:
 		for _, ev := range m.Events {
 			a.apply(ev)
 		}
+	case *messages.RankTable:
+		for _, ev := range st.gate.registered(m) {
+			a.index(&ev)
+		}
 	case *messages.RemoveWorker:
+		st.gate.forget(kv.WorkerID(m.WorkerId))
 		a.tree().RemoveWorker(kv.WorkerID(m.WorkerId))
 		if st.pred != nil && !st.approx {
 			st.pred.RemoveWorker(kv.WorkerID(m.WorkerId))
@@ -75,6 +85,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		if st.pred != nil {
 			st.pred.Expire(time.Unix(0, m.UnixNano))
 		}
+		st.gate.expire(time.Unix(0, m.UnixNano))
 	case *messages.ShardStatsQuery:
 		ctx.Respond(a.stats())
 	case *messages.Barrier:
@@ -142,7 +153,15 @@ func (a *shardActor) apply(m *messages.KvEvent) {
 		a.st.obs.EventDropped("approx_mode")
 		return
 	}
-	if err := a.st.idx.Apply(&ev); err != nil {
+	if !a.st.gate.admit(ev) {
+		return // held until the worker registers, or dropped and counted
+	}
+	a.index(&ev)
+}
+
+// index applies an event of a registered worker to the engines' index.
+func (a *shardActor) index(ev *kv.Event) {
+	if err := a.st.idx.Apply(ev); err != nil {
 		a.st.obs.EventDropped(index.ErrorReason(err))
 		return
 	}
@@ -193,6 +212,7 @@ func (a *shardActor) stats() *messages.ShardStatsReply {
 		Counters: t.CounterMap(),
 	}
 	reply.Counters["shard_resets"] = a.st.resets
+	reply.Counters["held_blocks"] = uint64(a.st.gate.held.Blocks())
 	for w, n := range t.WorkerBlockCounts() {
 		reply.Blocks = append(reply.Blocks, &messages.WorkerBlocks{Worker: rankMsg(w), Blocks: n})
 	}

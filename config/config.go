@@ -73,6 +73,11 @@ type Config struct {
 	MaxRanks                   int           `flag:"max-ranks" help:"most (worker, dp rank) candidates the registry holds; 0 = no bound"`
 	MaxPromptTokens            int           `flag:"max-prompt-tokens" help:"longest prompt routed, in tokens; longer ones get 400; 0 = no bound"`
 	MaxRequestIDBytes          int           `flag:"max-request-id-bytes" help:"longest request_id accepted; longer ones get 400; 0 = no bound"`
+	ShardBacklog               int           `flag:"shard-backlog" help:"KV events queued to one indexer shard; past it ingestion waits up to backpressure-wait, then drops (backlog_dropped_total{queue=shard})"`
+	BackpressureWait           time.Duration `flag:"backpressure-wait" help:"longest a KV-event subscription is held back by a full shard backlog before the event is dropped"`
+	ReplicationBacklog         int           `flag:"replication-backlog" help:"peers' gossiped events queued for applying; more are dropped (backlog_dropped_total{queue=replication}) and repaired by anti-entropy"`
+	UnregisteredHoldBlocks     int           `flag:"unregistered-event-hold-blocks" help:"KV-event blocks of workers not registered (yet) held until they register; more are dropped (kv_events_dropped_total{reason=unregistered_worker})"`
+	UnregisteredHoldAge        time.Duration `flag:"unregistered-event-hold-age" help:"longest a held event waits for its worker to register before it is dropped"`
 	MaxActiveRequests          int           `flag:"max-active-requests" help:"requests this replica routed that may be active (not freed or expired) at once; more get 429; 0 = no bound"`
 	DecisionTimeout            time.Duration `flag:"decision-timeout" help:"longest wait for shard and load replies before deciding with what arrived"`
 	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" help:"free requests never freed after this long"`
@@ -141,6 +146,11 @@ func Default() Config {
 		MaxPromptTokens:            scheduling.DefaultMaxPromptTokens,
 		MaxRequestIDBytes:          scheduling.DefaultMaxRequestIDBytes,
 		MaxActiveRequests:          scheduling.DefaultMaxActiveRequests,
+		ShardBacklog:               1 << 16,
+		BackpressureWait:           time.Second,
+		ReplicationBacklog:         1 << 16,
+		UnregisteredHoldBlocks:     1 << 20,
+		UnregisteredHoldAge:        time.Minute,
 		StaleRequestExpiry:         time.Hour,
 		ProxyOutputBlockDecayFloor: 0.1,
 		ClusterBatchMaxEvents:      cluster.DefaultBatchMaxEvents,
@@ -214,6 +224,8 @@ func (c *Config) Actors() actors.Config {
 		MaxTreeSize:      c.RouterMaxTreeSize,
 		PruneTargetRatio: c.RouterPruneTargetRatio,
 		PredictedTTL:     time.Duration(c.RouterPredictedTTLSecs * float64(time.Second)),
+		HoldBlocks:       c.UnregisteredHoldBlocks,
+		HoldAge:          c.UnregisteredHoldAge,
 	}
 	ac.Scheduling = c.Scheduling()
 	ac.TrackActiveBlocks = c.RouterTrackActiveBlocks
@@ -228,6 +240,7 @@ func (c *Config) Actors() actors.Config {
 	ac.MaxQueueWait = c.RouterMaxQueueWait
 	ac.HeartbeatTimeout = c.HeartbeatTimeout
 	ac.MaxWorkers, ac.MaxRanks = c.MaxWorkers, c.MaxRanks
+	ac.ShardBacklog, ac.BackpressureWait, ac.ReplicationBacklog = c.ShardBacklog, c.BackpressureWait, c.ReplicationBacklog
 	ac.Limits = scheduling.Limits{
 		MaxPromptTokens: c.MaxPromptTokens, MaxRequestIDBytes: c.MaxRequestIDBytes, MaxActiveRequests: c.MaxActiveRequests,
 	}

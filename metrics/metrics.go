@@ -26,6 +26,7 @@ type Router struct {
 	shardRestarts   *prometheus.CounterVec
 	workerRejected  *prometheus.CounterVec
 	strideMismatch  prometheus.Counter
+	backlogDropped  *prometheus.CounterVec
 	queueDepth      prometheus.Gauge
 	HTTPRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
@@ -72,6 +73,10 @@ func New() *Router {
 			Name: "kvrouter_active_sequence_stride_mismatches_total",
 			Help: "Peer adds dropped because the peer samples sequence hashes with another router-active-sequence-stride.",
 		}),
+		backlogDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_backlog_dropped_total",
+			Help: "Messages dropped because an actor's backlog was at its bound (queue=shard: KV events after back-pressure; queue=replication: peers' gossip, repaired by anti-entropy).",
+		}, []string{"queue"}),
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvrouter_queue_depth", Help: "Requests waiting because every eligible worker is over the queue threshold.",
 		}),
@@ -87,7 +92,7 @@ func New() *Router {
 		}),
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded,
-		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.queueDepth,
+		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.HTTPRequests, m.ProxyRequests, m.ProxyTTFT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -114,6 +119,7 @@ func (m *Router) EventApplied(kind string)       { m.eventsApplied.WithLabelValu
 func (m *Router) EventDropped(reason string)     { m.eventsDropped.WithLabelValues(reason).Inc() }
 func (m *Router) WorkerRejected(reason string)   { m.workerRejected.WithLabelValues(reason).Inc() }
 func (m *Router) StrideMismatch()                { m.strideMismatch.Inc() }
+func (m *Router) BacklogDropped(queue string)    { m.backlogDropped.WithLabelValues(queue).Inc() }
 func (m *Router) QueueDepth(n int)               { m.queueDepth.Set(float64(n)) }
 
 func (m *Router) ShardRestarted(_ uint32, intact bool) {

@@ -71,6 +71,11 @@ func TestSnapshotBoundsTheStream(t *testing.T) {
 	late := StartReplica(t, func(c *config.Config) { c.NATSURL = first.NATSURL() })
 	lbase := BaseURL(late)
 	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		// Workers heartbeat periodically; the late replica indexes their
+		// replayed events once it has heard from them (until then they
+		// are held, not indexed).
+		publish(t, nc, "kvrouter.workers", heartbeat(1))
+		publish(t, nc, "kvrouter.workers", heartbeat(2))
 		if code, body := Get(t, lbase+"/readyz"); code != http.StatusOK {
 			return fmt.Errorf("late replica not ready: %s", body)
 		}

@@ -23,6 +23,14 @@ func BenchmarkWarmStart1M(b *testing.B) {
 	first := StartReplica(b, nil)
 	nc := connect(b, first)
 	const eventsN, blocksPer, workersN = 10_000, 100, 100
+	// Events are indexed only for registered workers: the workers
+	// heartbeat, to the first replica now and to the late one below.
+	heartbeats := func() {
+		for w := 1; w <= workersN; w++ {
+			publish(b, nc, "kvrouter.workers", heartbeat(uint64(w)))
+		}
+	}
+	heartbeats()
 	for i := 0; i < eventsN; i++ {
 		ev := kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: kv.WorkerID(i%workersN + 1)}, EventID: uint64(i / workersN), Kind: kv.EventStored}
 		for j := 0; j < blocksPer; j++ {
@@ -68,6 +76,7 @@ func BenchmarkWarmStart1M(b *testing.B) {
 		})
 		ready := time.Since(start)
 		testutil.EventuallyNil(b, time.Minute, func() error {
+			heartbeats()
 			if got := workers(b, lbase).IndexDigest; got != want {
 				return fmt.Errorf("digest %d, want %d", got, want)
 			}
