@@ -236,6 +236,9 @@ func (s *scenario) config(a map[string]string) {
 					c.Limits.MaxActiveRequests = n
 				}
 			})
+		case "stale_expiry":
+			d := s.dur(v)
+			s.mutations = append(s.mutations, func(c *Config) { c.Sequence.ExpiryDuration = d })
 		case "replica":
 			s.mutations = append(s.mutations, func(c *Config) { c.ReplicaID = v })
 		case "stride":

@@ -39,7 +39,7 @@ func newSequenceProps(w kv.WorkerWithDpRank, cfg Config, scheduler, replication 
 	// work.
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &sequenceActor{worker: w, replica: cfg.ReplicaID, seqs: seqs, log: log,
-			scheduler: scheduler, replication: replication, expiryEvery: cfg.StaleCheckInterval}
+			scheduler: scheduler, replication: replication, expiryEvery: cfg.Sequence.SweepInterval(cfg.StaleCheckInterval)}
 	}, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
 }
 

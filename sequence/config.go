@@ -39,6 +39,14 @@ type Config struct {
 	Stride int
 }
 
+// SweepInterval is how often the owner should call ExpireStale: every
+// check (Dynamo's 30 s), or a quarter of the expiry when that is shorter,
+// so a short expiry set by the user frees a vanished client's request
+// close to on time rather than up to a check later.
+func (c Config) SweepInterval(check time.Duration) time.Duration {
+	return min(check, c.ExpiryDuration/4)
+}
+
 // EffectiveStride is Stride with 0 read as 1.
 func (c Config) EffectiveStride() int { return max(c.Stride, 1) }
 

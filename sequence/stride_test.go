@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -122,5 +123,16 @@ func TestStrideValidated(t *testing.T) {
 		if c.Validate() == nil {
 			t.Errorf("stride %d accepted", s)
 		}
+	}
+}
+
+func TestSweepInterval(t *testing.T) {
+	c := DefaultConfig()
+	if got := c.SweepInterval(30 * time.Second); got != 30*time.Second {
+		t.Fatalf("default expiry sweeps every %v, want 30s", got)
+	}
+	c.ExpiryDuration = 20 * time.Second
+	if got := c.SweepInterval(30 * time.Second); got != 5*time.Second {
+		t.Fatalf("20s expiry sweeps every %v, want 5s", got)
 	}
 }
