@@ -28,7 +28,8 @@ type RawHTTPConn struct {
 	conn       net.Conn
 	br         *bufio.Reader
 	wbuf       []byte
-	used       bool // the connection already carried an answer
+	used       bool   // the connection already carried an answer
+	auth       string // Authorization header value, if any
 
 	// Body is the last answer's body; it is overwritten by the next Post.
 	Body []byte
@@ -71,6 +72,15 @@ func ParseTargetURL(s string) (*url.URL, error) {
 	}
 	u.Path = ""
 	return u, nil
+}
+
+// SetBearer sends "Authorization: Bearer token" with every request ("" =
+// no header).
+func (c *RawHTTPConn) SetBearer(token string) {
+	c.auth = ""
+	if token != "" {
+		c.auth = "Bearer " + token
+	}
 }
 
 // Close closes the connection.
@@ -118,6 +128,10 @@ func (c *RawHTTPConn) post(ctx context.Context, path string, body []byte) (statu
 	c.wbuf = append(c.wbuf, path...)
 	c.wbuf = append(c.wbuf, " HTTP/1.1\r\nHost: "...)
 	c.wbuf = append(c.wbuf, c.host...)
+	if c.auth != "" {
+		c.wbuf = append(c.wbuf, "\r\nAuthorization: "...)
+		c.wbuf = append(c.wbuf, c.auth...)
+	}
 	c.wbuf = append(c.wbuf, "\r\nContent-Type: application/json\r\nContent-Length: "...)
 	c.wbuf = strconv.AppendInt(c.wbuf, int64(len(body)), 10)
 	c.wbuf = append(c.wbuf, "\r\n\r\n"...)

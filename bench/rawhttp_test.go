@@ -61,6 +61,20 @@ func TestRawHTTPConnPostsAndKeepsAlive(t *testing.T) {
 	}
 }
 
+func TestRawHTTPConnSendsBearerToken(t *testing.T) {
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Header.Get("Authorization"))
+	})
+	c := newConn(t, srv.URL, 5*time.Second)
+	if _, err := c.Post(context.Background(), "/route", nil); err != nil || len(c.Body) != 0 {
+		t.Fatalf("without a token the server saw %q, %v", c.Body, err)
+	}
+	c.SetBearer("s3cret-token-0123456789")
+	if _, err := c.Post(context.Background(), "/route", nil); err != nil || string(c.Body) != "Bearer s3cret-token-0123456789" {
+		t.Fatalf("the server saw %q, %v", c.Body, err)
+	}
+}
+
 func TestRawHTTPConnReadsStatusAndChunkedBodies(t *testing.T) {
 	big := strings.Repeat("x", 40_000) // beyond the read buffer
 	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +29,9 @@ import (
 type RouteLoadConfig struct {
 	// URL is the router's base URL (http://host:port).
 	URL string
+	// AdminURL is where the /workers calls go: a router serving its
+	// admin API on a separate listener (--admin-addr). Empty = URL.
+	AdminURL string
 	// Workers registered, with ids WorkerIDBase+1 .. WorkerIDBase+Workers.
 	Workers      int
 	WorkerIDBase uint64
@@ -57,7 +62,11 @@ type RouteLoadConfig struct {
 	// Cleanup frees the busy requests, clears the prefixes and removes
 	// the registered workers at Close (for a router that keeps running).
 	Cleanup bool
-	Logger  *slog.Logger
+	// APIToken is sent as a bearer token with /route and /free,
+	// AdminToken with the setup calls (/workers); each falls back to the
+	// other when empty, for routers that require tokens.
+	APIToken, AdminToken string
+	Logger               *slog.Logger
 }
 
 // Validate reports the first unusable setting with the flag-like name of
@@ -65,6 +74,11 @@ type RouteLoadConfig struct {
 func (c RouteLoadConfig) Validate() error {
 	if _, err := ParseTargetURL(c.URL); err != nil {
 		return err
+	}
+	if c.AdminURL != "" {
+		if _, err := ParseTargetURL(c.AdminURL); err != nil {
+			return fmt.Errorf("admin %w", err)
+		}
 	}
 	switch {
 	case c.Tokens < 1:
@@ -169,6 +183,12 @@ func PrepareRouteTarget(ctx context.Context, cfg RouteLoadConfig) (_ *RouteTarge
 	}
 	u, _ := ParseTargetURL(cfg.URL)
 	cfg.URL = u.String()
+	if cfg.AdminURL == "" {
+		cfg.AdminURL = cfg.URL
+	} else {
+		a, _ := ParseTargetURL(cfg.AdminURL)
+		cfg.AdminURL = a.String()
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -403,18 +423,26 @@ func (t *RouteTarget) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// call makes one setup call and returns the body of a 200 answer.
+// call makes one setup call (the /workers ones to the admin URL) and
+// returns the body of a 200 answer.
 func (t *RouteTarget) call(ctx context.Context, method, path, body string) ([]byte, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = bytes.NewReader([]byte(body))
 	}
-	req, err := http.NewRequestWithContext(ctx, method, t.cfg.URL+path, rd)
+	base := t.cfg.URL
+	if strings.HasPrefix(path, "/workers") {
+		base = t.cfg.AdminURL
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return nil, err
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if tok := cmp.Or(t.cfg.AdminToken, t.cfg.APIToken); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
@@ -460,6 +488,7 @@ func (t *RouteTarget) Run(ctx context.Context, cfg OpenLoopConfig) (OpenLoopResu
 	t.firstErr.Store(nil)
 	return RunOpenLoop(ctx, cfg, func(int) Sender {
 		conn, _ := NewRawHTTPConn(t.cfg.URL, t.cfg.Timeout) // validated in PrepareRouteTarget
+		conn.SetBearer(cmp.Or(t.cfg.APIToken, t.cfg.AdminToken))
 		return &routeSender{t: t, step: step, conn: conn}
 	})
 }

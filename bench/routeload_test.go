@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -33,6 +34,7 @@ func TestRouteLoadConfigValidate(t *testing.T) {
 		want string
 	}{
 		{func(c *RouteLoadConfig) { c.URL = "https://x:1" }, "https"},
+		{func(c *RouteLoadConfig) { c.AdminURL = "localhost:9" }, "admin target URL"},
 		{func(c *RouteLoadConfig) { c.Tokens = 0 }, "tokens must be at least 1"},
 		{func(c *RouteLoadConfig) { c.BlockSize = 0 }, "block size"},
 		{func(c *RouteLoadConfig) { c.Prompts = 0 }, "prompts"},
@@ -300,4 +302,106 @@ func TestPrepareRouteTargetExplainsSetupFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "register worker") || !strings.Contains(err.Error(), "400") {
 		t.Fatalf("error %v, want the rejected registration with its status", err)
 	}
+}
+
+// TestRouteTargetAdminURL sends the /workers calls to a separate admin
+// listener and nothing else.
+func TestRouteTargetAdminURL(t *testing.T) {
+	f, srv := newFakeRouter(t)
+	var dataWorkers int
+	var mu sync.Mutex
+	data := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/workers") {
+			mu.Lock()
+			dataWorkers++
+			mu.Unlock()
+			http.Error(w, `{"error":"admin routes are on the admin listener"}`, http.StatusNotFound)
+			return
+		}
+		proxyTo(t, srv.URL, w, r)
+	}))
+	defer data.Close()
+	cfg := validRouteConfig()
+	cfg.URL, cfg.AdminURL, cfg.Cleanup = data.URL, srv.URL, true
+	target, err := PrepareRouteTarget(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if dataWorkers != 0 || f.routes != 5 || len(f.workers) != 0 {
+		t.Errorf("%d /workers calls on the data listener, %d routes, %d workers left; want 0, 5 (sample + 4 busy), 0", dataWorkers, f.routes, len(f.workers))
+	}
+}
+
+// TestRouteTargetSendsTokens checks the admin token goes with the set-up
+// calls and the API token with the decisions.
+func TestRouteTargetSendsTokens(t *testing.T) {
+	_, srv := newFakeRouter(t)
+	var mu sync.Mutex
+	seen := map[string]map[string]int{} // path -> Authorization -> calls
+	auth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Path
+		if strings.HasPrefix(path, "/workers/") {
+			path = "/workers/{id}"
+		}
+		mu.Lock()
+		if seen[path] == nil {
+			seen[path] = map[string]int{}
+		}
+		seen[path][r.Header.Get("Authorization")]++
+		mu.Unlock()
+		proxyTo(t, srv.URL, w, r)
+	}))
+	defer auth.Close()
+	cfg := validRouteConfig()
+	cfg.URL, cfg.Cleanup, cfg.APIToken, cfg.AdminToken = auth.URL, true, "api-token", "admin-token"
+	target, err := PrepareRouteTarget(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := target.Run(context.Background(), OpenLoopConfig{Rate: 1000, Duration: 5 * time.Millisecond, MaxInFlight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for path, byAuth := range seen {
+		for a, n := range byAuth {
+			if a != "Bearer admin-token" && a != "Bearer api-token" {
+				t.Errorf("%d calls to %s with Authorization %q", n, path, a)
+			}
+		}
+	}
+	if seen["/workers"]["Bearer admin-token"] == 0 || seen["/workers/{id}"]["Bearer admin-token"] == 0 {
+		t.Errorf("set-up calls not made with the admin token: %v", seen)
+	}
+	// The load's decisions and frees carry the API token (the set-up's
+	// sample decision and busy requests the admin one).
+	if seen["/route"]["Bearer api-token"] != 5 || seen["/free"]["Bearer api-token"] != 5 {
+		t.Errorf("load calls: %v", seen)
+	}
+}
+
+// proxyTo forwards r to base and copies the answer back.
+func proxyTo(t *testing.T, base string, w http.ResponseWriter, r *http.Request) {
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, base+r.URL.Path, r.Body)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer resp.Body.Close()
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }

@@ -25,11 +25,14 @@ import (
 // httpFlags are the flags of `kvbench http`.
 type httpFlags struct {
 	url          string
+	adminURL     string
 	routerArgs   string
 	noSetup      bool
 	keepWorkers  bool
 	natsURL      string
 	routerPID    int
+	apiTokenFile string
+	adminTokFile string
 	eventsSubj   string
 	workers      int
 	workerIDBase uint64
@@ -83,11 +86,14 @@ Without --url it starts a router in-process (kvrouter serve's defaults).
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.url, "url", "", "target an already running router (http://host:port) instead of starting one in-process")
+	fs.StringVar(&f.adminURL, "admin-url", "", "where the /workers set-up calls go when the router serves its admin API on a separate listener (--admin-addr); default: the router's URL")
 	fs.StringVar(&f.routerArgs, "router-args", "", "in-process router: extra `kvrouter serve` flags, space-separated (e.g. \"--indexer-shards 1\")")
 	fs.BoolVar(&f.noSetup, "no-setup", false, "with --url: register no workers, publish no KV events, start no busy requests (use the fleet the router has)")
 	fs.BoolVar(&f.keepWorkers, "keep-workers", false, "with --url: leave the registered workers and their prefixes in the router at the end")
 	fs.StringVar(&f.natsURL, "nats-url", "", "with --url: the NATS server the router reads KV events from; the prefixes are published there (without it every worker scores zero overlap)")
 	fs.IntVar(&f.routerPID, "router-pid", 0, "with --url: pid of the router process on this machine; its CPU per decision is reported (steadier than latency on a shared machine)")
+	fs.StringVar(&f.apiTokenFile, "api-token-file", "", "a router that requires bearer tokens: file whose first token (one per line, # comments) is sent with /route and /free")
+	fs.StringVar(&f.adminTokFile, "admin-token-file", "", "a router that requires bearer tokens: file whose first token is sent with the /workers set-up calls (default: the API token)")
 	fs.StringVar(&f.eventsSubj, "kv-events-subject", "kvrouter.kv_events", "with --url: the router's KV-event subject")
 	fs.IntVar(&f.workers, "workers", 64, "workers registered over POST /workers (static: /route never contacts them)")
 	fs.Uint64Var(&f.workerIDBase, "worker-id-base", 0, "worker ids are base+1 .. base+workers (pick a range a real fleet does not use)")
@@ -155,6 +161,11 @@ func (f *httpFlags) check(set map[string]bool) (httpPlan, error) {
 	if err := (bench.OpenLoopConfig{Rate: 1, Duration: f.duration, Warmup: f.warmup, MaxInFlight: f.maxInFlight}).Validate(); err != nil {
 		return plan, fmt.Errorf("--duration, --warmup, --max-inflight: %w", err)
 	}
+	if f.adminURL != "" {
+		if _, err := bench.ParseTargetURL(f.adminURL); err != nil {
+			return plan, fmt.Errorf("--admin-url: %w", err)
+		}
+	}
 	if f.routerPID < 0 {
 		return plan, fmt.Errorf("--router-pid must be a process id, got %d", f.routerPID)
 	}
@@ -204,7 +215,7 @@ func parseRates(s string) ([]float64, error) {
 // loadConfig is the harness's view of the flags against url.
 func (f *httpFlags) loadConfig(url string, blockSize int) bench.RouteLoadConfig {
 	return bench.RouteLoadConfig{
-		URL: url, Workers: f.workers, WorkerIDBase: f.workerIDBase, Tokens: f.tokens, PrefixTokens: f.prefixTokens,
+		URL: url, AdminURL: f.adminURL, Workers: f.workers, WorkerIDBase: f.workerIDBase, Tokens: f.tokens, PrefixTokens: f.prefixTokens,
 		Groups: f.groups, Prompts: f.prompts, BlockSize: blockSize, BusyPerWorker: f.busy, BusyTokens: f.busyTokens,
 		UpdateStates: f.updateStates, Timeout: f.timeout, Seed: f.seed, NoSetup: f.noSetup,
 		NATSURL: f.natsURL, KVEventsSubject: f.eventsSubj, Cleanup: f.url != "" && !f.keepWorkers,
@@ -228,6 +239,12 @@ func runHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	cfg := f.loadConfig(f.url, f.blockSize)
 	cfg.Logger = log
+	if cfg.APIToken, err = readTokenFile(f.apiTokenFile); err != nil {
+		return fmt.Errorf("--api-token-file: %w", err)
+	}
+	if cfg.AdminToken, err = readTokenFile(f.adminTokFile); err != nil {
+		return fmt.Errorf("--admin-token-file: %w", err)
+	}
 	if f.url == "" {
 		r, serveCfg, stop, err := startInProcessRouter(ctx, f, log)
 		if err != nil {
@@ -432,6 +449,25 @@ func measureHTTPStep(ctx context.Context, f httpFlags, target *bench.RouteTarget
 		st.FirstError = target.FirstError()
 	}
 	return st, nil
+}
+
+// readTokenFile returns the first token of a token file: its first line
+// that is neither blank nor a # comment ("" for no path).
+func readTokenFile(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") {
+			return line, nil
+		}
+	}
+	return "", fmt.Errorf("%s holds no token", path)
 }
 
 // routerCPU is the CPU time the router process used so far (0 without

@@ -32,6 +32,7 @@ func TestParseHTTPFlagsRejects(t *testing.T) {
 		{[]string{"--find-max", "--refine", "-1"}, "refinement steps must not be negative"},
 		{[]string{"--url", "https://127.0.0.1:8080"}, "https is not supported"},
 		{[]string{"--url", "127.0.0.1:8080"}, "want http://host:port"},
+		{[]string{"--admin-url", "https://127.0.0.1:9090"}, "--admin-url: target URL"},
 		{[]string{"--url", "http://127.0.0.1:8080/route"}, "base URL only"},
 		{[]string{"--url", "http://127.0.0.1:8080", "--router-args", "--pprof"}, "--router-args configures the in-process router"},
 		{[]string{"--no-setup"}, "--no-setup applies to --url only"},
@@ -215,5 +216,29 @@ func TestRouterCPU(t *testing.T) {
 	}
 	if _, err := routerCPU(1 << 30); err == nil || !strings.Contains(err.Error(), "--router-pid") {
 		t.Errorf("a pid that does not exist: %v", err)
+	}
+}
+
+func TestReadTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(good, []byte("# rotated 2026-11\n\n  first-token-0123456789  \nsecond-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := readTokenFile(good); err != nil || tok != "first-token-0123456789" {
+		t.Errorf("token %q, %v", tok, err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("# nothing\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readTokenFile(empty); err == nil || !strings.Contains(err.Error(), "holds no token") {
+		t.Errorf("empty file: %v", err)
+	}
+	if _, err := readTokenFile(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing file gave no error")
+	}
+	if tok, err := readTokenFile(""); tok != "" || err != nil {
+		t.Errorf("no file: %q %v", tok, err)
 	}
 }
