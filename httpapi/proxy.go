@@ -46,12 +46,32 @@ func completionPrompt(raw json.RawMessage) ([]uint32, error) {
 	return batch[0], nil
 }
 
-func (s *Server) chatCompletions(w http.ResponseWriter, _ *http.Request) {
+// refuseLoop answers 508 a request another router already forwarded: a
+// worker URL leads back to a router, and forwarding again would loop.
+func (s *Server) refuseLoop(w http.ResponseWriter, r *http.Request) bool {
+	from := r.Header.Get(HopHeader)
+	if from == "" {
+		return false
+	}
+	s.outcome("loop")
+	s.log.Warn("refused a request another router forwarded: a worker URL points at a router", "from_replica", from)
+	writeError(w, http.StatusLoopDetected,
+		"request already forwarded by kvrouter replica %q (%s): a worker URL points at a router, not an engine", from, HopHeader)
+	return true
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	if s.refuseLoop(w, r) {
+		return
+	}
 	writeError(w, http.StatusBadRequest,
 		"/v1/chat/completions needs a tokenizer and chat template, which kvrouter does not have yet; send token ids to /v1/completions")
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	if s.refuseLoop(w, r) {
+		return
+	}
 	body, ok := readBodyOrFail(w, r, s.opts.MaxBodyBytes, nil)
 	if !ok {
 		return
@@ -161,6 +181,7 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("X-Dp-Rank", strconv.FormatUint(uint64(rank), 10))
 	hreq.Header.Set("X-Request-Id", p.requestID)
+	hreq.Header.Set(HopHeader, s.hopID())
 	resp, err := s.opts.Client.Do(hreq)
 	if err != nil {
 		s.freeQuietly(p.requestID)
@@ -267,6 +288,13 @@ func (s *Server) freeQuietly(id string) {
 	if err := s.opts.Router.Free(ctx, id); err != nil {
 		s.log.Debug("free failed", "request", id, "err", err)
 	}
+}
+
+func (s *Server) hopID() string {
+	if s.opts.ReplicaID != "" {
+		return s.opts.ReplicaID
+	}
+	return "kvrouter"
 }
 
 func (s *Server) outcome(o string) {

@@ -3,23 +3,35 @@
 // /workers), health and readiness, Prometheus metrics, and the
 // OpenAI-compatible proxy (/v1/completions). Every error is a JSON body
 // {"error": "..."} with a 4xx/5xx code; no input can make it panic.
+//
+// Routes are data plane (optionally behind a client bearer token), admin
+// (worker registration and removal, pprof: behind an admin bearer token,
+// on a separate listener, or loopback-only) or open (probes, metrics).
+// Worker URLs must satisfy a netpolicy.Policy, checked at registration
+// and again at every dial.
 package httpapi
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/metrics"
+	"github.com/kvrouter/kvrouter/netpolicy"
 )
 
 // Options configures the HTTP server.
@@ -31,26 +43,74 @@ type Options struct {
 	// Ready reports why the replica is not ready yet (nil = ready).
 	Ready func() error
 	// Proxy enables /v1/completions.
-	Proxy  bool
-	Client *http.Client // for proxying; default has sane timeouts
+	Proxy bool
+	// Client is the proxy's HTTP client. The default has sane timeouts,
+	// follows no redirects and checks every address it dials against
+	// WorkerPolicy; a client given here is used as is.
+	Client *http.Client
 	// OutputBlockDecayFloor is the smallest weight the proxy gives a
 	// generated block once the expected output length is exceeded.
 	OutputBlockDecayFloor float64
 	TrackOutputBlocks     bool
-	// Pprof serves Go profiles under /debug/pprof/.
+	// Pprof serves Go profiles under /debug/pprof/ (an admin route).
 	Pprof bool
 	Log   *slog.Logger
+
+	// ReplicaID marks the requests the proxy forwards (HopHeader).
+	ReplicaID string
+	// AdminTokens, when set, is required (bearer) on the admin routes:
+	// POST /workers, DELETE /workers/{id}, /debug/pprof/. Without it
+	// the admin routes answer loopback clients only on the main
+	// listener, and anyone who reaches the admin listener.
+	AdminTokens *Tokens
+	// APITokens, when set, is required (bearer) on the data-plane
+	// routes; an admin token is accepted too. /healthz, /readyz and
+	// /metrics stay open (probes and scrapes).
+	APITokens *Tokens
+	// AdminSeparate serves the admin routes only on AdminHandler (the
+	// --admin-addr listener).
+	AdminSeparate bool
+	// WorkerPolicy is what a worker URL must satisfy (nil: the private
+	// ranges, netpolicy.DefaultAllow, without self addresses).
+	WorkerPolicy *netpolicy.Policy
+	// Resolve resolves worker host names for WorkerPolicy (nil: the
+	// system resolver, 2 s per lookup).
+	Resolve netpolicy.Resolver
+	// WriteTimeout bounds each write to a client (0: none); the deadline
+	// moves as a response makes progress, so long streams are fine.
+	WriteTimeout time.Duration
 }
+
+// HopHeader marks a request the proxy forwarded. A router refuses (508) a
+// completion that carries it: a worker URL that leads back to a router
+// would otherwise forward each request in a loop.
+const HopHeader = "X-Kvrouter-Hop"
 
 // Server serves the API.
 type Server struct {
-	opts Options
-	mux  *http.ServeMux
-	log  *slog.Logger
+	opts  Options
+	mux   *http.ServeMux // the main listener
+	admin *http.ServeMux // the --admin-addr listener
+	log   *slog.Logger
 
 	urlsMu      sync.Mutex
 	urls        map[uint64]string // worker id → base URL, for the proxy
 	urlsRefresh time.Time
+}
+
+// access is who may call a route.
+type access int
+
+const (
+	open      access = iota // probes, metrics
+	dataPlane               // APITokens when set
+	adminOnly               // the admin gate
+)
+
+type route struct {
+	pattern, name string
+	access        access
+	h             http.HandlerFunc
 }
 
 // New builds the server and its routes.
@@ -61,49 +121,123 @@ func New(opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20
 	}
-	if opts.Client == nil {
-		opts.Client = &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
-			ResponseHeaderTimeout: 10 * time.Minute,
-		}}
+	if opts.WorkerPolicy == nil {
+		opts.WorkerPolicy = netpolicy.MustParse(netpolicy.DefaultAllow...)
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Log.With("component", "httpapi")}
-	s.handle("POST /route", "route", s.route)
-	s.handle("POST /prefill_done", "prefill_done", s.prefillDone)
-	s.handle("POST /free", "free", s.free)
-	s.handle("POST /overlap_scores", "overlap_scores", s.overlapScores)
-	s.handle("POST /potential_loads", "potential_loads", s.potentialLoads)
-	s.handle("GET /workers", "workers", s.listWorkers)
-	s.handle("POST /workers", "workers", s.addWorker)
-	s.handle("DELETE /workers/{id}", "workers", s.deleteWorker)
-	s.handle("GET /healthz", "healthz", s.healthz)
-	s.handle("GET /readyz", "readyz", s.readyz)
+	if opts.Resolve == nil {
+		opts.Resolve = netpolicy.LookupWith(nil, 2*time.Second)
+	}
+	if opts.Client == nil {
+		opts.Client = proxyClient(opts.WorkerPolicy)
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux(), admin: http.NewServeMux(), log: opts.Log.With("component", "httpapi")}
+	routes := []route{
+		{"POST /route", "route", dataPlane, s.route},
+		{"POST /prefill_done", "prefill_done", dataPlane, s.prefillDone},
+		{"POST /free", "free", dataPlane, s.free},
+		{"POST /overlap_scores", "overlap_scores", dataPlane, s.overlapScores},
+		{"POST /potential_loads", "potential_loads", dataPlane, s.potentialLoads},
+		{"GET /workers", "workers", dataPlane, s.listWorkers},
+		{"POST /workers", "workers", adminOnly, s.addWorker},
+		{"DELETE /workers/{id}", "workers", adminOnly, s.deleteWorker},
+		{"GET /healthz", "healthz", open, s.healthz},
+		{"GET /readyz", "readyz", open, s.readyz},
+	}
 	if opts.Metrics != nil {
-		s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{}))
+		h := promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{})
+		routes = append(routes, route{"GET /metrics", "", open, h.ServeHTTP})
 	}
 	if opts.Proxy {
-		s.handle("POST /v1/completions", "completions", s.completions)
-		s.handle("POST /v1/chat/completions", "chat_completions", s.chatCompletions)
+		routes = append(routes,
+			route{"POST /v1/completions", "completions", dataPlane, s.completions},
+			route{"POST /v1/chat/completions", "chat_completions", dataPlane, s.chatCompletions})
 	}
 	if opts.Pprof {
-		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
-		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		routes = append(routes,
+			route{"/debug/pprof/", "", adminOnly, pprof.Index},
+			route{"/debug/pprof/profile", "", adminOnly, pprof.Profile},
+			route{"/debug/pprof/symbol", "", adminOnly, pprof.Symbol},
+			route{"/debug/pprof/trace", "", adminOnly, pprof.Trace})
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	for _, rt := range routes {
+		switch {
+		case rt.access != adminOnly:
+			s.handle(s.mux, rt, nil)
+		case opts.AdminSeparate:
+			s.handle(s.mux, route{rt.pattern, "", open, func(w http.ResponseWriter, r *http.Request) {
+				writeError(w, http.StatusNotFound, "%s %s is served on the admin listener (--admin-addr) only", r.Method, r.URL.Path)
+			}}, nil)
+		default:
+			s.handle(s.mux, rt, func(w http.ResponseWriter, r *http.Request) bool { return s.adminGate(w, r, false) })
+		}
+		// The admin listener: admin routes, the registry listing, probes
+		// and metrics.
+		switch {
+		case rt.access == open:
+			s.handle(s.admin, rt, nil)
+		case rt.access == adminOnly || rt.pattern == "GET /workers":
+			s.handle(s.admin, rt, func(w http.ResponseWriter, r *http.Request) bool { return s.adminGate(w, r, true) })
+		}
+	}
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
-	})
+	}
+	s.handle(s.mux, route{"/", "", open, notFound}, nil)
+	s.handle(s.admin, route{"/", "", open, notFound}, nil)
 	return s
 }
 
-// Handler returns the root handler.
+// proxyClient is the proxy's default client: no redirects (a worker's
+// 307 must not send the client's body elsewhere), and every dial checked
+// against the worker policy at the address actually dialed, so a name
+// that resolves differently since registration is caught too.
+func proxyClient(policy *netpolicy.Policy) *http.Client {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{
+		Transport: &http.Transport{
+			DialContext:         guardedDial(dialer, policy),
+			MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
+			ResponseHeaderTimeout: 10 * time.Minute,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+func guardedDial(d *net.Dialer, policy *netpolicy.Policy) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		dd := *d
+		dd.Control = func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("dial %s: %w", address, err)
+			}
+			return policy.CheckDial(host, ap)
+		}
+		return dd.DialContext(ctx, network, addr)
+	}
+}
+
+// Handler returns the main listener's handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// handle wraps a handler with panic containment and status counting.
-func (s *Server) handle(pattern, name string, h http.HandlerFunc) {
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+// AdminHandler returns the --admin-addr listener's handler: the admin
+// routes, GET /workers, probes and metrics.
+func (s *Server) AdminHandler() http.Handler { return s.admin }
+
+// handle registers a route with its gate (nil = none), write deadlines,
+// panic containment and status counting (routes with a name).
+func (s *Server) handle(mux *http.ServeMux, rt route, gate func(http.ResponseWriter, *http.Request) bool) {
+	if gate == nil && rt.access == dataPlane {
+		gate = s.dataGate
+	}
+	h, name := rt.h, rt.name
+	mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK, timeout: s.opts.WriteTimeout}
+		sw.dl, _ = w.(writeDeadliner) // net/http clears the deadline after each request
 		defer func() {
 			if p := recover(); p != nil {
 				if errors.Is(asError(p), http.ErrAbortHandler) {
@@ -114,10 +248,13 @@ func (s *Server) handle(pattern, name string, h http.HandlerFunc) {
 					writeError(sw, http.StatusInternalServerError, "internal error")
 				}
 			}
-			if s.opts.Metrics != nil {
+			if s.opts.Metrics != nil && name != "" {
 				s.opts.Metrics.HTTPRequests.WithLabelValues(name, strconv.Itoa(sw.code)).Inc()
 			}
 		}()
+		if gate != nil && !gate(sw, r) {
+			return
+		}
 		h(sw, r)
 	})
 }
@@ -129,21 +266,48 @@ func asError(p any) error {
 	return nil
 }
 
+// writeDeadliner is net/http's response writer (http.ResponseController
+// finds the same method, through Unwrap chains this code does not have).
+type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
+
 type statusWriter struct {
 	http.ResponseWriter
 	code  int
 	wrote bool
+
+	// The write deadline is moved to now+timeout before a write when
+	// the last move is older than timeout/8: a response that makes
+	// progress never times out, a client that stops reading is cut
+	// after at most timeout, and a stream of small writes costs one
+	// deadline update per timeout/8.
+	dl      writeDeadliner
+	timeout time.Duration
+	lastSet time.Time
+}
+
+func (w *statusWriter) extend() {
+	if w.dl == nil || w.timeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if now.Sub(w.lastSet) < w.timeout/8 {
+		return
+	}
+	w.lastSet = now
+	_ = w.dl.SetWriteDeadline(now.Add(w.timeout)) // only fails on a closed connection, which the write reports
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if !w.wrote {
 		w.code, w.wrote = code, true
 	}
+	w.extend()
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	w.wrote = true
+	w.extend()
 	return w.ResponseWriter.Write(b)
 }
 
@@ -151,6 +315,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		w.wrote = true
+		w.extend()
 		f.Flush()
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/netpolicy"
 	"github.com/kvrouter/kvrouter/scheduling"
 )
 
@@ -48,6 +49,13 @@ func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 	}
 	if size == 0 || size > maxDpSize {
 		writeError(w, http.StatusBadRequest, "data_parallel_size must be in 1..%d, got %d", maxDpSize, size)
+		return
+	}
+	if err := s.opts.WorkerPolicy.CheckWorkerURL(r.Context(), body.URL, s.opts.Resolve); err != nil {
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.WorkerRejected("url_" + netpolicy.Reason(err))
+		}
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	if body.BlockSize != 0 && int(body.BlockSize) != s.opts.BlockSize {
