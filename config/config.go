@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/netpolicy"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
 )
@@ -28,6 +29,17 @@ type Config struct {
 	Proxy           bool          `flag:"proxy" help:"serve OpenAI-compatible /v1/completions by routing and forwarding to workers"`
 	Pprof           bool          `flag:"pprof" help:"serve Go profiles under /debug/pprof/ (for operators chasing CPU or memory)"`
 	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the decision path allocates per request and the live heap is mostly the index, so a higher target trades memory for CPU; 0 keeps the runtime's (or GOGC's) setting"`
+
+	// ---- HTTP security and limits ----
+	AdminAddr             string        `flag:"admin-addr" help:"separate listen address for the admin API (POST/DELETE /workers, /debug/pprof; also GET /workers, probes, metrics); when set, admin routes are served only there"`
+	AdminTokenFile        string        `flag:"admin-token-file" help:"file of bearer tokens (one per line, at least 16 characters) the admin API requires; without it and without --admin-addr, admin routes answer loopback clients only; re-read when it changes"`
+	APITokenFile          string        `flag:"api-token-file" help:"file of bearer tokens data-plane clients must send (/route, /free, /prefill_done, /overlap_scores, /potential_loads, GET /workers, /v1/*); an admin token is accepted too; empty = no client token; re-read when it changes"`
+	WorkerURLAllow        []string      `flag:"worker-url-allow" help:"comma-separated hosts worker URLs and announced ZMQ endpoints may name: private (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, loopback), loopback, any, CIDRs, IPs, host names, *.domain patterns; names not listed must resolve into the allowed CIDRs; link-local and metadata addresses and this router's own listeners are always refused"`
+	HTTPReadHeaderTimeout time.Duration `flag:"http-read-header-timeout" help:"longest time to read a request's headers"`
+	HTTPReadTimeout       time.Duration `flag:"http-read-timeout" help:"longest time to read a whole request, body included (0 = none)"`
+	HTTPWriteTimeout      time.Duration `flag:"http-write-timeout" help:"longest a write to a client may block; renewed as a response progresses, so proxied streams may last longer (0 = none)"`
+	HTTPIdleTimeout       time.Duration `flag:"http-idle-timeout" help:"close a keep-alive connection idle this long (keep it above the load balancer's idle timeout)"`
+	HTTPMaxConns          int           `flag:"http-max-conns" help:"most client connections open at once on the HTTP listener; more wait in the kernel's accept queue (0 = no cap)"`
 
 	// ---- NATS ----
 	NATSURL                 string        `flag:"nats-url" help:"external NATS URL; empty starts an embedded NATS server"`
@@ -105,6 +117,13 @@ func Default() Config {
 		Proxy:           true,
 		GCPercent:       400,
 
+		WorkerURLAllow:        []string{netpolicy.Private},
+		HTTPReadHeaderTimeout: 10 * time.Second,
+		HTTPReadTimeout:       60 * time.Second,
+		HTTPWriteTimeout:      30 * time.Second,
+		HTTPIdleTimeout:       120 * time.Second,
+		HTTPMaxConns:          8192,
+
 		NATSListen:       "127.0.0.1:4222",
 		KVEventsSubject:  "kvrouter.kv_events",
 		WorkersSubject:   "kvrouter.workers",
@@ -167,6 +186,7 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
 	}
+	errs = append(errs, c.validateHTTP()...)
 	if _, err := scheduling.ParseQueuePolicy(c.RouterQueuePolicy); err != nil {
 		errs = append(errs, err)
 	}

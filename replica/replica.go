@@ -24,6 +24,7 @@ import (
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/metrics"
+	"github.com/kvrouter/kvrouter/netpolicy"
 )
 
 // Version is reported in cluster metadata and by `kvrouter version`.
@@ -45,6 +46,16 @@ type Replica struct {
 	cluster *clusterLink
 	http    *http.Server
 	ln      net.Listener
+
+	// The admin listener (--admin-addr), tokens and worker-address
+	// policy (http.go).
+	adminHTTP   *http.Server
+	adminLn     net.Listener
+	adminTokens *httpapi.Tokens
+	apiTokens   *httpapi.Tokens
+	policy      *netpolicy.Policy
+	resolve     netpolicy.Resolver
+	rejects     *rejectLog
 
 	// publish is swapped in once the cluster node exists; the router
 	// starts before it so the node can deliver into it immediately.
@@ -98,10 +109,13 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	if r.router, err = actors.Start(ac); err != nil {
 		return nil, fmt.Errorf("start actors: %w", err)
 	}
+	if err = r.listen(); err != nil {
+		return nil, err
+	}
 	if err = r.registerStatic(); err != nil {
 		return nil, err
 	}
-	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.base); err != nil {
+	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.base, r.admitHeartbeat); err != nil {
 		return nil, fmt.Errorf("start NATS ingestion: %w", err)
 	}
 	r.stopWarm = make(chan struct{})
@@ -136,6 +150,9 @@ func (r *Replica) registerStatic() error {
 		return err
 	}
 	for _, w := range workers {
+		if err := r.checkStaticWorker(w.URL); err != nil {
+			return fmt.Errorf("static worker %d: %w", w.ID, err)
+		}
 		err := r.router.RegisterWorker(&messages.WorkerHeartbeat{
 			WorkerId: w.ID, Url: w.URL, DataParallelStartRank: w.DpStart, DataParallelSize: w.DpSize,
 			BlockSize: uint32(r.cfg.BlockSize),
@@ -144,26 +161,6 @@ func (r *Replica) registerStatic() error {
 			return fmt.Errorf("static worker %d: %w", w.ID, err)
 		}
 	}
-	return nil
-}
-
-func (r *Replica) serveHTTP() error {
-	api := httpapi.New(httpapi.Options{
-		Router: r.router, Metrics: r.metrics, BlockSize: r.cfg.BlockSize, MaxBodyBytes: r.cfg.MaxBodyBytes,
-		Ready: r.Ready, Proxy: r.cfg.Proxy, TrackOutputBlocks: r.cfg.RouterTrackOutputBlocks,
-		OutputBlockDecayFloor: r.cfg.ProxyOutputBlockDecayFloor, Pprof: r.cfg.Pprof, Log: r.base,
-	})
-	ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", r.cfg.HTTPAddr, err)
-	}
-	r.ln = ln
-	r.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := r.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			r.log.Error("HTTP server stopped", "err", err)
-		}
-	}()
 	return nil
 }
 
@@ -265,6 +262,12 @@ func (r *Replica) Shutdown(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("drain HTTP: %w", err))
 			}
 		}
+		if r.adminHTTP != nil {
+			if err := r.adminHTTP.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("drain admin HTTP: %w", err))
+			}
+		}
+		r.closeListeners()
 		if r.cluster != nil {
 			r.publish.Store(nil)
 			if err := r.cluster.Leave(ctx); err != nil {
@@ -293,6 +296,10 @@ func (r *Replica) Kill() {
 			// them has no one to be reported to.
 			_ = r.http.Close()
 		}
+		if r.adminHTTP != nil {
+			_ = r.adminHTTP.Close()
+		}
+		r.closeListeners()
 		if r.cluster != nil {
 			r.publish.Store(nil)
 			r.cluster.node.Shutdown()
@@ -304,6 +311,17 @@ func (r *Replica) Kill() {
 			r.router.Stop()
 		}
 	})
+}
+
+// closeListeners closes listeners no server took over (a start that
+// failed between listen and serve); closing a served one again is
+// harmless.
+func (r *Replica) closeListeners() {
+	for _, ln := range []net.Listener{r.ln, r.adminLn} {
+		if ln != nil {
+			_ = ln.Close() // already closed by its server, or never served: nothing to report
+		}
+	}
 }
 
 func (r *Replica) closeWarm() {
