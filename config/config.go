@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/natsbus"
 	"github.com/kvrouter/kvrouter/netpolicy"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
@@ -21,7 +22,7 @@ import (
 type Config struct {
 	// ---- process ----
 	HTTPAddr        string        `flag:"http-addr" help:"HTTP listen address for the API, proxy and metrics"`
-	DataDir         string        `flag:"data-dir" help:"directory for the embedded NATS JetStream store"`
+	DataDir         string        `flag:"data-dir" help:"directory for the embedded NATS JetStream store (<data-dir>/nats, locked while it runs): KV-event stream and index snapshots; the same path on every start keeps the index across restarts, whatever the replica id"`
 	LogLevel        string        `flag:"log-level" help:"debug, info, warn or error"`
 	ReplicaID       string        `flag:"replica-id" help:"this replica's id in the cluster (default: hostname + boot nonce)"`
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"how long to drain HTTP and actors on SIGTERM"`
@@ -49,9 +50,12 @@ type Config struct {
 	JetStream               bool          `flag:"jetstream" help:"keep KV events in a JetStream stream so late replicas replay them"`
 	KVEventsStream          string        `flag:"kv-events-stream" help:"JetStream stream name for KV events"`
 	KVEventsMaxAge          time.Duration `flag:"kv-events-max-age" help:"how long the stream keeps KV events"`
+	KVEventsMaxMsgs         int64         `flag:"kv-events-max-msgs" help:"most messages the KV-event stream keeps, the oldest discarded past it (a replica that had not read them counts kv_event_stream_gaps); snapshots purge the stream long before; must be above router-snapshot-threshold; negative = no bound"`
+	KVEventsMaxBytes        int64         `flag:"kv-events-max-bytes" help:"most bytes the KV-event stream keeps, the oldest discarded past it; a snapshot is taken past half of it; reserved on the NATS server's store; negative = no bound"`
 	RouterSnapshotThreshold uint64        `flag:"router-snapshot-threshold" help:"when the KV-event stream holds more messages, one replica snapshots the index to a JetStream object store and purges the stream; 0 disables"`
 	SnapshotInterval        time.Duration `flag:"snapshot-interval" help:"how often the snapshot replica checks the stream size"`
 	SnapshotBucket          string        `flag:"snapshot-bucket" help:"JetStream object store bucket for index snapshots"`
+	SnapshotMaxBytes        int64         `flag:"snapshot-max-bytes" help:"bound of the snapshot bucket in bytes (about 50 bytes per indexed worker block; old and new snapshot coexist while one is stored); a snapshot that does not fit is not stored and the stream not purged; negative = no bound"`
 	HeartbeatTimeout        time.Duration `flag:"heartbeat-timeout" help:"remove a worker whose heartbeats stopped for this long"`
 	StaticWorkers           []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size] workers registered without heartbeats"`
 	ZMQEvents               bool          `flag:"zmq-events" help:"subscribe to workers that announce a kv_events_endpoint (vLLM/SGLang ZMQ publishers)"`
@@ -129,13 +133,16 @@ func Default() Config {
 		WorkersSubject:   "kvrouter.workers",
 		JetStream:        true,
 		KVEventsStream:   "KVROUTER_KV_EVENTS",
-		KVEventsMaxAge:   time.Hour,
+		KVEventsMaxAge:   natsbus.DefaultMaxAge,
+		KVEventsMaxMsgs:  natsbus.DefaultMaxMsgs,
+		KVEventsMaxBytes: natsbus.DefaultMaxBytes,
 		HeartbeatTimeout: 10 * time.Second,
 		ZMQEvents:        true,
 
 		RouterSnapshotThreshold: 1_000_000,
 		SnapshotInterval:        5 * time.Second,
 		SnapshotBucket:          "KVROUTER_INDEX_SNAPSHOT",
+		SnapshotMaxBytes:        natsbus.DefaultSnapshotMaxBytes,
 
 		BlockSize:                  16,
 		OverlapScoreWeight:         -1,
@@ -187,6 +194,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
 	}
 	errs = append(errs, c.validateHTTP()...)
+	errs = append(errs, c.validateNATS()...)
 	if _, err := scheduling.ParseQueuePolicy(c.RouterQueuePolicy); err != nil {
 		errs = append(errs, err)
 	}

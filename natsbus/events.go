@@ -24,6 +24,14 @@ const (
 	// DefaultMaxAge is how long the stream keeps events, as Dynamo's
 	// JetStream mode (1 h): enough for a replica to restart and replay.
 	DefaultMaxAge = time.Hour
+	// DefaultMaxMsgs bounds the stream's messages: 4× Dynamo's
+	// router_snapshot_threshold (1 M), past which a snapshot purges the
+	// stream, so the bound only bites when no replica snapshots.
+	DefaultMaxMsgs int64 = 4_000_000
+	// DefaultMaxBytes bounds the stream's bytes: 4 GiB, about 3 M
+	// single-event JSON messages of 16 blocks (~1.3 kB each), 3× what
+	// the snapshot threshold lets accumulate.
+	DefaultMaxBytes int64 = 4 << 30
 )
 
 // ProtobufContentType marks a protobuf KvEventBatch payload; so does the
@@ -53,9 +61,14 @@ type EventSourceConfig struct {
 	// Empty, or a server without JetStream, means a plain subscription
 	// that sees only events published from now on.
 	Stream string
-	// MaxAge bounds how long the stream keeps events: 0 means
-	// DefaultMaxAge, negative means no age limit.
-	MaxAge time.Duration
+	// MaxAge, MaxMsgs and MaxBytes bound the stream: 0 means
+	// DefaultMaxAge, DefaultMaxMsgs, DefaultMaxBytes; negative means no
+	// limit. Past a bound the oldest events are discarded (a replica that
+	// had not read them counts StreamGaps); index snapshots keep the
+	// stream well below the bounds while a replica takes them.
+	MaxAge   time.Duration
+	MaxMsgs  int64
+	MaxBytes int64
 	// StartSeq, when non-zero, starts the stream consumer at that sequence
 	// (after loading a snapshot that reflects everything before it).
 	StartSeq uint64
@@ -72,9 +85,23 @@ func (c *EventSourceConfig) applyDefaults() {
 	case c.MaxAge < 0:
 		c.MaxAge = 0 // JetStream's "unlimited"
 	}
+	c.MaxMsgs = streamLimit(c.MaxMsgs, DefaultMaxMsgs)
+	c.MaxBytes = streamLimit(c.MaxBytes, DefaultMaxBytes)
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+}
+
+// streamLimit maps a bound (0 = def, negative = none) onto JetStream's
+// (-1 = none).
+func streamLimit(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return -1
+	}
+	return v
 }
 
 // EventStats are the ingestion counters.

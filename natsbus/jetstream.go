@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,11 +23,14 @@ func (s *EventSource) startJetStream(ctx context.Context, nc *nats.Conn) error {
 		Name:      s.cfg.Stream,
 		Subjects:  []string{s.cfg.Subject, s.cfg.Subject + ".>"},
 		MaxAge:    s.cfg.MaxAge,
+		MaxMsgs:   s.cfg.MaxMsgs,
+		MaxBytes:  s.cfg.MaxBytes,
+		Discard:   jetstream.DiscardOld, // a full stream drops its oldest events, never new ones
 		Storage:   jetstream.FileStorage,
 		Retention: jetstream.LimitsPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("ensure stream %s: %w", s.cfg.Stream, err)
+		return fmt.Errorf("ensure stream %s: %w", s.cfg.Stream, storageHint(err))
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
@@ -107,4 +111,22 @@ func (s *EventSource) watchReplay(stream jetstream.Stream) {
 			s.markReady("first_seq", info.State.FirstSeq, "reason", "older messages purged or expired")
 		}
 	}
+}
+
+// JetStream API error codes (nats-server's JSInsufficientResourcesErr and
+// JSStorageResourcesExceededErr).
+const (
+	jsInsufficientResources jetstream.ErrorCode = 10023
+	jsStorageExceeded       jetstream.ErrorCode = 10047
+)
+
+// storageHint explains JetStream's refusal to reserve a bound: a stream's
+// or bucket's max bytes are reserved up front against the server's store
+// limit (an embedded server's is 75% of the free disk).
+func storageHint(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsInsufficientResources || apiErr.ErrorCode == jsStorageExceeded) {
+		return fmt.Errorf("%w (the stream's and the snapshot bucket's max bytes are reserved on the NATS server's store: lower --kv-events-max-bytes / --snapshot-max-bytes or give the server more storage)", err)
+	}
+	return err
 }

@@ -25,27 +25,48 @@ const (
 	snapshotSeqMeta = "stream-seq"
 )
 
+// DefaultSnapshotMaxBytes bounds the snapshot bucket: 2 GiB. A snapshot
+// is about 50 bytes per indexed (worker, block) entry, and storing one
+// briefly holds the old and the new, so this fits snapshots of some 20 M
+// entries.
+const DefaultSnapshotMaxBytes int64 = 2 << 30
+
+// SnapshotStoreConfig names the bucket and the stream it snapshots.
+type SnapshotStoreConfig struct {
+	Bucket string // object store bucket (created if absent)
+	Stream string // the KV-event stream a snapshot lets us purge
+	// MaxBytes bounds the bucket: 0 means DefaultSnapshotMaxBytes,
+	// negative no bound. A snapshot that does not fit fails to store
+	// (the previous one stays, the stream is not purged).
+	MaxBytes int64
+}
+
 // SnapshotStore reads and writes index snapshots in a JetStream object
 // store bucket.
 type SnapshotStore struct {
-	js     jetstream.JetStream
-	bucket string
-	stream string
+	js       jetstream.JetStream
+	bucket   string
+	stream   string
+	maxBytes int64
 }
 
 // ErrNoSnapshot means the bucket holds no snapshot yet.
 var ErrNoSnapshot = errors.New("no index snapshot")
 
-// NewSnapshotStore opens (creating if absent) the bucket.
-func NewSnapshotStore(ctx context.Context, nc *nats.Conn, bucket, stream string) (*SnapshotStore, error) {
+// NewSnapshotStore opens (creating if absent, updating its bound if it
+// changed) the bucket.
+func NewSnapshotStore(ctx context.Context, nc *nats.Conn, cfg SnapshotStoreConfig) (*SnapshotStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, Storage: jetstream.FileStorage}); err != nil {
-		return nil, fmt.Errorf("snapshot bucket %s: %w", bucket, err)
+	maxBytes := streamLimit(cfg.MaxBytes, DefaultSnapshotMaxBytes)
+	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: cfg.Bucket, Storage: jetstream.FileStorage, MaxBytes: maxBytes,
+	}); err != nil {
+		return nil, fmt.Errorf("snapshot bucket %s: %w", cfg.Bucket, storageHint(err))
 	}
-	return &SnapshotStore{js: js, bucket: bucket, stream: stream}, nil
+	return &SnapshotStore{js: js, bucket: cfg.Bucket, stream: cfg.Stream, maxBytes: maxBytes}, nil
 }
 
 // Load returns the latest snapshot and the stream sequence it reflects.
@@ -88,9 +109,16 @@ func (s *SnapshotStore) Save(ctx context.Context, evs []*messages.KvEvent, seq u
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", s.bucket, err)
 	}
+	if err := s.checkFits(ctx, obs, len(data)); err != nil {
+		return err
+	}
 	meta := jetstream.ObjectMeta{Name: snapshotObject, Metadata: map[string]string{snapshotSeqMeta: strconv.FormatUint(seq, 10)}}
 	if _, err := obs.Put(ctx, meta, bytes.NewReader(data)); err != nil {
-		return fmt.Errorf("store snapshot: %w", err)
+		if s.maxBytes > 0 {
+			return fmt.Errorf("store snapshot of %d bytes (bucket bound %d bytes, old snapshot included until the new one is stored; raise --snapshot-max-bytes): %w",
+				len(data), s.maxBytes, err)
+		}
+		return fmt.Errorf("store snapshot of %d bytes: %w", len(data), err)
 	}
 	stream, err := s.js.Stream(ctx, s.stream)
 	if err != nil {
@@ -102,15 +130,61 @@ func (s *SnapshotStore) Save(ctx context.Context, evs []*messages.KvEvent, seq u
 	return nil
 }
 
-// StreamMessages is how many messages the stream holds now.
-func (s *SnapshotStore) StreamMessages(ctx context.Context) (uint64, error) {
+// Object store chunking: a snapshot is stored as chunks of chunkSize
+// bytes, each a stream message with its subject and headers (at most
+// chunkOverhead bytes more), plus a metadata message.
+const (
+	chunkSize     = 128 << 10
+	chunkOverhead = 512
+	metaOverhead  = 4 << 10
+)
+
+// ErrSnapshotTooLarge means a snapshot does not fit in the bucket's bound
+// next to the one it replaces.
+var ErrSnapshotTooLarge = errors.New("index snapshot does not fit the snapshot bucket (raise --snapshot-max-bytes)")
+
+// checkFits refuses a snapshot the bucket cannot hold beside the current
+// one before writing anything: a put that the bound cuts short can leave
+// the object's metadata pointing at chunks that were never stored, and the
+// old snapshot unreadable.
+func (s *SnapshotStore) checkFits(ctx context.Context, obs jetstream.ObjectStore, size int) error {
+	if s.maxBytes <= 0 {
+		return nil
+	}
+	st, err := obs.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("snapshot bucket %s status: %w", s.bucket, err)
+	}
+	need := uint64(size) + uint64(size/chunkSize+1)*chunkOverhead + metaOverhead
+	if st.Size()+need > uint64(s.maxBytes) {
+		return fmt.Errorf("%w: %d bytes to store, %d held by the current snapshot, bound %d",
+			ErrSnapshotTooLarge, size, st.Size(), s.maxBytes)
+	}
+	return nil
+}
+
+// StreamSize is what the stream holds now and its bounds (-1: none).
+type StreamSize struct {
+	Msgs, Bytes       uint64
+	MaxMsgs, MaxBytes int64
+}
+
+// StreamSize reads the stream's size and bounds.
+func (s *SnapshotStore) StreamSize(ctx context.Context) (StreamSize, error) {
 	stream, err := s.js.Stream(ctx, s.stream)
 	if err != nil {
-		return 0, fmt.Errorf("open stream %s: %w", s.stream, err)
+		return StreamSize{}, fmt.Errorf("open stream %s: %w", s.stream, err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("stream %s info: %w", s.stream, err)
+		return StreamSize{}, fmt.Errorf("stream %s info: %w", s.stream, err)
 	}
-	return info.State.Msgs, nil
+	return StreamSize{Msgs: info.State.Msgs, Bytes: info.State.Bytes, MaxMsgs: info.Config.MaxMsgs, MaxBytes: info.Config.MaxBytes}, nil
+}
+
+// NearBound reports whether the stream is past half of one of its
+// bounds: time to snapshot before the discard policy drops events a
+// late replica would need.
+func (z StreamSize) NearBound() bool {
+	return (z.MaxMsgs > 0 && z.Msgs > uint64(z.MaxMsgs)/2) || (z.MaxBytes > 0 && z.Bytes > uint64(z.MaxBytes)/2)
 }

@@ -65,7 +65,8 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		}
 	}
 	b.events, err = natsbus.StartEventSource(ctx, b.nc, natsbus.EventSourceConfig{
-		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, StartSeq: startSeq, Log: base,
+		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, MaxMsgs: cfg.KVEventsMaxMsgs,
+		MaxBytes: cfg.KVEventsMaxBytes, StartSeq: startSeq, Log: base,
 	}, router.ApplyEvent)
 	if err != nil {
 		return nil, err
@@ -169,7 +170,9 @@ func (b *bus) Close() {
 // JetStream object stores (an external NATS without them) it logs and
 // reads the whole stream.
 func (b *bus) loadSnapshot(ctx context.Context, cfg config.Config, router *actors.Router, log *slog.Logger) (uint64, error) {
-	store, err := natsbus.NewSnapshotStore(ctx, b.nc, cfg.SnapshotBucket, cfg.KVEventsStream)
+	store, err := natsbus.NewSnapshotStore(ctx, b.nc, natsbus.SnapshotStoreConfig{
+		Bucket: cfg.SnapshotBucket, Stream: cfg.KVEventsStream, MaxBytes: cfg.SnapshotMaxBytes,
+	})
 	if err != nil {
 		log.Warn("index snapshots unavailable", "err", err)
 		return 0, nil

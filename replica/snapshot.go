@@ -7,10 +7,12 @@ import (
 )
 
 // snapshotLoop keeps the KV-event stream bounded: when it holds more than
-// router_snapshot_threshold messages, the snapshot replica (the one with
-// the smallest id among the live members, so exactly one does it) stores
-// its index with the stream sequence it reflects and purges the stream
-// below it.
+// router_snapshot_threshold messages, or more than half of the stream's
+// max messages or max bytes (so a stream of large messages is purged
+// before its discard policy drops events), the snapshot replica (the one
+// with the smallest id among the live members, so exactly one does it)
+// stores its index with the stream sequence it reflects and purges the
+// stream below it.
 func (r *Replica) snapshotLoop() {
 	t := time.NewTicker(r.cfg.SnapshotInterval)
 	defer t.Stop()
@@ -43,12 +45,17 @@ func (r *Replica) isSnapshotter() bool {
 	return slices.Min(ids) == r.id
 }
 
-// snapshotIfLarge snapshots when the stream is over the threshold.
+// snapshotIfLarge snapshots when the stream is over the threshold or
+// near one of its bounds.
 func (r *Replica) snapshotIfLarge(ctx context.Context) error {
 	store := r.bus.snapshots
-	n, err := store.StreamMessages(ctx)
-	if err != nil || n <= r.cfg.RouterSnapshotThreshold {
+	size, err := store.StreamSize(ctx)
+	if err != nil {
 		return err
+	}
+	n := size.Msgs
+	if n <= r.cfg.RouterSnapshotThreshold && !size.NearBound() {
+		return nil
 	}
 	// Every event up to seq was handed to the shards; the barrier makes
 	// sure they applied it. Events after seq may be in the dump too:
@@ -71,6 +78,6 @@ func (r *Replica) snapshotIfLarge(ctx context.Context) error {
 	}
 	r.snapshots.Add(1)
 	r.log.Info("index snapshot stored; stream purged", "stream_seq", seq, "events", len(evs),
-		"stream_messages_before", n, "took", time.Since(start))
+		"stream_messages_before", n, "stream_bytes_before", size.Bytes, "took", time.Since(start))
 	return nil
 }
