@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -28,11 +30,20 @@ const (
 	// MinBatchInterval stops a 1000 (meaning 1 µs) from spinning the batcher.
 	MinBatchInterval = 10 * time.Microsecond
 	// udpOverhead is what memberlist adds around a user message in a
-	// packet: a type byte and a CRC header (5 bytes), plus headroom. We never
-	// configure encryption or labels, which would add more.
+	// packet: a type byte and a CRC header (5 bytes), plus headroom.
+	// Encryption and a label add more (udpLimit).
 	udpOverhead = 16
+	// encryptOverhead is memberlist's AES-GCM envelope (version byte,
+	// 12-byte nonce, 16-byte tag).
+	encryptOverhead = 29
 	// minUDPBufferSize keeps room for a digest after the overhead.
 	minUDPBufferSize = 512
+	// MaxFrameBytesLimit is the largest MaxFrameBytes accepted.
+	MaxFrameBytesLimit = 1 << 30
+	// minFrameBytes keeps room for a batch of MaxBatchEvents small events.
+	minFrameBytes = 1 << 16
+	// MaxInboundStreamsLimit is the largest MaxInboundStreams accepted.
+	MaxInboundStreamsLimit = 1 << 16
 )
 
 // Dynamo's batching (MAX_REPLICA_BATCH_EVENTS, MAX_REPLICA_BATCH_DURATION):
@@ -156,6 +167,53 @@ type Config struct {
 	// over TCP instead.
 	UDPBufferSize int
 
+	// ---- security (see the package documentation) ----
+
+	// Keys is the cluster keyring, primary first; each key is 16, 24 or 32
+	// bytes (AES-128, -192, -256). memberlist encrypts and authenticates
+	// every packet and stream with the primary and accepts any key of the
+	// ring; the persistent streams present a TLS identity derived from the
+	// primary and accept one derived from any key. Empty (and no KeyFile):
+	// gossip is neither encrypted nor authenticated.
+	Keys [][]byte
+	// KeyFile, instead of Keys, is a file of base64 keys (ParseKeys),
+	// primary first. It is re-read every KeyReloadInterval (0: only at
+	// Start), so a key rotation (add the new key second everywhere, then
+	// make it first, then remove the old) needs no restart.
+	KeyFile           string
+	KeyReloadInterval time.Duration
+	// Label is memberlist's cluster label: packets and streams of another
+	// label are discarded (and, with keys, it is authenticated data), so
+	// two fleets that share a key or a network do not merge.
+	Label string
+	// TLSCertFile, TLSKeyFile and TLSCAFile (PEM) switch the persistent
+	// streams to mutual TLS with the operator's certificates: a peer's
+	// certificate must chain to the CA (no host-name check: peers are
+	// dialled by IP; use a CA that signs only the fleet). They are read at
+	// every handshake, so renewed files apply to the next connection.
+	// memberlist itself still needs Keys to be authenticated.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
+	// Insecure allows binding to a non-loopback address without keys:
+	// anyone who reaches the ports can then join, read every in-flight
+	// request and steer routing. Without it such a Config is invalid.
+	Insecure bool
+
+	// MaxInboundStreams bounds the concurrent inbound stream connections
+	// (one per peer is normal); more are refused and counted.
+	MaxInboundStreams int
+	// StreamIdleTimeout closes an inbound stream that delivered no frame
+	// for this long (a live peer sends a digest every AntiEntropyInterval).
+	StreamIdleTimeout time.Duration
+	// StreamFrameTimeout bounds the time from a frame's header to its last
+	// byte. (The handshake is bounded by TCPTimeout, plus at most as long
+	// again waiting for memberlist to announce a peer that dialled early.)
+	StreamFrameTimeout time.Duration
+	// MaxFrameBytes is the largest frame a stream accepts (a busy
+	// replica's full state is the largest message); a larger header
+	// closes the connection before anything is allocated, and a frame's
+	// buffer grows only as its bytes arrive.
+	MaxFrameBytes int
+
 	// Logger receives the Node's logs and memberlist's own (re-levelled
 	// from its "[LEVEL]" prefixes). Nil uses slog.Default().
 	Logger *slog.Logger
@@ -189,6 +247,11 @@ func DefaultConfig() Config {
 		PushPullInterval:        lan.PushPullInterval,
 		TCPTimeout:              lan.TCPTimeout,
 		UDPBufferSize:           lan.UDPBufferSize,
+		KeyReloadInterval:       10 * time.Second,
+		MaxInboundStreams:       256,
+		StreamIdleTimeout:       time.Minute,
+		StreamFrameTimeout:      30 * time.Second,
+		MaxFrameBytes:           64 << 20,
 	}
 }
 
@@ -211,6 +274,9 @@ func LocalTestConfig() Config {
 	c.GossipInterval = 20 * time.Millisecond
 	c.PushPullInterval = 2 * time.Second
 	c.TCPTimeout = time.Second
+	c.KeyReloadInterval = time.Second
+	c.StreamIdleTimeout = 10 * time.Second
+	c.StreamFrameTimeout = 5 * time.Second
 	return c
 }
 
@@ -292,6 +358,17 @@ func (c Config) Validate() error {
 		return bad("TCPTimeout %v must be positive", c.TCPTimeout)
 	case c.UDPBufferSize < minUDPBufferSize || c.UDPBufferSize > 65_000:
 		return bad("UDPBufferSize %d not in [%d, 65000]", c.UDPBufferSize, minUDPBufferSize)
+	case c.MaxInboundStreams < 1 || c.MaxInboundStreams > MaxInboundStreamsLimit:
+		return bad("MaxInboundStreams %d not in [1, %d]", c.MaxInboundStreams, MaxInboundStreamsLimit)
+	case c.StreamIdleTimeout <= c.AntiEntropyInterval:
+		return bad("StreamIdleTimeout %v must exceed AntiEntropyInterval %v (a live peer's stream carries a digest every interval)", c.StreamIdleTimeout, c.AntiEntropyInterval)
+	case c.StreamFrameTimeout <= 0:
+		return bad("StreamFrameTimeout %v must be positive", c.StreamFrameTimeout)
+	case c.MaxFrameBytes < minFrameBytes || c.MaxFrameBytes > MaxFrameBytesLimit:
+		return bad("MaxFrameBytes %d not in [%d, %d]", c.MaxFrameBytes, minFrameBytes, MaxFrameBytesLimit)
+	}
+	if err := c.validateSecurity(); err != nil {
+		return err
 	}
 	for _, j := range c.Join {
 		if err := validateJoinEntry(j); err != nil {
@@ -319,11 +396,59 @@ func validateJoinEntry(j string) error {
 	return nil
 }
 
+func (c Config) validateSecurity() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(c.Keys) > 0 && c.KeyFile != "":
+		return bad("Keys and KeyFile are both set")
+	case len(c.Keys) > maxKeys:
+		return bad("%d Keys, more than %d", len(c.Keys), maxKeys)
+	case c.KeyReloadInterval < 0:
+		return bad("KeyReloadInterval %v is negative", c.KeyReloadInterval)
+	case len(c.Label) > memberlist.LabelMaxSize:
+		return bad("Label is %d bytes, more than %d", len(c.Label), memberlist.LabelMaxSize)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == "") || (c.TLSCertFile == "") != (c.TLSCAFile == ""):
+		return bad("TLSCertFile, TLSKeyFile and TLSCAFile go together (got %q, %q, %q)", c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile)
+	}
+	for i, k := range c.Keys {
+		if err := memberlist.ValidateKey(k); err != nil {
+			return bad("Keys[%d]: %d bytes: %v", i, len(k), err)
+		}
+	}
+	if !c.keyed() && !c.Insecure && !isLoopback(c.BindAddr) {
+		return fmt.Errorf("%w: %w: BindAddr %s is not loopback and no Keys or KeyFile is set (set Insecure to accept that anyone who reaches the port can join)",
+			ErrInvalidConfig, ErrInsecure, c.BindAddr)
+	}
+	return nil
+}
+
+// keyed reports whether memberlist gets a keyring.
+func (c Config) keyed() bool { return len(c.Keys) > 0 || c.KeyFile != "" }
+
+func isLoopback(ip string) bool {
+	a := net.ParseIP(ip)
+	return a != nil && a.IsLoopback()
+}
+
 // udpLimit is the largest encoded message sent as one UDP packet.
-func (c Config) udpLimit() int { return c.UDPBufferSize - udpOverhead }
+func (c Config) udpLimit() int {
+	limit := c.UDPBufferSize - udpOverhead
+	if c.keyed() {
+		limit -= encryptOverhead
+	}
+	if c.Label != "" {
+		limit -= 2 + len(c.Label)
+	}
+	return limit
+}
 
 func (c Config) meta() nodeMeta {
-	return nodeMeta{ReplicaID: c.ReplicaID, HTTPAddr: c.HTTPAddr, Version: c.Version}
+	// The stream key is filled in by Start; a placeholder of its size
+	// makes Validate's meta size check exact.
+	return nodeMeta{ReplicaID: c.ReplicaID, HTTPAddr: c.HTTPAddr, Version: c.Version,
+		StreamVersion: streamProtocolVersion, StreamKey: base64.StdEncoding.EncodeToString(make([]byte, ed25519.PublicKeySize))}
 }
 
 func (c Config) logger() *slog.Logger {
@@ -334,7 +459,8 @@ func (c Config) logger() *slog.Logger {
 }
 
 // memberlistConfig translates c; the delegates are set by the caller.
-func (c Config) memberlistConfig() *memberlist.Config {
+// ring is nil for an unkeyed cluster.
+func (c Config) memberlistConfig(ring *memberlist.Keyring) *memberlist.Config {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = c.ReplicaID
 	mc.BindAddr = c.BindAddr
@@ -357,6 +483,8 @@ func (c Config) memberlistConfig() *memberlist.Config {
 	// cannot shrink them, and LZW on every message was a fifth of the
 	// cluster's CPU per decision.
 	mc.EnableCompression = false
+	mc.Keyring = ring // GossipVerifyIncoming/Outgoing stay true: nothing unencrypted in or out
+	mc.Label = c.Label
 	mc.Logger = newMemberlistLogger(c.logger())
 	return mc
 }

@@ -16,7 +16,22 @@ func TestConfigValidate(t *testing.T) {
 		mutate func(*Config)
 		ok     bool
 	}{
-		{"default", func(*Config) {}, true},
+		{"default with a key", func(*Config) {}, true},
+		{"keyless on 0.0.0.0", func(c *Config) { c.Keys = nil }, false},
+		{"keyless on 0.0.0.0, insecure", func(c *Config) { c.Keys, c.Insecure = nil, true }, true},
+		{"keyless on loopback", func(c *Config) { c.Keys, c.BindAddr = nil, "127.0.0.1" }, true},
+		{"keyless on ::1", func(c *Config) { c.Keys, c.BindAddr = nil, "::1" }, true},
+		{"key file", func(c *Config) { c.Keys, c.KeyFile = nil, "/run/secrets/key" }, true},
+		{"keys and key file", func(c *Config) { c.KeyFile = "/run/secrets/key" }, false},
+		{"key of 20 bytes", func(c *Config) { c.Keys = [][]byte{make([]byte, 20)} }, false},
+		{"two keys", func(c *Config) { c.Keys = append(c.Keys, make([]byte, 16)) }, true},
+		{"label too long", func(c *Config) { c.Label = strings.Repeat("l", 256) }, false},
+		{"tls files partly", func(c *Config) { c.TLSCertFile = "c.pem" }, false},
+		{"tls files", func(c *Config) { c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = "c.pem", "k.pem", "ca.pem" }, true},
+		{"no inbound streams", func(c *Config) { c.MaxInboundStreams = 0 }, false},
+		{"idle timeout below anti-entropy", func(c *Config) { c.StreamIdleTimeout = c.AntiEntropyInterval }, false},
+		{"frame timeout zero", func(c *Config) { c.StreamFrameTimeout = 0 }, false},
+		{"frame cap tiny", func(c *Config) { c.MaxFrameBytes = 1000 }, false},
 		{"join names and ips", func(c *Config) { c.Join = []string{"10.0.0.1:7946", "kvrouter-gossip.ns.svc:7946"} }, true},
 		{"empty id", func(c *Config) { c.ReplicaID = "" }, false},
 		{"non-utf8 id", func(c *Config) { c.ReplicaID = "\xff" }, false},
@@ -35,6 +50,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
+			c.Keys = [][]byte{make([]byte, 32)}
 			tt.mutate(&c)
 			err := c.Validate()
 			if (err == nil) != tt.ok {
@@ -95,12 +111,13 @@ func TestFailureDetectionBound(t *testing.T) {
 }
 
 func TestMetaLimit(t *testing.T) {
-	b, err := encodeMeta(nodeMeta{ReplicaID: "r", HTTPAddr: "h:1", Version: "v"})
+	want := nodeMeta{ReplicaID: "r", HTTPAddr: "h:1", Version: "v", StreamPort: 1, StreamVersion: 1, StreamKey: "AAAA"}
+	b, err := encodeMeta(want)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := decodeMeta(b)
-	if err != nil || m != (nodeMeta{ReplicaID: "r", HTTPAddr: "h:1", Version: "v"}) {
+	if err != nil || m != want {
 		t.Fatalf("round trip = %+v, %v", m, err)
 	}
 	if _, err := encodeMeta(nodeMeta{ReplicaID: strings.Repeat("x", 520)}); err == nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/ed25519"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ type memberEntry struct {
 	epoch  uint64
 	leftAt time.Time
 	sender *peerSender // nil for this replica and departed ones
+	// streamKey is the replica's boot key from its metadata: it signs the
+	// replica's stream hellos and memberlist-path messages.
+	streamKey ed25519.PublicKey
 }
 
 // memberDelegate receives memberlist's callbacks. memberlist calls the
@@ -99,6 +103,7 @@ func (n *Node) memberUp(node *memberlist.Node) {
 		HTTPAddr: meta.HTTPAddr, Version: meta.Version, Alive: true,
 	}
 	e.leftAt = time.Time{}
+	e.streamKey = meta.streamKey()
 	if node.Name == n.cfg.ReplicaID {
 		return
 	}
@@ -107,7 +112,11 @@ func (n *Node) memberUp(node *memberlist.Node) {
 		n.refreshPeersLocked()
 	}
 	e.sender.node.Store(&copied)
-	e.sender.streamPort.Store(int32(meta.StreamPort))
+	port := meta.StreamPort
+	if meta.StreamVersion != streamProtocolVersion {
+		port = 0 // a stream we cannot speak: memberlist's paths only
+	}
+	e.sender.streamPort.Store(int32(port))
 }
 
 func (n *Node) memberDown(name string) {
@@ -124,6 +133,8 @@ func (n *Node) memberDown(name string) {
 	}
 	wasAlive := e.member.Alive || e.sender != nil
 	e.member.Alive = false
+	e.streamKey = nil
+	n.streams.dropMember(name)
 	e.epoch++
 	e.leftAt = time.Now()
 	if e.sender != nil {
@@ -161,16 +172,41 @@ func (n *Node) pruneLocked(now time.Time) {
 }
 
 // originStatus says whether events of origin may be applied, and the epoch
-// they belong to. An origin not yet announced by memberlist is accepted:
-// its packets can beat the membership gossip.
+// they belong to. Only a current member's are: an origin memberlist never
+// announced would never be declared dead either, so its requests would
+// stay forever. (Events that beat the membership gossip are dropped and
+// recovered from the origin's digest and full state.)
 func (n *Node) originStatus(origin string) (alive bool, epoch uint64) {
 	n.memMu.Lock()
 	defer n.memMu.Unlock()
 	e := n.members[origin]
 	if e == nil {
-		return true, 0
+		return false, 0
 	}
 	return e.member.Alive, e.epoch
+}
+
+// memberStreamKey returns an alive member's boot key and epoch (this
+// replica's own included, for echoes); ok is false for anyone else.
+func (n *Node) memberStreamKey(name string) (key ed25519.PublicKey, epoch uint64, ok bool) {
+	if name == n.cfg.ReplicaID {
+		return n.signKey.Public().(ed25519.PublicKey), 0, true
+	}
+	n.memMu.Lock()
+	defer n.memMu.Unlock()
+	e := n.members[name]
+	if e == nil || !e.member.Alive || e.streamKey == nil {
+		return nil, 0, false
+	}
+	return e.streamKey, e.epoch, true
+}
+
+// memberCurrent reports whether name is still the alive member of epoch.
+func (n *Node) memberCurrent(name string, epoch uint64) bool {
+	n.memMu.Lock()
+	defer n.memMu.Unlock()
+	e := n.members[name]
+	return e != nil && e.member.Alive && e.epoch == epoch
 }
 
 // withOrigin runs fn (a non-blocking Sink call) unless origin departed or

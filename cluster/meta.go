@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -15,6 +17,24 @@ type nodeMeta struct {
 	// StreamPort is the port of the persistent gossip stream listener, on
 	// the node's memberlist address (0: none, use memberlist's paths).
 	StreamPort int `json:"sp,omitempty"`
+	// StreamVersion is the stream protocol spoken on StreamPort; a peer
+	// that advertises another (or none, before the hello existed) is
+	// reached over memberlist's paths only.
+	StreamVersion int `json:"sv,omitempty"`
+	// StreamKey is the replica's boot public key (ed25519, base64): it
+	// signs the replica's stream hellos and the messages it sends over
+	// memberlist's paths, which is how a receiver knows which member sent
+	// what. memberlist (encrypted with the cluster key) vouches for it.
+	StreamKey string `json:"sk,omitempty"`
+}
+
+// streamKey decodes StreamKey; nil when absent or malformed.
+func (m nodeMeta) streamKey() ed25519.PublicKey {
+	b, err := base64.StdEncoding.DecodeString(m.StreamKey)
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		return nil
+	}
+	return ed25519.PublicKey(b)
 }
 
 // encodeMeta fails when the encoding exceeds memberlist's MetaMaxSize,

@@ -2,6 +2,9 @@ package cluster
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,6 +73,16 @@ type Node struct {
 	stopOnce    sync.Once
 	leaveErr    error
 	streams     *streams
+
+	// signKey is this boot's key: its public half is in our metadata, and
+	// it signs our stream hellos and memberlist-path messages.
+	signKey ed25519.PrivateKey
+	// keyring is memberlist's (nil: unkeyed); trust the streams' TLS. keyMu
+	// orders key changes; keys is the set in use, primary first.
+	keyring *memberlist.Keyring
+	trust   *streamTrust
+	keyMu   sync.Mutex
+	keys    [][]byte
 }
 
 // Start validates cfg, starts memberlist and the Node's goroutines and
@@ -83,12 +96,35 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrInvalidConfig)
 	}
-	st, err := listenStreams(cfg.BindAddr)
+	keys := cloneKeys(cfg.Keys)
+	if cfg.KeyFile != "" {
+		var err error
+		if keys, err = LoadKeyFile(cfg.KeyFile); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	var ring *memberlist.Keyring
+	if len(keys) > 0 {
+		var err error
+		if ring, err = memberlist.NewKeyring(keys, keys[0]); err != nil {
+			return nil, fmt.Errorf("%w: keys: %w", ErrInvalidConfig, err)
+		}
+	}
+	trust, err := newStreamTrust(cfg, keys)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	pub, signKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: boot key: %w", err)
+	}
+	st, err := listenStreams(cfg.BindAddr, trust)
 	if err != nil {
 		return nil, err
 	}
 	m := cfg.meta()
 	m.StreamPort = st.port()
+	m.StreamKey = base64.StdEncoding.EncodeToString(pub)
 	meta, err := encodeMeta(m)
 	if err != nil {
 		st.ln.Close()
@@ -108,11 +144,15 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		batcherDone: make(chan struct{}),
 		stop:        make(chan struct{}),
 		streams:     st,
+		signKey:     signKey,
+		keyring:     ring,
+		trust:       trust,
+		keys:        keys,
 	}
 	n.recv = newReceiver(n)
 	n.peers.Store(&[]*peerSender{})
 
-	mc := cfg.memberlistConfig()
+	mc := cfg.memberlistConfig(ring)
 	mc.Delegate = memberDelegate{n}
 	mc.Events = memberDelegate{n}
 	ml, err := memberlist.Create(mc)
@@ -141,8 +181,93 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		n.wg.Add(1)
 		go n.runRejoin()
 	}
-	n.log.Info("node started", "addr", n.LocalAddr(), "members", n.ml.NumMembers())
+	if cfg.KeyFile != "" && cfg.KeyReloadInterval > 0 {
+		n.wg.Add(1)
+		go n.runKeyReload()
+	}
+	gossip := "UNAUTHENTICATED (no cluster key)"
+	if len(keys) > 0 {
+		gossip = fmt.Sprintf("encrypted and authenticated, %d key(s), primary %s", len(keys), KeyID(keys[0]))
+	}
+	n.log.Info("node started", "addr", n.LocalAddr(), "members", n.ml.NumMembers(),
+		"gossip", gossip, "streams", trust.mode.String(), "label", cfg.Label)
+	if len(keys) == 0 && !isLoopback(cfg.BindAddr) {
+		n.log.Warn("gossip is unauthenticated on a non-loopback address: anyone who reaches it can join, read in-flight requests and steer routing",
+			"bind", cfg.BindAddr)
+	}
 	return n, nil
+}
+
+// SetKeys replaces the cluster keys at run time, primary first, without a
+// moment where a key of the old or the new set stops decrypting. A Node
+// started without keys cannot take any (memberlist's encryption is fixed
+// at start).
+func (n *Node) SetKeys(keys [][]byte) error {
+	if n.keyring == nil {
+		return fmt.Errorf("%w: the node started without keys", ErrInvalidConfig)
+	}
+	if len(keys) == 0 || len(keys) > maxKeys {
+		return fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalidConfig, len(keys), maxKeys)
+	}
+	for i, k := range keys {
+		if err := memberlist.ValidateKey(k); err != nil {
+			return fmt.Errorf("%w: key %d: %w", ErrInvalidConfig, i, err)
+		}
+	}
+	n.keyMu.Lock()
+	defer n.keyMu.Unlock()
+	if keysEqual(n.keys, keys) {
+		return nil
+	}
+	keys = cloneKeys(keys)
+	// Streams first: their accepted set and presented certificate follow
+	// the same order (new key accepted before anyone presents it).
+	if err := n.trust.setKeys(keys); err != nil {
+		return err
+	}
+	if err := setKeyring(n.keyring, keys); err != nil {
+		return fmt.Errorf("cluster: keyring: %w", err)
+	}
+	n.keys = keys
+	n.stats.keyChanges.Add(1)
+	n.log.Info("cluster keys changed", "primary", KeyID(keys[0]), "keys", keyIDs(keys))
+	return nil
+}
+
+// KeyIDs names the keys in use, primary first (see KeyID).
+func (n *Node) KeyIDs() []string {
+	n.keyMu.Lock()
+	defer n.keyMu.Unlock()
+	return keyIDs(n.keys)
+}
+
+// runKeyReload re-reads KeyFile and applies a changed key set. A file
+// that does not parse is reported and the keys in use stay.
+func (n *Node) runKeyReload() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.KeyReloadInterval)
+	defer t.Stop()
+	var lastErr string
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		keys, err := LoadKeyFile(n.cfg.KeyFile)
+		if err == nil {
+			err = n.SetKeys(keys)
+		}
+		if err != nil {
+			n.stats.keyReloadErrors.Add(1)
+			if err.Error() != lastErr {
+				n.log.Error("cluster key file not applied; the keys in use stay", "err", err, "keys", n.KeyIDs())
+			}
+			lastErr = err.Error()
+			continue
+		}
+		lastErr = ""
+	}
 }
 
 // ID is this replica's id (its memberlist name and published Origin).
@@ -221,6 +346,9 @@ func (n *Node) ownDigest() digestMsg {
 func (n *Node) Stats() Stats {
 	s := n.stats.snapshot()
 	s.Members = n.aliveMembers()
+	n.keyMu.Lock()
+	s.Keys = len(n.keys)
+	n.keyMu.Unlock()
 	return s
 }
 

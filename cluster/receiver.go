@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/ed25519"
+	"fmt"
 	"sync"
 	"time"
 
@@ -47,11 +49,14 @@ func newReceiver(n *Node) *receiver {
 	return &receiver{n: n, origins: make(map[string]*originState)}
 }
 
-// receive handles one message under the receiver's lock.
-func (r *receiver) receive(buf []byte) {
+// receive handles one message under the receiver's lock. from is the
+// member that sent it (an authenticated stream's), or "" for memberlist's
+// paths, whose messages must then be signed by a member. buf is not
+// retained.
+func (r *receiver) receive(buf []byte, from string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.handle(buf, time.Now())
+	r.handle(buf, from, time.Now())
 }
 
 // runApply handles memberlist's messages (the inbox) and the gap and
@@ -65,7 +70,7 @@ func (n *Node) runApply() {
 		case <-n.stop:
 			return
 		case buf := <-n.inbox:
-			n.recv.receive(buf)
+			n.recv.receive(buf, "")
 		case now := <-tick.C:
 			n.recv.mu.Lock()
 			n.recv.housekeep(now)
@@ -74,11 +79,27 @@ func (n *Node) runApply() {
 	}
 }
 
-func (r *receiver) handle(buf []byte, now time.Time) {
+func (r *receiver) handle(buf []byte, from string, now time.Time) {
+	if from == "" {
+		sender, inner, err := r.n.verifySigned(buf)
+		if err != nil {
+			r.n.stats.unauthenticated.Add(1)
+			r.n.log.Debug("dropped a message no member signed", "bytes", len(buf), "err", err)
+			return
+		}
+		buf, from = inner, sender
+	}
 	f, err := decodeFrame(buf)
 	if err != nil {
 		r.n.stats.malformed.Add(1)
 		r.n.log.Debug("dropped malformed message", "bytes", len(buf), "err", err)
+		return
+	}
+	if !f.speaksFor(from) {
+		// A member speaks only for itself: a frame with another origin's
+		// events, digest, state or request is dropped whole.
+		r.n.stats.foreignFrames.Add(1)
+		r.n.log.Debug("dropped a frame speaking for another origin", "sender", from, "kind", f.kind)
 		return
 	}
 	switch f.kind {
@@ -91,6 +112,23 @@ func (r *receiver) handle(buf []byte, now time.Time) {
 	case frameStateReply:
 		r.handleReply(f.reply, now)
 	}
+}
+
+// verifySigned checks a memberlist-path message: signed by the boot key
+// of the alive member it names. It returns that member and the frame.
+func (n *Node) verifySigned(buf []byte) (from string, inner []byte, err error) {
+	from, sig, inner, err := decodeSigned(buf)
+	if err != nil {
+		return "", nil, err
+	}
+	key, _, ok := n.memberStreamKey(from)
+	if !ok {
+		return "", nil, fmt.Errorf("%q is not a current member", from)
+	}
+	if !ed25519.Verify(key, frameSigMessage(n.cfg.Label, from, inner), sig) {
+		return "", nil, fmt.Errorf("signature of %q does not verify", from)
+	}
+	return from, inner, nil
 }
 
 // state returns origin's state, fresh if the origin rejoined since, or nil

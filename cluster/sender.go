@@ -29,6 +29,8 @@ type peerSender struct {
 	node       atomic.Pointer[memberlist.Node] // latest address, from join/update
 	streamPort atomic.Int32                    // from the peer's metadata
 	conn       net.Conn                        // persistent stream; sender goroutine only
+	redialAt   time.Time                       // no dial before (after a failed one); sender goroutine only
+	backoff    time.Duration                   // last wait between failed dials; sender goroutine only
 	out        chan outbound
 	quit       chan struct{} // closed when the peer departs
 }
@@ -77,12 +79,15 @@ func (n *Node) send(p *peerSender, o outbound) {
 	} else if !errors.Is(err, errNoStream) {
 		n.log.Debug("stream send failed; falling back to memberlist", "peer", p.name, "err", err)
 	}
+	// memberlist's messages carry no sender: sign, so the peer knows which
+	// member speaks (and that only its own events are in it).
+	buf := encodeSigned(n.signKey, n.cfg.Label, n.cfg.ReplicaID, o.buf)
 	var err error
-	if !o.reliable && len(o.buf) <= n.cfg.udpLimit() {
-		err = n.ml.SendBestEffort(node, o.buf)
+	if !o.reliable && len(buf) <= n.cfg.udpLimit() {
+		err = n.ml.SendBestEffort(node, buf)
 		n.stats.udpMessages.Add(1)
 	} else {
-		err = n.ml.SendReliable(node, o.buf)
+		err = n.ml.SendReliable(node, buf)
 		n.stats.tcpMessages.Add(1)
 	}
 	if err != nil {

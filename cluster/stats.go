@@ -33,7 +33,18 @@ type Stats struct {
 	StateReplies     uint64 // full states served to peers
 	OriginsDropped   uint64 // Sink.DropOrigin calls
 
+	StreamsAccepted  uint64 // inbound streams that completed the handshake as a current member
+	StreamsRefused   uint64 // inbound connections that failed it: TLS, bad hello, label, not a member, bad signature
+	StreamsOverLimit uint64 // inbound connections closed at once: MaxInboundStreams or the handshake slots taken
+	StreamTimeouts   uint64 // inbound streams closed by StreamIdleTimeout or StreamFrameTimeout
+	OversizedFrames  uint64 // frame headers above MaxFrameBytes (connection closed; also counted in Malformed)
+	ForeignFrames    uint64 // frames dropped for speaking for another origin than the member that sent them
+	Unauthenticated  uint64 // memberlist-path messages dropped: unsigned, or not signed by a current member
+	KeyChanges       uint64 // key sets applied after Start (rotation)
+	KeyReloadErrors  uint64 // key file reads or parses that failed (the keys in use stay)
+
 	Members int // alive members, this replica included
+	Keys    int // keys in the keyring (0: unauthenticated gossip)
 }
 
 // counters are the atomics behind Stats.
@@ -45,6 +56,9 @@ type counters struct {
 	eventsReceived, echoesIgnored, staleEvents, eventsLost         atomic.Uint64
 	digestsSent, digestsReceived, digestMismatches, repairRequests atomic.Uint64
 	repairs, repairsAbandoned, stateReplies, originsDropped        atomic.Uint64
+	streamsAccepted, streamsRefused, streamsOverLimit              atomic.Uint64
+	streamTimeouts, oversizedFrames, foreignFrames                 atomic.Uint64
+	unauthenticated, keyChanges, keyReloadErrors                   atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -61,6 +75,11 @@ func (c *counters) snapshot() Stats {
 		DigestsReceived: c.digestsReceived.Load(), DigestMismatches: c.digestMismatches.Load(),
 		RepairRequests: c.repairRequests.Load(), Repairs: c.repairs.Load(),
 		RepairsAbandoned: c.repairsAbandoned.Load(), StateReplies: c.stateReplies.Load(),
-		OriginsDropped: c.originsDropped.Load(),
+		OriginsDropped:  c.originsDropped.Load(),
+		StreamsAccepted: c.streamsAccepted.Load(), StreamsRefused: c.streamsRefused.Load(),
+		StreamsOverLimit: c.streamsOverLimit.Load(), StreamTimeouts: c.streamTimeouts.Load(),
+		OversizedFrames: c.oversizedFrames.Load(), ForeignFrames: c.foreignFrames.Load(),
+		Unauthenticated: c.unauthenticated.Load(), KeyChanges: c.keyChanges.Load(),
+		KeyReloadErrors: c.keyReloadErrors.Load(),
 	}
 }

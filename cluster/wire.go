@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -25,6 +26,11 @@ const (
 	frameStateRequest frameKind = 3
 	// frameStateReply is an origin's full state, as of a Seq.
 	frameStateReply frameKind = 4
+	// frameSigned wraps one of the above sent over memberlist's paths:
+	// the sender's replica id and its boot key's signature (see
+	// encodeSigned). Never nested, never on a stream (a stream's hello
+	// already says who sends).
+	frameSigned frameKind = 5
 )
 
 // maxNameLen bounds decoded replica ids; memberlist node names are short and
@@ -102,6 +108,86 @@ func encodeStateReply(r stateReply) ([]byte, error) {
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
+}
+
+// speaksFor reports whether f only speaks for member from: a batch's and a
+// full state's events, a digest, a state request (its requester) must all
+// be from's own. A member may free another replica's request (a client
+// can finish a request through any replica), but only as an event of its
+// own origin, never in another origin's name.
+func (f *frame) speaksFor(from string) bool {
+	switch f.kind {
+	case frameBatch:
+		return allOrigin(f.batch, from)
+	case frameDigest:
+		return f.digest.Origin == from
+	case frameStateRequest:
+		return f.request.Requester == from
+	case frameStateReply:
+		return f.reply.Origin == from && allOrigin(f.reply.Events, from)
+	}
+	return false
+}
+
+func allOrigin(evs []*messages.SequenceEvent, origin string) bool {
+	for _, ev := range evs {
+		if ev.GetOrigin() != origin {
+			return false
+		}
+	}
+	return true
+}
+
+// Signatures are over a domain string, so a signature made for one
+// purpose cannot be replayed as another.
+const (
+	frameSigDomain = "kvrouter cluster frame v1\x00"
+	helloSigDomain = "kvrouter cluster stream hello v1\x00"
+)
+
+func frameSigMessage(label, from string, inner []byte) []byte {
+	b := make([]byte, 0, len(frameSigDomain)+len(label)+len(from)+len(inner)+4)
+	b = append(b, frameSigDomain...)
+	b = appendString(b, label)
+	b = appendString(b, from)
+	return append(b, inner...)
+}
+
+// encodeSigned wraps an encoded frame for memberlist's paths, whose
+// messages carry no sender: [5][from][ed25519 signature][inner].
+func encodeSigned(key ed25519.PrivateKey, label, from string, inner []byte) []byte {
+	sig := ed25519.Sign(key, frameSigMessage(label, from, inner))
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(from)+len(sig)+len(inner))
+	b = append(b, byte(frameSigned))
+	b = appendString(b, from)
+	b = append(b, sig...)
+	return append(b, inner...)
+}
+
+// signedOverhead is what encodeSigned adds to a frame.
+func signedOverhead(from string) int {
+	return 1 + binary.MaxVarintLen64 + len(from) + ed25519.SignatureSize
+}
+
+// decodeSigned splits a frameSigned message; the signature is checked by
+// the caller, who knows the sender's key.
+func decodeSigned(buf []byte) (from string, sig, inner []byte, err error) {
+	if len(buf) == 0 || frameKind(buf[0]) != frameSigned {
+		return "", nil, nil, fmt.Errorf("%w: not a signed frame", ErrMalformed)
+	}
+	r := reader{buf: buf[1:]}
+	from = r.string()
+	if r.err == nil && len(r.buf) < ed25519.SignatureSize {
+		r.err = fmt.Errorf("%w: short signature", ErrMalformed)
+	}
+	if r.err != nil {
+		return "", nil, nil, r.err
+	}
+	sig, inner = r.buf[:ed25519.SignatureSize], r.buf[ed25519.SignatureSize:]
+	if len(inner) == 0 || frameKind(inner[0]) == frameSigned {
+		return "", nil, nil, fmt.Errorf("%w: empty or nested signed frame", ErrMalformed)
+	}
+	return from, sig, inner, nil
 }
 
 // decodeFrame parses a user message. It never panics on bad input.
