@@ -8,6 +8,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/kvrouter/kvrouter/actors"
@@ -107,6 +108,13 @@ type Config struct {
 	// Dynamo's MAX_REPLICA_BATCH_EVENTS and MAX_REPLICA_BATCH_DURATION.
 	ClusterBatchMaxEvents int           `flag:"cluster-batch-max-events" help:"gossip: send a batch of active-sequence events once it holds this many (Dynamo: 256)"`
 	ClusterBatchInterval  time.Duration `flag:"cluster-batch-interval" help:"gossip: send a batch this long after its first event at the latest (Dynamo: 1ms); longer batches cost peers less per event and add this much to the gossip delay"`
+	// Gossip security (cluster package documentation; README "Security").
+	ClusterKeyFile  string `flag:"cluster-key-file" help:"file of base64 cluster keys, one per line, primary first, each 16, 24 or 32 bytes (openssl rand -base64 32): memberlist encrypts and authenticates all gossip with them (AES-GCM) and the gossip streams use TLS with an identity derived from them; re-read every 10s, so keys rotate without restarts (add the new key second on every replica, then make it first, then remove the old)"`
+	ClusterLabel    string `flag:"cluster-label" help:"memberlist cluster label: gossip carrying another label is discarded, so fleets sharing a network or a key stay apart"`
+	ClusterTLSCert  string `flag:"cluster-tls-cert" help:"PEM certificate for mutual TLS on the gossip streams instead of the identity derived from the cluster key (with --cluster-tls-key and --cluster-tls-ca; re-read at every connection; memberlist itself still needs --cluster-key-file)"`
+	ClusterTLSKey   string `flag:"cluster-tls-key" help:"PEM private key of --cluster-tls-cert"`
+	ClusterTLSCA    string `flag:"cluster-tls-ca" help:"PEM CA bundle a peer's gossip-stream certificate must chain to (no host-name check: use a CA that signs only this fleet)"`
+	ClusterInsecure bool   `flag:"cluster-insecure" help:"allow gossip without --cluster-key-file on a non-loopback --cluster-bind: anyone who reaches the gossip ports can then join, read in-flight requests and steer routing"`
 }
 
 // Default returns the defaults (Dynamo's where Dynamo has the knob).
@@ -212,11 +220,36 @@ func (c *Config) Validate() error {
 	if err := cluster.CheckBatchInterval(c.ClusterBatchInterval); err != nil {
 		errs = append(errs, fmt.Errorf("cluster-batch-interval: %w", err))
 	}
+	if err := c.CheckClusterSecurity(); err != nil {
+		errs = append(errs, err)
+	}
 	ac := c.Actors()
 	if err := ac.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// CheckClusterSecurity refuses unauthenticated gossip on a non-loopback
+// --cluster-bind unless --cluster-insecure says so, and a partial set of
+// --cluster-tls-* files. (A malformed --cluster-bind is left to the
+// replica, which names it.)
+func (c *Config) CheckClusterSecurity() error {
+	if c.ClusterBind == "" {
+		return nil
+	}
+	if (c.ClusterTLSCert == "") != (c.ClusterTLSKey == "") || (c.ClusterTLSCert == "") != (c.ClusterTLSCA == "") {
+		return errors.New("--cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together")
+	}
+	host, _, err := net.SplitHostPort(c.ClusterBind)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil || ip.IsLoopback() || c.ClusterKeyFile != "" || c.ClusterInsecure {
+		return nil
+	}
+	return fmt.Errorf("--cluster-bind %s is not a loopback address and no --cluster-key-file is given: "+
+		"anyone who can reach the gossip ports could join the cluster, read its in-flight requests and steer routing. "+
+		"Generate a key (openssl rand -base64 32 > cluster.key) and give every replica --cluster-key-file cluster.key "+
+		"(or %s), or pass --cluster-insecure to run unauthenticated anyway", c.ClusterBind, EnvName("cluster-key-file"))
 }
 
 // Scheduling maps the routing knobs onto the selector's config.

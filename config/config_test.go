@@ -149,6 +149,7 @@ func TestClusterBatchKnobsFollowTheClusterPackage(t *testing.T) {
 			c := Default()
 			c.ClusterBatchMaxEvents, c.ClusterBatchInterval = n, iv
 			cc := cluster.DefaultConfig()
+			cc.BindAddr = "127.0.0.1" // DefaultConfig's 0.0.0.0 also needs a key
 			cc.BatchMaxEvents, cc.BatchInterval = n, iv
 			cfgErr, clErr := c.Validate(), cc.Validate()
 			if (cfgErr == nil) != (clErr == nil) {
@@ -181,6 +182,48 @@ func TestUsageListsFlagsWithoutPanics(t *testing.T) {
 	for _, want := range []string{"-use-kv-events", "-block-size", "(default 16)", "-cluster-batch-interval", "(default 1ms)"} {
 		if !strings.Contains(usage, want) {
 			t.Errorf("usage lacks %q", want)
+		}
+	}
+}
+
+// Gossip on a non-loopback address needs a cluster key, or an explicit
+// --cluster-insecure; the refusal names both flags.
+func TestClusterSecurityFlags(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		ok   bool
+	}{
+		{[]string{"--cluster-bind", "0.0.0.0:7946"}, nil, false},
+		{[]string{"--cluster-bind", "10.1.2.3:7946", "--cluster-join", "kvrouter-gossip:7946"}, nil, false},
+		{[]string{"--cluster-bind", "0.0.0.0:7946", "--cluster-insecure"}, nil, true},
+		{[]string{"--cluster-bind", "0.0.0.0:7946", "--cluster-key-file", "/run/secrets/kvrouter/cluster.key"}, nil, true},
+		{[]string{"--cluster-bind", "0.0.0.0:7946"}, map[string]string{"KVROUTER_CLUSTER_KEY_FILE": "/k"}, true},
+		{[]string{"--cluster-bind", "127.0.0.1:7946"}, nil, true},
+		{[]string{"--cluster-bind", "[::1]:7946"}, nil, true},
+		{nil, nil, true}, // no cluster
+		{[]string{"--cluster-bind", "127.0.0.1:7946", "--cluster-tls-cert", "c.pem"}, nil, false},
+		{[]string{"--cluster-bind", "127.0.0.1:7946", "--cluster-tls-cert", "c.pem", "--cluster-tls-key", "k.pem", "--cluster-tls-ca", "ca.pem"}, nil, true},
+	} {
+		getenv := none
+		if tc.env != nil {
+			getenv = func(k string) string { return tc.env[k] }
+		}
+		cfg, err := Load(tc.args, getenv)
+		if (err == nil) != tc.ok {
+			t.Errorf("%v %v: err = %v, want ok=%v", tc.args, tc.env, err, tc.ok)
+			continue
+		}
+		if err != nil && strings.Contains(strings.Join(tc.args, " "), "0.0.0.0") {
+			for _, want := range []string{"--cluster-key-file", "--cluster-insecure", "KVROUTER_CLUSTER_KEY_FILE", "openssl rand -base64 32"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%v: error %q does not mention %s", tc.args, err, want)
+				}
+			}
+		}
+		if err == nil && tc.env != nil && cfg.ClusterKeyFile != "/k" {
+			t.Errorf("KVROUTER_CLUSTER_KEY_FILE not applied: %q", cfg.ClusterKeyFile)
 		}
 	}
 }

@@ -23,6 +23,9 @@ func (r *Replica) joinCluster(ctx context.Context) error {
 	if r.cfg.ClusterBind == "" {
 		return nil
 	}
+	if err := r.cfg.CheckClusterSecurity(); err != nil {
+		return err
+	}
 	cc := cluster.DefaultConfig()
 	if r.cfg.ClusterFast {
 		cc = cluster.LocalTestConfig()
@@ -40,6 +43,8 @@ func (r *Replica) joinCluster(ctx context.Context) error {
 	cc.Join = r.cfg.ClusterJoin
 	cc.BatchMaxEvents, cc.BatchInterval = r.cfg.ClusterBatchMaxEvents, r.cfg.ClusterBatchInterval
 	cc.HTTPAddr, cc.Version, cc.Logger = r.HTTPAddrOrConfig(), Version, r.base
+	cc.KeyFile, cc.Label, cc.Insecure = r.cfg.ClusterKeyFile, r.cfg.ClusterLabel, r.cfg.ClusterInsecure
+	cc.TLSCertFile, cc.TLSKeyFile, cc.TLSCAFile = r.cfg.ClusterTLSCert, r.cfg.ClusterTLSKey, r.cfg.ClusterTLSCA
 	node, err := cluster.Start(ctx, cc, routerSink{r.router})
 	if err != nil {
 		return fmt.Errorf("join cluster: %w", err)
@@ -90,6 +95,7 @@ func (c *clusterLink) Leave(ctx context.Context) error {
 func (c *clusterLink) addState(st *metrics.State) {
 	s := c.node.Stats()
 	st.Gauges["cluster_members"] = float64(s.Members)
+	st.Gauges["cluster_keys"] = float64(s.Keys)
 	for name, v := range map[string]uint64{
 		"gossip_events_published": s.EventsPublished, "gossip_events_dropped": s.EventsDropped,
 		"gossip_events_sent": s.EventsSent, "gossip_batches": s.Batches, "gossip_bytes_sent": s.BytesSent,
@@ -97,6 +103,10 @@ func (c *clusterLink) addState(st *metrics.State) {
 		"gossip_events_lost": s.EventsLost, "gossip_digest_mismatches": s.DigestMismatches,
 		"gossip_repairs": s.Repairs, "gossip_origins_dropped": s.OriginsDropped,
 		"gossip_malformed": s.Malformed, "gossip_inbox_drops": s.InboxDrops,
+		"gossip_streams_refused": s.StreamsRefused, "gossip_streams_over_limit": s.StreamsOverLimit,
+		"gossip_stream_timeouts": s.StreamTimeouts, "gossip_foreign_frames": s.ForeignFrames,
+		"gossip_unauthenticated": s.Unauthenticated, "gossip_key_changes": s.KeyChanges,
+		"gossip_key_reload_errors": s.KeyReloadErrors,
 	} {
 		st.Counters = append(st.Counters, metrics.Counter{Name: name, Source: "memberlist", Value: v})
 	}
