@@ -15,8 +15,15 @@ export KVROUTER_LB_PORT=${KVROUTER_LB_PORT:-8080}
 # Scale-out settings, as in deploy/k8s/router.yaml (same stride everywhere).
 export KVROUTER_ROUTER_ACTIVE_SEQUENCE_STRIDE=${KVROUTER_ROUTER_ACTIVE_SEQUENCE_STRIDE:-8}
 export KVROUTER_CLUSTER_BATCH_INTERVAL=${KVROUTER_CLUSTER_BATCH_INTERVAL:-5ms}
+# Gossip is authenticated even on loopback, as in production: a fresh
+# cluster key for this run, readable by this user only, removed on exit.
+keydir=$(mktemp -d)
+chmod 700 "$keydir"
+head -c 32 /dev/urandom | base64 >"$keydir/cluster.key"
+export KVROUTER_CLUSTER_KEY_FILE=$keydir/cluster.key
+export KVROUTER_CLUSTER_LABEL=${KVROUTER_CLUSTER_LABEL:-kvrouter-local}
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$keydir"; }
 trap cleanup EXIT INT TERM
 
 bin/kvrouter serve --http-addr 127.0.0.1:8081 --nats-listen 127.0.0.1:4222 --data-dir out/cluster/data \
@@ -32,5 +39,6 @@ for w in 1 2 3 4; do
 done
 haproxy -f deploy/local/haproxy.cfg -db >out/cluster/haproxy.log 2>&1 & pids+=($!)
 echo "kvrouter cluster: load balancer http://127.0.0.1:$KVROUTER_LB_PORT, replicas :8081-8083, workers :9001-9004"
+echo "gossip key (for another replica joining by hand): $KVROUTER_CLUSTER_KEY_FILE"
 echo "try: curl -s localhost:$KVROUTER_LB_PORT/workers | head; Ctrl-C to stop"
 wait
