@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/netpolicy"
@@ -11,7 +12,7 @@ import (
 // validateHTTP checks the HTTP listener, security and timeout settings.
 func (c *Config) validateHTTP() []error {
 	var errs []error
-	if c.AdminAddr != "" && c.AdminAddr == c.HTTPAddr {
+	if c.AdminAddr != "" && c.AdminAddr == c.HTTPAddr && !strings.HasSuffix(c.AdminAddr, ":0") {
 		errs = append(errs, fmt.Errorf("admin-addr must differ from http-addr (%s)", c.HTTPAddr))
 	}
 	if _, err := netpolicy.Parse(c.WorkerURLAllow); err != nil {
