@@ -6,12 +6,16 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -649,4 +653,79 @@ func FuzzStreamDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// writeTestPKI writes a CA and a leaf certificate it signed (PEM) into
+// dir, returning the paths: cert, key, ca.
+func writeTestPKI(t *testing.T, dir, name string) (string, string, string) {
+	t.Helper()
+	caPub, caKey, _ := ed25519.GenerateKey(rand.Reader)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caPub, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	leafTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name + " router"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, pub, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(file, typ string, der []byte) string {
+		p := filepath.Join(dir, name+"-"+file)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("cert.pem", "CERTIFICATE", leafDER), write("key.pem", "PRIVATE KEY", keyDER), write("ca.pem", "CERTIFICATE", caDER)
+}
+
+// With certificate files the streams use mutual TLS under the operator's
+// CA: members' streams carry the gossip; a certificate of another CA is
+// refused.
+func TestMutualTLSStreams(t *testing.T) {
+	dir := t.TempDir()
+	cert, key, ca := writeTestPKI(t, dir, "fleet")
+	rs := startCluster(t, 2, func(c *Config) {
+		c.Keys = [][]byte{testKey(1)}
+		c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = cert, key, ca
+	})
+	r0, r1 := rs[0], rs[1]
+	settle(t, r1, r0, "over-mtls")
+	if st := r0.node.Stats(); st.StreamsAccepted == 0 || r1.node.Stats().StreamMessages == 0 {
+		t.Fatalf("gossip did not use the mTLS stream: r0 %+v", st)
+	}
+	oCert, oKey, oCA := writeTestPKI(t, dir, "other")
+	other, err := newStreamTrust(Config{TLSCertFile: oCert, TLSKeyFile: oKey, TLSCAFile: oCA}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Dial("tcp", streamAddr(r0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := clientHandshake(raw, other.clientConfig(), r1.node.signKey, hello{from: "r1", to: "r0"}, time.Now().Add(5*time.Second)); err == nil {
+		t.Fatal("a certificate of another CA opened a stream")
+	} else {
+		t.Logf("other CA: %v", err)
+	}
+	if _, err := newStreamTrust(Config{TLSCertFile: filepath.Join(dir, "missing"), TLSKeyFile: key, TLSCAFile: ca}, nil); err == nil {
+		t.Fatal("a missing certificate file was accepted")
+	}
 }
