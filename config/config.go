@@ -45,7 +45,7 @@ type Config struct {
 
 	// ---- NATS ----
 	NATSURL                 string        `flag:"nats-url" help:"external NATS URL; empty starts an embedded NATS server"`
-	NATSListen              string        `flag:"nats-listen" help:"embedded NATS listen address (host:port; port 0 = random)"`
+	NATSListen              string        `flag:"nats-listen" help:"embedded NATS listen address (host:port; port 0 = random); beyond loopback it requires authentication (--nats-user, --nats-nkey or --nats-server-config) unless --nats-insecure"`
 	KVEventsSubject         string        `flag:"kv-events-subject" help:"subject KV events are published on"`
 	WorkersSubject          string        `flag:"workers-subject" help:"subject worker heartbeats are published on"`
 	JetStream               bool          `flag:"jetstream" help:"keep KV events in a JetStream stream so late replicas replay them"`
@@ -61,6 +61,19 @@ type Config struct {
 	StaticWorkers           []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size] workers registered without heartbeats"`
 	ZMQEvents               bool          `flag:"zmq-events" help:"subscribe to workers that announce a kv_events_endpoint (vLLM/SGLang ZMQ publishers)"`
 	ZMQEndpoints            []string      `flag:"zmq-endpoints" help:"comma-separated id=tcp://host:port[;replay=tcp://host:port][;dp=N][;bind] engines publishing KV events on ZMQ"`
+
+	// ---- NATS authentication and TLS (README "Security"): the router's
+	// own connection, and the clients an embedded server accepts ----
+	NATSCreds        string `flag:"nats-creds" help:"NATS .creds file (user JWT and nkey seed) for a NATS in operator mode"`
+	NATSNkey         string `flag:"nats-nkey" help:"file holding a NATS user nkey seed (SU...; nk -gen user); an embedded server accepts its public key"`
+	NATSUser         string `flag:"nats-user" help:"NATS user; its password comes from --nats-password-file or the environment variable KVROUTER_NATS_PASSWORD (never a flag: flag values show in ps); an embedded server accepts this user"`
+	NATSPasswordFile string `flag:"nats-password-file" help:"file holding the password of --nats-user (trailing newline ignored)"`
+	NATSPassword     string `env:"nats-password"` // environment only
+	NATSTLSCA        string `flag:"nats-tls-ca" help:"PEM CA bundle the NATS server's certificate must chain to; any --nats-tls-* makes the connection to an external NATS require TLS"`
+	NATSTLSCert      string `flag:"nats-tls-cert" help:"PEM certificate: the client certificate for an external NATS that verifies clients, or the embedded server's certificate (it then requires TLS from network clients)"`
+	NATSTLSKey       string `flag:"nats-tls-key" help:"PEM private key of --nats-tls-cert"`
+	NATSServerConfig string `flag:"nats-server-config" help:"nats-server configuration file for the embedded server (authorization users with permissions, accounts, operator and resolver, tls); --nats-listen, --data-dir and --jetstream override its listen and jetstream settings, and --nats-user/--nats-nkey are added to its users"`
+	NATSInsecure     bool   `flag:"nats-insecure" help:"let the embedded NATS listen beyond loopback without authentication: anyone who reaches it can then publish KV events and heartbeats, clear workers' indexes and purge the stream"`
 
 	// ---- routing (Dynamo names) ----
 	BlockSize                  int           `flag:"block-size" help:"KV block size in tokens; workers must match"`

@@ -39,8 +39,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 }
 
 // Register defines one flag per tagged field of *cfg, with the value from
-// the environment (if set) as its default. A malformed environment value
-// is an error, not silently ignored.
+// the environment (if set) as its default. A field tagged env:"name"
+// instead of flag:"name" is set from the environment only. A malformed
+// environment value is an error, not silently ignored.
 func Register(fs *flag.FlagSet, cfg *Config, getenv func(string) string) error {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -51,6 +52,14 @@ func Register(fs *flag.FlagSet, cfg *Config, getenv func(string) string) error {
 		f := t.Field(i)
 		name := f.Tag.Get("flag")
 		if name == "" {
+			// env-only fields (secrets: a flag's value shows in ps).
+			if envName := f.Tag.Get("env"); envName != "" {
+				if env := getenv(EnvName(envName)); env != "" {
+					if err := (&fieldValue{v: v.Field(i)}).Set(env); err != nil {
+						return fmt.Errorf("environment %s: %w", EnvName(envName), err)
+					}
+				}
+			}
 			continue
 		}
 		fv := &fieldValue{v: v.Field(i)}

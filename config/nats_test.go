@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -41,5 +43,64 @@ func TestJetStreamBounds(t *testing.T) {
 	}
 	if _, err := Load([]string{"--data-dir", "", "--jetstream=false"}, none); err != nil {
 		t.Fatalf("no JetStream, no data dir: %v", err)
+	}
+}
+
+func TestNATSAuthFlags(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	none := env(nil)
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("from-the-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The password comes from a file or the environment, never a flag.
+	if _, err := Load([]string{"--nats-password", "x"}, none); err == nil {
+		t.Fatal("--nats-password must not exist: a flag's value shows in ps")
+	}
+	cfg, err := Load([]string{"--nats-user", "router"}, env(map[string]string{"KVROUTER_NATS_PASSWORD": "from-the-env"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := cfg.NATSAuth(); err != nil || a.User != "router" || a.Password != "from-the-env" {
+		t.Fatalf("env password: %+v, %v", a, err)
+	}
+	cfg, err = Load([]string{"--nats-user", "router", "--nats-password-file", pw}, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := cfg.NATSAuth(); err != nil || a.Password != "from-the-file" {
+		t.Fatalf("file password: %+v, %v", a, err)
+	}
+	cfg.NATSPasswordFile = filepath.Join(t.TempDir(), "missing")
+	if _, err := cfg.NATSAuth(); err == nil {
+		t.Fatal("a missing password file must be an error")
+	}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{[]string{"--nats-user", "router"}, nil, "password"},
+		{[]string{"--nats-password-file", pw}, nil, "without a user"},
+		{[]string{"--nats-user", "r", "--nats-password-file", pw}, map[string]string{"KVROUTER_NATS_PASSWORD": "p"}, "once"},
+		{[]string{"--nats-user", "r", "--nats-password-file", pw, "--nats-nkey", "seed.nk"}, nil, "not several"},
+		{[]string{"--nats-tls-cert", "c.pem"}, nil, "key go together"},
+		{[]string{"--nats-listen", "0.0.0.0:4222"}, nil, "--nats-insecure"},
+		{[]string{"--nats-listen", ":4222"}, nil, "--nats-insecure"},
+		{[]string{"--nats-listen", "0.0.0.0:4222", "--nats-insecure"}, nil, ""},
+		{[]string{"--nats-listen", "0.0.0.0:4222", "--nats-user", "r", "--nats-password-file", pw}, nil, ""},
+		{[]string{"--nats-listen", "0.0.0.0:4222", "--nats-nkey", "seed.nk"}, nil, ""},
+		{[]string{"--nats-listen", "0.0.0.0:4222", "--nats-server-config", "nats.conf"}, nil, ""},
+		{[]string{"--nats-listen", "0.0.0.0:4222", "--nats-url", "nats://nats:4222"}, nil, ""}, // not embedded
+		{[]string{"--nats-creds", "r.creds"}, nil, "operator"},
+		{[]string{"--nats-creds", "r.creds", "--nats-url", "tls://nats:4222", "--nats-tls-ca", "ca.pem"}, nil, ""},
+	} {
+		_, err := Load(c.args, env(c.env))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want an error about %q", c.args, err, c.want)
+		}
 	}
 }

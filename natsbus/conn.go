@@ -16,8 +16,10 @@ const reconnectWait = 250 * time.Millisecond
 // Connect dials NATS and keeps reconnecting forever: the router must
 // survive a NATS restart and resume ingestion without operator action.
 // Disconnects and reconnects are logged; Status reports the state for
-// metrics and readiness. ctx bounds the initial dial only.
-func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, error) {
+// metrics and readiness. ctx bounds the initial dial only. extra adds
+// options: credentials and TLS (ClientAuth.Options, or
+// Embedded.ClientOptions for this process's own server).
+func Connect(ctx context.Context, url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
@@ -49,6 +51,7 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Con
 	if dl, ok := ctx.Deadline(); ok {
 		opts = append(opts, nats.Timeout(time.Until(dl)))
 	}
+	opts = append(opts, extra...)
 	type result struct {
 		nc  *nats.Conn
 		err error

@@ -43,17 +43,29 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 			b.Close()
 		}
 	}()
+	auth, err := cfg.NATSAuth()
+	if err != nil {
+		return nil, err
+	}
 	if b.url == "" {
 		b.embedded, err = natsbus.StartEmbedded(natsbus.EmbeddedConfig{
 			Listen: cfg.NATSListen, StoreDir: filepath.Join(cfg.DataDir, "nats"), JetStream: cfg.JetStream,
+			User: auth.User, Password: auth.Password, NkeySeedFile: auth.NkeySeedFile, CredsFile: auth.CredsFile,
+			ConfigFile: cfg.NATSServerConfig, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey, Insecure: cfg.NATSInsecure,
 		})
 		if err != nil {
 			return nil, err
 		}
 		b.url = b.embedded.ClientURL()
 		log.Info("embedded NATS started", "url", b.url)
+		b.nc, err = b.embedded.Dial(ctx, "kvrouter-"+id, base, auth)
+	} else {
+		var opts []nats.Option
+		if opts, err = auth.Options(); err == nil {
+			b.nc, err = natsbus.Connect(ctx, b.url, "kvrouter-"+id, base, opts...)
+		}
 	}
-	if b.nc, err = natsbus.Connect(ctx, b.url, "kvrouter-"+id, base); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	stream := ""
