@@ -78,6 +78,10 @@ type Config struct {
 	MaxQueueWait time.Duration
 	// HeartbeatTimeout removes a worker whose heartbeats stopped.
 	HeartbeatTimeout time.Duration
+	// DrainGrace is how long a draining worker (gone from discovery) stays
+	// registered, unroutable, so its requests in flight finish and are
+	// freed normally; then it is removed.
+	DrainGrace time.Duration
 	// TickInterval drives housekeeping (timeouts, expiry, queue retries).
 	TickInterval time.Duration
 	// StaleCheckInterval is how often sequence actors sweep for stale
@@ -100,6 +104,10 @@ const (
 	DefaultMaxWorkers = 10000
 	DefaultMaxRanks   = 32768
 )
+
+// DefaultDrainGrace is Kubernetes' default terminationGracePeriodSeconds:
+// a pod that left its Service has that long to finish its requests.
+const DefaultDrainGrace = 30 * time.Second
 
 // DefaultConfig returns Dynamo's defaults for one replica.
 func DefaultConfig() Config {
@@ -127,6 +135,7 @@ func DefaultConfig() Config {
 		DecisionTimeout:            250 * time.Millisecond,
 		MaxQueueWait:               60 * time.Second,
 		HeartbeatTimeout:           10 * time.Second,
+		DrainGrace:                 DefaultDrainGrace,
 		TickInterval:               20 * time.Millisecond,
 		StaleCheckInterval:         30 * time.Second,
 	}
@@ -150,6 +159,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Shards < 0 {
 		errs = append(errs, fmt.Errorf("shards must be >= 0, got %d", c.Shards))
+	}
+	if c.DrainGrace < 0 {
+		errs = append(errs, fmt.Errorf("drain grace must be >= 0, got %v", c.DrainGrace))
 	}
 	if c.DecisionTimeout <= 0 || c.TickInterval <= 0 {
 		errs = append(errs, errors.New("decision timeout and tick interval must be > 0"))

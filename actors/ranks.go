@@ -13,6 +13,9 @@ type rankView struct {
 	list    []kv.WorkerWithDpRank // sorted: the stable candidate order
 	pids    map[kv.WorkerWithDpRank]*actor.PID
 	budgets map[kv.WorkerID]uint64
+	// states holds the ranks that are not active (nil when all are), for
+	// scheduling.Constraints.State.
+	states map[kv.WorkerWithDpRank]kv.WorkerState
 }
 
 func emptyRankView() *rankView {
@@ -31,8 +34,23 @@ func newRankView(t *messages.RankTable, address string) *rankView {
 		v.list = append(v.list, w)
 		v.pids[w] = actor.NewPID(address, e.Pid)
 		v.budgets[w.WorkerID] = e.MaxNumBatchedTokens
+		if e.State != messages.WorkerState_WORKER_STATE_ACTIVE {
+			if v.states == nil {
+				v.states = map[kv.WorkerWithDpRank]kv.WorkerState{}
+			}
+			v.states[w] = kv.WorkerState(e.State)
+		}
 	}
 	return v
 }
 
 func (v *rankView) has(w kv.WorkerWithDpRank) bool { _, ok := v.pids[w]; return ok }
+
+// stateFunc is the view's rank states for scheduling.Constraints (nil
+// when every rank is active, which keeps the unconstrained path free).
+func (v *rankView) stateFunc() func(kv.WorkerWithDpRank) kv.WorkerState {
+	if v.states == nil {
+		return nil
+	}
+	return func(w kv.WorkerWithDpRank) kv.WorkerState { return v.states[w] }
+}

@@ -46,6 +46,8 @@ func (a *registryActor) Receive(ctx actor.Context) {
 		a.workerUp(ctx, m)
 	case *messages.RemoveWorker:
 		a.remove(ctx, kv.WorkerID(m.WorkerId), "removed")
+	case *messages.WorkerCondition:
+		a.condition(ctx, m)
 	case *messages.RegistryQuery:
 		ctx.Respond(a.workers())
 	case *messages.Tick:
@@ -118,12 +120,40 @@ func (a *registryActor) applyChange(ctx actor.Context, ch registry.Change) {
 	}
 }
 
+// condition sets or clears a worker's busy, unhealthy or draining
+// condition and republishes the rank table when a rank's state changed.
+func (a *registryActor) condition(ctx actor.Context, m *messages.WorkerCondition) {
+	id := kv.WorkerID(m.WorkerId)
+	var changed, known bool
+	switch m.Condition {
+	case messages.WorkerState_WORKER_STATE_BUSY:
+		changed, known = a.reg.SetBusy(id, m.On, m.DpRanks)
+	case messages.WorkerState_WORKER_STATE_UNHEALTHY:
+		changed, known = a.reg.SetUnhealthy(id, m.On)
+	case messages.WorkerState_WORKER_STATE_DRAINING:
+		now := time.Now()
+		if m.NowUnixNano != 0 {
+			now = time.Unix(0, m.NowUnixNano)
+		}
+		changed, known = a.reg.SetDraining(id, m.On, now)
+	}
+	if changed {
+		a.log.Info("worker condition", "worker", id, "condition", kv.WorkerState(m.Condition).String(), "on", m.On,
+			"dp_ranks", m.DpRanks, "reason", m.Reason)
+		a.publish(ctx)
+	}
+	if ctx.Sender() != nil {
+		ctx.Respond(&messages.WorkerConditionReply{Known: known, Changed: changed})
+	}
+}
+
 func (a *registryActor) table() *messages.RankTable {
 	ranks := a.reg.Ranks()
 	t := &messages.RankTable{Ranks: make([]*messages.RankEntry, 0, len(ranks))}
 	for _, w := range ranks {
 		t.Ranks = append(t.Ranks, &messages.RankEntry{
 			Worker: rankMsg(w), Pid: a.pids[w].Id, MaxNumBatchedTokens: a.reg.Budget(w.WorkerID),
+			State: messages.WorkerState(a.reg.State(w)),
 		})
 	}
 	return t
@@ -140,11 +170,16 @@ func (a *registryActor) publish(ctx actor.Context) *messages.RankTable {
 }
 
 func (a *registryActor) workers() *messages.RegistryReply {
-	reply := &messages.RegistryReply{}
+	reply := &messages.RegistryReply{Digest: a.reg.Digest()}
 	for _, w := range a.reg.Workers() {
-		reply.Workers = append(reply.Workers, &messages.RegisteredWorker{
+		rw := &messages.RegisteredWorker{
 			Worker: w.Info, Static: w.Static, LastSeenUnixNano: w.LastSeen.UnixNano(),
-		})
+			Draining: w.Draining, Unhealthy: w.Unhealthy, BusyRanks: w.BusyRanks,
+		}
+		if w.Draining {
+			rw.DrainingSinceUnixNano = w.DrainingSince.UnixNano()
+		}
+		reply.Workers = append(reply.Workers, rw)
 	}
 	return reply
 }
@@ -159,6 +194,9 @@ func (a *registryActor) tick(ctx actor.Context, now time.Time) {
 	a.lastTick = now
 	for _, id := range a.reg.Expired(now, a.cfg.HeartbeatTimeout) {
 		a.remove(ctx, id, "heartbeat timeout")
+	}
+	for _, id := range a.reg.DrainExpired(now, a.cfg.DrainGrace) {
+		a.remove(ctx, id, "drained")
 	}
 	t := &messages.Tick{UnixNano: now.UnixNano()}
 	for _, sh := range a.shards {

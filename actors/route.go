@@ -92,10 +92,10 @@ func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeRe
 	s.obs.DecisionPhase("hash", p.hashed.Sub(p.started))
 }
 
-// eligible applies the pinned-worker and allowed-workers constraints
-// (scheduling.EligibleRanks) to the registered ranks.
+// eligible applies the pinned-worker and allowed-workers constraints and
+// the ranks' states (scheduling.EligibleRanks) to the registered ranks.
 func (s *schedulerActor) eligible(pinned *messages.WorkerRank, allowed []uint64) ([]kv.WorkerWithDpRank, *messages.RouteError) {
-	c := scheduling.Constraints{}
+	c := scheduling.Constraints{State: s.ranks.stateFunc()}
 	if pinned != nil {
 		w := rankOf(pinned)
 		c.Pinned = &w

@@ -156,6 +156,8 @@ func (s *scenario) run(cmd string, words []string, a map[string]string) {
 		}
 	case "remove_worker":
 		s.router().RemoveWorker(kv.WorkerID(s.num(words[0])))
+	case "condition":
+		s.condition(words, a)
 	case "store":
 		storeChain(s.router(), s.rank(words[0]), s.tokens(a))
 		if err := s.router().Barrier(ctxT(s.t)); err != nil {
@@ -187,6 +189,36 @@ func (s *scenario) run(cmd string, words []string, a map[string]string) {
 		s.expectPublished(words, a)
 	default:
 		s.fail("unknown command %q", cmd)
+	}
+}
+
+// condition sets or clears a worker's busy, unhealthy or draining
+// condition: condition ID busy|unhealthy|draining on|off [ranks=0,1]
+// [known=false] [changed=false].
+func (s *scenario) condition(words []string, a map[string]string) {
+	if len(words) < 3 {
+		s.fail("want: condition ID busy|unhealthy|draining on|off")
+	}
+	conds := map[string]kv.WorkerState{"busy": kv.WorkerBusy, "unhealthy": kv.WorkerUnhealthy, "draining": kv.WorkerDraining}
+	cond, ok := conds[words[1]]
+	if !ok {
+		s.fail("unknown condition %q", words[1])
+	}
+	var ranks []uint32
+	if v, ok := a["ranks"]; ok {
+		for _, rk := range strings.Split(v, ",") {
+			ranks = append(ranks, uint32(s.num(rk)))
+		}
+	}
+	known, changed, err := s.router().SetWorkerCondition(ctxT(s.t), kv.WorkerID(s.num(words[0])), cond, words[2] == "on", ranks, "scenario")
+	if err != nil {
+		s.fail("condition: %v", err)
+	}
+	if want := a["known"] != "false"; known != want {
+		s.fail("known %v, want %v", known, want)
+	}
+	if want, ok := a["changed"]; ok && fmt.Sprint(changed) != want {
+		s.fail("changed %v, want %s", changed, want)
 	}
 }
 
@@ -244,6 +276,9 @@ func (s *scenario) config(a map[string]string) {
 		case "stride":
 			n := int(s.num(v))
 			s.mutations = append(s.mutations, func(c *Config) { c.Sequence.Stride = n })
+		case "drain_grace":
+			d := s.dur(v)
+			s.mutations = append(s.mutations, func(c *Config) { c.DrainGrace = d })
 		default:
 			s.fail("unknown config key %q", k)
 		}
@@ -414,14 +449,26 @@ func (s *scenario) expectState(cmd string, words []string, a map[string]string) 
 		case "expect_rank":
 			w := s.rank(words[0])
 			last = "rank not registered"
+			if a["registered"] == "false" {
+				found := false
+				for _, ws := range st.Workers {
+					found = found || ws.WorkerID == uint64(w.WorkerID)
+				}
+				if !found {
+					return
+				}
+				last = "still registered"
+				break
+			}
 			for _, ws := range st.Workers {
 				for _, rs := range ws.Ranks {
 					if ws.WorkerID != uint64(w.WorkerID) || rs.DpRank != w.DpRank {
 						continue
 					}
-					last = fmt.Sprintf("requests %d prefill %d", rs.ActiveRequests, rs.ActivePrefillTokens)
+					last = fmt.Sprintf("requests %d prefill %d state %s", rs.ActiveRequests, rs.ActivePrefillTokens, rs.State)
 					if (a["requests"] == "" || uint64(rs.ActiveRequests) == s.num(a["requests"])) &&
-						(a["prefill"] == "" || rs.ActivePrefillTokens == s.num(a["prefill"])) {
+						(a["prefill"] == "" || rs.ActivePrefillTokens == s.num(a["prefill"])) &&
+						(a["state"] == "" || rs.State == a["state"]) {
 						return
 					}
 				}

@@ -8,11 +8,14 @@ import (
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/registry"
 )
 
 // RankStatus is one worker rank as the replica sees it.
 type RankStatus struct {
-	DpRank              uint32  `json:"dp_rank"`
+	DpRank uint32 `json:"dp_rank"`
+	// State is kv.WorkerState's name: only "active" ranks take new requests.
+	State               string  `json:"state"`
 	IndexedBlocks       uint64  `json:"indexed_blocks"`
 	ActiveRequests      uint32  `json:"active_requests"`
 	ActivePrefillTokens uint64  `json:"active_prefill_tokens"`
@@ -29,6 +32,10 @@ type WorkerStatus struct {
 	TotalKVBlocks         uint64       `json:"total_kv_blocks,omitempty"`
 	Static                bool         `json:"static"`
 	LastSeenUnixNano      int64        `json:"last_seen_unix_nano"`
+	Draining              bool         `json:"draining,omitempty"`
+	DrainingSinceUnixNano int64        `json:"draining_since_unix_nano,omitempty"`
+	Unhealthy             bool         `json:"unhealthy,omitempty"`
+	BusyRanks             []uint32     `json:"busy_ranks,omitempty"`
 	Ranks                 []RankStatus `json:"ranks"`
 }
 
@@ -39,6 +46,10 @@ type Status struct {
 	TrackedRequests uint64            `json:"tracked_requests"`
 	IndexCounters   map[string]uint64 `json:"index_counters"`
 	IndexDigest     uint64            `json:"index_digest"`
+	// RegistryDigest summarises the registered workers, their ranks and
+	// drains (registry.Registry.Digest): replicas fed by the same
+	// discovery sources agree on it.
+	RegistryDigest uint64 `json:"registry_digest"`
 	// UnregisteredIndexed counts blocks indexed for workers that never
 	// registered (events can precede the first heartbeat).
 	UnregisteredIndexed map[string]uint64 `json:"unregistered_indexed,omitempty"`
@@ -60,7 +71,8 @@ func (r *Router) Status(ctx context.Context) (*Status, error) {
 		return nil, fmt.Errorf("loads: %w", err)
 	}
 	blocks := map[kv.WorkerWithDpRank]uint64{}
-	st := &Status{QueueDepth: reg.QueueDepth, TrackedRequests: reg.TrackedRequests, IndexCounters: map[string]uint64{}}
+	st := &Status{QueueDepth: reg.QueueDepth, TrackedRequests: reg.TrackedRequests, IndexCounters: map[string]uint64{},
+		RegistryDigest: reg.Digest}
 	for _, sh := range shards {
 		for _, b := range sh.Blocks {
 			blocks[rankOf(b.Worker)] = b.Blocks
@@ -81,11 +93,13 @@ func (r *Router) Status(ctx context.Context) (*Status, error) {
 			WorkerID: hb.WorkerId, URL: hb.Url, ModelName: hb.ModelName,
 			DataParallelStartRank: hb.DataParallelStartRank, DataParallelSize: max(hb.DataParallelSize, 1),
 			TotalKVBlocks: hb.TotalKvBlocks, Static: w.Static, LastSeenUnixNano: w.LastSeenUnixNano,
+			Draining: w.Draining, DrainingSinceUnixNano: w.DrainingSinceUnixNano, Unhealthy: w.Unhealthy, BusyRanks: w.BusyRanks,
 		}
+		cond := registry.Conditions{Draining: w.Draining, Unhealthy: w.Unhealthy, BusyRanks: w.BusyRanks}
 		for rk := hb.DataParallelStartRank; rk < hb.DataParallelStartRank+ws.DataParallelSize; rk++ {
 			key := kv.WorkerWithDpRank{WorkerID: kv.WorkerID(hb.WorkerId), DpRank: rk}
 			registered[key] = true
-			rs := RankStatus{DpRank: rk, IndexedBlocks: blocks[key]}
+			rs := RankStatus{DpRank: rk, State: cond.State(rk).String(), IndexedBlocks: blocks[key]}
 			if l := load[key]; l != nil {
 				rs.ActiveRequests = l.ActiveRequests
 				rs.ActivePrefillTokens = l.PotentialPrefillTokens

@@ -144,3 +144,33 @@ func (e *Event) Validate() error {
 	}
 	return nil
 }
+
+// WorkerState is how routable a worker rank is. Only Active ranks take new
+// requests; the others keep their requests in flight, their indexed blocks
+// and their load tracking, so a rank that recovers routes on warm. When
+// several conditions hold the most lasting one is reported: Draining, then
+// Unhealthy, then Busy.
+type WorkerState uint8
+
+const (
+	// WorkerActive: routable.
+	WorkerActive WorkerState = iota
+	// WorkerBusy: the engine's own waiting queue or KV usage is over the
+	// busy thresholds (Dynamo's busy detection).
+	WorkerBusy
+	// WorkerUnhealthy: its health check fails, or its pod is not Ready.
+	WorkerUnhealthy
+	// WorkerDraining: it left discovery; requests in flight finish and the
+	// worker is removed after the drain grace period.
+	WorkerDraining
+	NumWorkerStates
+)
+
+var workerStateNames = [...]string{"active", "busy", "unhealthy", "draining"}
+
+func (s WorkerState) String() string {
+	if int(s) < len(workerStateNames) {
+		return workerStateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}

@@ -76,6 +76,61 @@ func (StorageTier) EnumDescriptor() ([]byte, []int) {
 	return file_kvrouter_proto_rawDescGZIP(), []int{0}
 }
 
+// WorkerState is how routable a worker rank is (kv.WorkerState): only
+// ACTIVE ranks take new requests (scheduling.Routable); the others keep
+// their requests in flight, indexed blocks and load tracking.
+type WorkerState int32
+
+const (
+	WorkerState_WORKER_STATE_ACTIVE    WorkerState = 0
+	WorkerState_WORKER_STATE_BUSY      WorkerState = 1 // engine queue or KV usage over the busy thresholds
+	WorkerState_WORKER_STATE_UNHEALTHY WorkerState = 2 // health check failing, or pod not Ready
+	WorkerState_WORKER_STATE_DRAINING  WorkerState = 3 // left discovery; removed after the drain grace
+)
+
+// Enum value maps for WorkerState.
+var (
+	WorkerState_name = map[int32]string{
+		0: "WORKER_STATE_ACTIVE",
+		1: "WORKER_STATE_BUSY",
+		2: "WORKER_STATE_UNHEALTHY",
+		3: "WORKER_STATE_DRAINING",
+	}
+	WorkerState_value = map[string]int32{
+		"WORKER_STATE_ACTIVE":    0,
+		"WORKER_STATE_BUSY":      1,
+		"WORKER_STATE_UNHEALTHY": 2,
+		"WORKER_STATE_DRAINING":  3,
+	}
+)
+
+func (x WorkerState) Enum() *WorkerState {
+	p := new(WorkerState)
+	*p = x
+	return p
+}
+
+func (x WorkerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvrouter_proto_enumTypes[1].Descriptor()
+}
+
+func (WorkerState) Type() protoreflect.EnumType {
+	return &file_kvrouter_proto_enumTypes[1]
+}
+
+func (x WorkerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkerState.Descriptor instead.
+func (WorkerState) EnumDescriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{1}
+}
+
 type RouteErrorCode int32
 
 const (
@@ -124,11 +179,11 @@ func (x RouteErrorCode) String() string {
 }
 
 func (RouteErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_kvrouter_proto_enumTypes[1].Descriptor()
+	return file_kvrouter_proto_enumTypes[2].Descriptor()
 }
 
 func (RouteErrorCode) Type() protoreflect.EnumType {
-	return &file_kvrouter_proto_enumTypes[1]
+	return &file_kvrouter_proto_enumTypes[2]
 }
 
 func (x RouteErrorCode) Number() protoreflect.EnumNumber {
@@ -137,7 +192,7 @@ func (x RouteErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RouteErrorCode.Descriptor instead.
 func (RouteErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{1}
+	return file_kvrouter_proto_rawDescGZIP(), []int{2}
 }
 
 // A worker rank: the unit the router schedules onto.
@@ -591,6 +646,146 @@ func (x *RemoveWorker) GetWorkerId() uint64 {
 	return 0
 }
 
+// WorkerCondition sets (on) or clears one condition of a registered worker:
+// BUSY (dp_ranks: the busy ranks; empty = every rank), UNHEALTHY or
+// DRAINING. Answered with a WorkerConditionReply after the new rank table
+// went to the scheduler.
+type WorkerCondition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      uint64                 `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Condition     WorkerState            `protobuf:"varint,2,opt,name=condition,proto3,enum=kvrouter.v1.WorkerState" json:"condition,omitempty"`
+	On            bool                   `protobuf:"varint,3,opt,name=on,proto3" json:"on,omitempty"`
+	DpRanks       []uint32               `protobuf:"varint,4,rep,packed,name=dp_ranks,json=dpRanks,proto3" json:"dp_ranks,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // logged with the transition
+	NowUnixNano   int64                  `protobuf:"varint,6,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerCondition) Reset() {
+	*x = WorkerCondition{}
+	mi := &file_kvrouter_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerCondition) ProtoMessage() {}
+
+func (x *WorkerCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerCondition.ProtoReflect.Descriptor instead.
+func (*WorkerCondition) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WorkerCondition) GetWorkerId() uint64 {
+	if x != nil {
+		return x.WorkerId
+	}
+	return 0
+}
+
+func (x *WorkerCondition) GetCondition() WorkerState {
+	if x != nil {
+		return x.Condition
+	}
+	return WorkerState_WORKER_STATE_ACTIVE
+}
+
+func (x *WorkerCondition) GetOn() bool {
+	if x != nil {
+		return x.On
+	}
+	return false
+}
+
+func (x *WorkerCondition) GetDpRanks() []uint32 {
+	if x != nil {
+		return x.DpRanks
+	}
+	return nil
+}
+
+func (x *WorkerCondition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WorkerCondition) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+type WorkerConditionReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Known         bool                   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"`     // false: no such worker is registered
+	Changed       bool                   `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"` // false: it was already so
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerConditionReply) Reset() {
+	*x = WorkerConditionReply{}
+	mi := &file_kvrouter_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerConditionReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerConditionReply) ProtoMessage() {}
+
+func (x *WorkerConditionReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerConditionReply.ProtoReflect.Descriptor instead.
+func (*WorkerConditionReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WorkerConditionReply) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *WorkerConditionReply) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 // ScoreRequest asks a shard how much of a prompt each of its workers holds.
 type ScoreRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -602,7 +797,7 @@ type ScoreRequest struct {
 
 func (x *ScoreRequest) Reset() {
 	*x = ScoreRequest{}
-	mi := &file_kvrouter_proto_msgTypes[8]
+	mi := &file_kvrouter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +809,7 @@ func (x *ScoreRequest) String() string {
 func (*ScoreRequest) ProtoMessage() {}
 
 func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[8]
+	mi := &file_kvrouter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +822,7 @@ func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreRequest.ProtoReflect.Descriptor instead.
 func (*ScoreRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{8}
+	return file_kvrouter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ScoreRequest) GetQueryId() uint64 {
@@ -663,7 +858,7 @@ type WorkerOverlap struct {
 
 func (x *WorkerOverlap) Reset() {
 	*x = WorkerOverlap{}
-	mi := &file_kvrouter_proto_msgTypes[9]
+	mi := &file_kvrouter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +870,7 @@ func (x *WorkerOverlap) String() string {
 func (*WorkerOverlap) ProtoMessage() {}
 
 func (x *WorkerOverlap) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[9]
+	mi := &file_kvrouter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +883,7 @@ func (x *WorkerOverlap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOverlap.ProtoReflect.Descriptor instead.
 func (*WorkerOverlap) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{9}
+	return file_kvrouter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkerOverlap) GetWorker() *WorkerRank {
@@ -752,7 +947,7 @@ type OverlapReply struct {
 
 func (x *OverlapReply) Reset() {
 	*x = OverlapReply{}
-	mi := &file_kvrouter_proto_msgTypes[10]
+	mi := &file_kvrouter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +959,7 @@ func (x *OverlapReply) String() string {
 func (*OverlapReply) ProtoMessage() {}
 
 func (x *OverlapReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[10]
+	mi := &file_kvrouter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +972,7 @@ func (x *OverlapReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapReply.ProtoReflect.Descriptor instead.
 func (*OverlapReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{10}
+	return file_kvrouter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OverlapReply) GetQueryId() uint64 {
@@ -831,7 +1026,7 @@ type AddRequest struct {
 
 func (x *AddRequest) Reset() {
 	*x = AddRequest{}
-	mi := &file_kvrouter_proto_msgTypes[11]
+	mi := &file_kvrouter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1038,7 @@ func (x *AddRequest) String() string {
 func (*AddRequest) ProtoMessage() {}
 
 func (x *AddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[11]
+	mi := &file_kvrouter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1051,7 @@ func (x *AddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRequest.ProtoReflect.Descriptor instead.
 func (*AddRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{11}
+	return file_kvrouter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AddRequest) GetRequestId() string {
@@ -938,7 +1133,7 @@ type MarkPrefillCompleted struct {
 
 func (x *MarkPrefillCompleted) Reset() {
 	*x = MarkPrefillCompleted{}
-	mi := &file_kvrouter_proto_msgTypes[12]
+	mi := &file_kvrouter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1145,7 @@ func (x *MarkPrefillCompleted) String() string {
 func (*MarkPrefillCompleted) ProtoMessage() {}
 
 func (x *MarkPrefillCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[12]
+	mi := &file_kvrouter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1158,7 @@ func (x *MarkPrefillCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleted.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleted) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{12}
+	return file_kvrouter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MarkPrefillCompleted) GetRequestId() string {
@@ -982,7 +1177,7 @@ type FreeRequest struct {
 
 func (x *FreeRequest) Reset() {
 	*x = FreeRequest{}
-	mi := &file_kvrouter_proto_msgTypes[13]
+	mi := &file_kvrouter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1189,7 @@ func (x *FreeRequest) String() string {
 func (*FreeRequest) ProtoMessage() {}
 
 func (x *FreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[13]
+	mi := &file_kvrouter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1202,7 @@ func (x *FreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeRequest.ProtoReflect.Descriptor instead.
 func (*FreeRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{13}
+	return file_kvrouter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FreeRequest) GetRequestId() string {
@@ -1029,7 +1224,7 @@ type AddOutputBlock struct {
 
 func (x *AddOutputBlock) Reset() {
 	*x = AddOutputBlock{}
-	mi := &file_kvrouter_proto_msgTypes[14]
+	mi := &file_kvrouter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1236,7 @@ func (x *AddOutputBlock) String() string {
 func (*AddOutputBlock) ProtoMessage() {}
 
 func (x *AddOutputBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[14]
+	mi := &file_kvrouter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1249,7 @@ func (x *AddOutputBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddOutputBlock.ProtoReflect.Descriptor instead.
 func (*AddOutputBlock) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{14}
+	return file_kvrouter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddOutputBlock) GetRequestId() string {
@@ -1083,7 +1278,7 @@ type LoadQuery struct {
 
 func (x *LoadQuery) Reset() {
 	*x = LoadQuery{}
-	mi := &file_kvrouter_proto_msgTypes[15]
+	mi := &file_kvrouter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1290,7 @@ func (x *LoadQuery) String() string {
 func (*LoadQuery) ProtoMessage() {}
 
 func (x *LoadQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[15]
+	mi := &file_kvrouter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1303,7 @@ func (x *LoadQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadQuery.ProtoReflect.Descriptor instead.
 func (*LoadQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{15}
+	return file_kvrouter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LoadQuery) GetQueryId() uint64 {
@@ -1148,7 +1343,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_kvrouter_proto_msgTypes[16]
+	mi := &file_kvrouter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1355,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[16]
+	mi := &file_kvrouter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1368,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{16}
+	return file_kvrouter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LoadReply) GetQueryId() uint64 {
@@ -1232,7 +1427,7 @@ type RouterConfigOverride struct {
 
 func (x *RouterConfigOverride) Reset() {
 	*x = RouterConfigOverride{}
-	mi := &file_kvrouter_proto_msgTypes[17]
+	mi := &file_kvrouter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1439,7 @@ func (x *RouterConfigOverride) String() string {
 func (*RouterConfigOverride) ProtoMessage() {}
 
 func (x *RouterConfigOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[17]
+	mi := &file_kvrouter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1452,7 @@ func (x *RouterConfigOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterConfigOverride.ProtoReflect.Descriptor instead.
 func (*RouterConfigOverride) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{17}
+	return file_kvrouter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouterConfigOverride) GetOverlapScoreWeight() float64 {
@@ -1322,7 +1517,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_kvrouter_proto_msgTypes[18]
+	mi := &file_kvrouter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1529,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[18]
+	mi := &file_kvrouter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1542,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{18}
+	return file_kvrouter_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1433,7 +1628,7 @@ type CancelRoute struct {
 
 func (x *CancelRoute) Reset() {
 	*x = CancelRoute{}
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1640,7 @@ func (x *CancelRoute) String() string {
 func (*CancelRoute) ProtoMessage() {}
 
 func (x *CancelRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1653,7 @@ func (x *CancelRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRoute.ProtoReflect.Descriptor instead.
 func (*CancelRoute) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{19}
+	return file_kvrouter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelRoute) GetCancelToken() uint64 {
@@ -1486,7 +1681,7 @@ type RouteReply struct {
 
 func (x *RouteReply) Reset() {
 	*x = RouteReply{}
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1693,7 @@ func (x *RouteReply) String() string {
 func (*RouteReply) ProtoMessage() {}
 
 func (x *RouteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1706,7 @@ func (x *RouteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteReply.ProtoReflect.Descriptor instead.
 func (*RouteReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{20}
+	return file_kvrouter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteReply) GetWorker() *WorkerRank {
@@ -1553,7 +1748,7 @@ type SequenceEvent struct {
 
 func (x *SequenceEvent) Reset() {
 	*x = SequenceEvent{}
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1760,7 @@ func (x *SequenceEvent) String() string {
 func (*SequenceEvent) ProtoMessage() {}
 
 func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1773,7 @@ func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEvent.ProtoReflect.Descriptor instead.
 func (*SequenceEvent) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{21}
+	return file_kvrouter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SequenceEvent) GetOrigin() string {
@@ -1660,7 +1855,7 @@ type SequenceEventBatch struct {
 
 func (x *SequenceEventBatch) Reset() {
 	*x = SequenceEventBatch{}
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1867,7 @@ func (x *SequenceEventBatch) String() string {
 func (*SequenceEventBatch) ProtoMessage() {}
 
 func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1880,7 @@ func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEventBatch.ProtoReflect.Descriptor instead.
 func (*SequenceEventBatch) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{22}
+	return file_kvrouter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SequenceEventBatch) GetEvents() []*SequenceEvent {
@@ -1713,7 +1908,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1920,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1933,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{23}
+	return file_kvrouter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerHeartbeat) GetWorkerId() uint64 {
@@ -1824,7 +2019,7 @@ type WorkerUp struct {
 
 func (x *WorkerUp) Reset() {
 	*x = WorkerUp{}
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2031,7 @@ func (x *WorkerUp) String() string {
 func (*WorkerUp) ProtoMessage() {}
 
 func (x *WorkerUp) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2044,7 @@ func (x *WorkerUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUp.ProtoReflect.Descriptor instead.
 func (*WorkerUp) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{24}
+	return file_kvrouter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerUp) GetWorker() *WorkerHeartbeat {
@@ -1885,7 +2080,7 @@ type RoutingDecision struct {
 
 func (x *RoutingDecision) Reset() {
 	*x = RoutingDecision{}
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2092,7 @@ func (x *RoutingDecision) String() string {
 func (*RoutingDecision) ProtoMessage() {}
 
 func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2105,7 @@ func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingDecision.ProtoReflect.Descriptor instead.
 func (*RoutingDecision) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{25}
+	return file_kvrouter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RoutingDecision) GetWorker() *WorkerRank {
@@ -1939,7 +2134,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2146,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2159,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{26}
+	return file_kvrouter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Tick) GetUnixNano() int64 {
@@ -1986,7 +2181,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2193,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2206,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{27}
+	return file_kvrouter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RouteError) GetCode() RouteErrorCode {
@@ -2060,7 +2255,7 @@ type RequestLifecycle struct {
 
 func (x *RequestLifecycle) Reset() {
 	*x = RequestLifecycle{}
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2267,7 @@ func (x *RequestLifecycle) String() string {
 func (*RequestLifecycle) ProtoMessage() {}
 
 func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2280,7 @@ func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLifecycle.ProtoReflect.Descriptor instead.
 func (*RequestLifecycle) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{28}
+	return file_kvrouter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RequestLifecycle) GetRequestId() string {
@@ -2162,7 +2357,7 @@ type LifecycleReply struct {
 
 func (x *LifecycleReply) Reset() {
 	*x = LifecycleReply{}
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2369,7 @@ func (x *LifecycleReply) String() string {
 func (*LifecycleReply) ProtoMessage() {}
 
 func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2382,7 @@ func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
 func (*LifecycleReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{29}
+	return file_kvrouter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LifecycleReply) GetRequestId() string {
@@ -2212,7 +2407,7 @@ type RegistryQuery struct {
 
 func (x *RegistryQuery) Reset() {
 	*x = RegistryQuery{}
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2419,7 @@ func (x *RegistryQuery) String() string {
 func (*RegistryQuery) ProtoMessage() {}
 
 func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,21 +2432,25 @@ func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
 func (*RegistryQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{30}
+	return file_kvrouter_proto_rawDescGZIP(), []int{32}
 }
 
 type RegisteredWorker struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Worker           *WorkerHeartbeat       `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Static           bool                   `protobuf:"varint,2,opt,name=static,proto3" json:"static,omitempty"`
-	LastSeenUnixNano int64                  `protobuf:"varint,3,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	Worker                *WorkerHeartbeat       `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Static                bool                   `protobuf:"varint,2,opt,name=static,proto3" json:"static,omitempty"`
+	LastSeenUnixNano      int64                  `protobuf:"varint,3,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	Draining              bool                   `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
+	DrainingSinceUnixNano int64                  `protobuf:"varint,5,opt,name=draining_since_unix_nano,json=drainingSinceUnixNano,proto3" json:"draining_since_unix_nano,omitempty"`
+	Unhealthy             bool                   `protobuf:"varint,6,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	BusyRanks             []uint32               `protobuf:"varint,7,rep,packed,name=busy_ranks,json=busyRanks,proto3" json:"busy_ranks,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RegisteredWorker) Reset() {
 	*x = RegisteredWorker{}
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2462,7 @@ func (x *RegisteredWorker) String() string {
 func (*RegisteredWorker) ProtoMessage() {}
 
 func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2475,7 @@ func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
 func (*RegisteredWorker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{31}
+	return file_kvrouter_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
@@ -2300,18 +2499,47 @@ func (x *RegisteredWorker) GetLastSeenUnixNano() int64 {
 	return 0
 }
 
+func (x *RegisteredWorker) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *RegisteredWorker) GetDrainingSinceUnixNano() int64 {
+	if x != nil {
+		return x.DrainingSinceUnixNano
+	}
+	return 0
+}
+
+func (x *RegisteredWorker) GetUnhealthy() bool {
+	if x != nil {
+		return x.Unhealthy
+	}
+	return false
+}
+
+func (x *RegisteredWorker) GetBusyRanks() []uint32 {
+	if x != nil {
+		return x.BusyRanks
+	}
+	return nil
+}
+
 type RegistryReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Workers         []*RegisteredWorker    `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
 	QueueDepth      uint32                 `protobuf:"varint,2,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
 	TrackedRequests uint64                 `protobuf:"varint,3,opt,name=tracked_requests,json=trackedRequests,proto3" json:"tracked_requests,omitempty"`
+	Digest          uint64                 `protobuf:"varint,4,opt,name=digest,proto3" json:"digest,omitempty"` // registry.Registry.Digest: equal across replicas that see the same fleet
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegistryReply) Reset() {
 	*x = RegistryReply{}
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2551,7 @@ func (x *RegistryReply) String() string {
 func (*RegistryReply) ProtoMessage() {}
 
 func (x *RegistryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2564,7 @@ func (x *RegistryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
 func (*RegistryReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+	return file_kvrouter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
@@ -2360,6 +2588,13 @@ func (x *RegistryReply) GetTrackedRequests() uint64 {
 	return 0
 }
 
+func (x *RegistryReply) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
 type ShardStatsQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2368,7 +2603,7 @@ type ShardStatsQuery struct {
 
 func (x *ShardStatsQuery) Reset() {
 	*x = ShardStatsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2615,7 @@ func (x *ShardStatsQuery) String() string {
 func (*ShardStatsQuery) ProtoMessage() {}
 
 func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2628,7 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+	return file_kvrouter_proto_rawDescGZIP(), []int{35}
 }
 
 type WorkerBlocks struct {
@@ -2406,7 +2641,7 @@ type WorkerBlocks struct {
 
 func (x *WorkerBlocks) Reset() {
 	*x = WorkerBlocks{}
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2653,7 @@ func (x *WorkerBlocks) String() string {
 func (*WorkerBlocks) ProtoMessage() {}
 
 func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2666,7 @@ func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
 func (*WorkerBlocks) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{34}
+	return file_kvrouter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WorkerBlocks) GetWorker() *WorkerRank {
@@ -2463,7 +2698,7 @@ type ShardStatsReply struct {
 
 func (x *ShardStatsReply) Reset() {
 	*x = ShardStatsReply{}
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2710,7 @@ func (x *ShardStatsReply) String() string {
 func (*ShardStatsReply) ProtoMessage() {}
 
 func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2723,7 @@ func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
 func (*ShardStatsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{35}
+	return file_kvrouter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ShardStatsReply) GetShard() uint32 {
@@ -2540,7 +2775,7 @@ type PotentialLoad struct {
 
 func (x *PotentialLoad) Reset() {
 	*x = PotentialLoad{}
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2787,7 @@ func (x *PotentialLoad) String() string {
 func (*PotentialLoad) ProtoMessage() {}
 
 func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2800,7 @@ func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
 func (*PotentialLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{36}
+	return file_kvrouter_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PotentialLoad) GetWorker() *WorkerRank {
@@ -2607,7 +2842,7 @@ type DropOrigin struct {
 
 func (x *DropOrigin) Reset() {
 	*x = DropOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +2854,7 @@ func (x *DropOrigin) String() string {
 func (*DropOrigin) ProtoMessage() {}
 
 func (x *DropOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +2867,7 @@ func (x *DropOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
 func (*DropOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{37}
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DropOrigin) GetOrigin() string {
@@ -2653,7 +2888,7 @@ type StaleRequestsFreed struct {
 
 func (x *StaleRequestsFreed) Reset() {
 	*x = StaleRequestsFreed{}
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2900,7 @@ func (x *StaleRequestsFreed) String() string {
 func (*StaleRequestsFreed) ProtoMessage() {}
 
 func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2913,7 @@ func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
 func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{38}
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StaleRequestsFreed) GetRequestIds() []string {
@@ -2700,7 +2935,7 @@ type ActiveRequestsQuery struct {
 
 func (x *ActiveRequestsQuery) Reset() {
 	*x = ActiveRequestsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2947,7 @@ func (x *ActiveRequestsQuery) String() string {
 func (*ActiveRequestsQuery) ProtoMessage() {}
 
 func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2960,7 @@ func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ActiveRequestsQuery) GetOrigin() string {
@@ -2757,7 +2992,7 @@ type ActiveRequestsReply struct {
 
 func (x *ActiveRequestsReply) Reset() {
 	*x = ActiveRequestsReply{}
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +3004,7 @@ func (x *ActiveRequestsReply) String() string {
 func (*ActiveRequestsReply) ProtoMessage() {}
 
 func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +3017,7 @@ func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
@@ -2818,7 +3053,7 @@ type ReplaceOrigin struct {
 
 func (x *ReplaceOrigin) Reset() {
 	*x = ReplaceOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3065,7 @@ func (x *ReplaceOrigin) String() string {
 func (*ReplaceOrigin) ProtoMessage() {}
 
 func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3078,7 @@ func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
 func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReplaceOrigin) GetOrigin() string {
@@ -2871,7 +3106,7 @@ type OverlapScoresQuery struct {
 
 func (x *OverlapScoresQuery) Reset() {
 	*x = OverlapScoresQuery{}
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3118,7 @@ func (x *OverlapScoresQuery) String() string {
 func (*OverlapScoresQuery) ProtoMessage() {}
 
 func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3131,7 @@ func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
 func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
@@ -2923,7 +3158,7 @@ type OverlapScoresReply struct {
 
 func (x *OverlapScoresReply) Reset() {
 	*x = OverlapScoresReply{}
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3170,7 @@ func (x *OverlapScoresReply) String() string {
 func (*OverlapScoresReply) ProtoMessage() {}
 
 func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3183,7 @@ func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
 func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
@@ -2977,7 +3212,7 @@ type PotentialLoadsQuery struct {
 
 func (x *PotentialLoadsQuery) Reset() {
 	*x = PotentialLoadsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3224,7 @@ func (x *PotentialLoadsQuery) String() string {
 func (*PotentialLoadsQuery) ProtoMessage() {}
 
 func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3237,7 @@ func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
@@ -3028,7 +3263,7 @@ type PotentialLoadsReply struct {
 
 func (x *PotentialLoadsReply) Reset() {
 	*x = PotentialLoadsReply{}
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3275,7 @@ func (x *PotentialLoadsReply) String() string {
 func (*PotentialLoadsReply) ProtoMessage() {}
 
 func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3288,7 @@ func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
@@ -3078,7 +3313,7 @@ type ClusterDigest struct {
 
 func (x *ClusterDigest) Reset() {
 	*x = ClusterDigest{}
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3090,7 +3325,7 @@ func (x *ClusterDigest) String() string {
 func (*ClusterDigest) ProtoMessage() {}
 
 func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3103,7 +3338,7 @@ func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
 func (*ClusterDigest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClusterDigest) GetOrigin() string {
@@ -3144,7 +3379,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +3391,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +3404,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StateRequest) GetRequester() string {
@@ -3191,7 +3426,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3438,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3451,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StateSnapshot) GetOrigin() string {
@@ -3250,7 +3485,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3497,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3510,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
 }
 
 // DumpQuery asks a shard for its whole index as single-block Stored
@@ -3288,7 +3523,7 @@ type DumpQuery struct {
 
 func (x *DumpQuery) Reset() {
 	*x = DumpQuery{}
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3535,7 @@ func (x *DumpQuery) String() string {
 func (*DumpQuery) ProtoMessage() {}
 
 func (x *DumpQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3548,7 @@ func (x *DumpQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
 func (*DumpQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
 }
 
 // RankEntry is one registered worker rank as the registry publishes it:
@@ -3323,13 +3558,14 @@ type RankEntry struct {
 	Worker              *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	Pid                 string                 `protobuf:"bytes,2,opt,name=pid,proto3" json:"pid,omitempty"`
 	MaxNumBatchedTokens uint64                 `protobuf:"varint,3,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3" json:"max_num_batched_tokens,omitempty"` // the rank's queue-threshold unit
+	State               WorkerState            `protobuf:"varint,4,opt,name=state,proto3,enum=kvrouter.v1.WorkerState" json:"state,omitempty"`                               // only ACTIVE ranks are routed to
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3577,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3590,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -3378,6 +3614,13 @@ func (x *RankEntry) GetMaxNumBatchedTokens() uint64 {
 	return 0
 }
 
+func (x *RankEntry) GetState() WorkerState {
+	if x != nil {
+		return x.State
+	}
+	return WorkerState_WORKER_STATE_ACTIVE
+}
+
 // RankTable is the registry's whole rank set, sorted by worker then dp
 // rank, sent to the scheduler and the replication edge on every change
 // (and as the reply to a WorkerUp, so a caller that registered a worker
@@ -3391,7 +3634,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3646,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3659,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -3439,7 +3682,7 @@ type RemoteActivity struct {
 
 func (x *RemoteActivity) Reset() {
 	*x = RemoteActivity{}
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3694,7 @@ func (x *RemoteActivity) String() string {
 func (*RemoteActivity) ProtoMessage() {}
 
 func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3707,7 @@ func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteActivity.ProtoReflect.Descriptor instead.
 func (*RemoteActivity) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RemoteActivity) GetBusy() []*WorkerRank {
@@ -3492,7 +3735,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3747,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3760,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{54}
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -3541,7 +3784,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3796,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3809,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+	return file_kvrouter_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -3600,7 +3843,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3612,7 +3855,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3625,7 +3868,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+	return file_kvrouter_proto_rawDescGZIP(), []int{58}
 }
 
 type TrackedReply struct {
@@ -3638,7 +3881,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3893,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3906,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{57}
+	return file_kvrouter_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -3713,7 +3956,17 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\fKvEventBatch\x12,\n" +
 	"\x06events\x18\x01 \x03(\v2\x14.kvrouter.v1.KvEventR\x06events\"+\n" +
 	"\fRemoveWorker\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\"L\n" +
+	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\"\xcd\x01\n" +
+	"\x0fWorkerCondition\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x126\n" +
+	"\tcondition\x18\x02 \x01(\x0e2\x18.kvrouter.v1.WorkerStateR\tcondition\x12\x0e\n" +
+	"\x02on\x18\x03 \x01(\bR\x02on\x12\x19\n" +
+	"\bdp_ranks\x18\x04 \x03(\rR\adpRanks\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\"\n" +
+	"\rnow_unix_nano\x18\x06 \x01(\x03R\vnowUnixNano\"F\n" +
+	"\x14WorkerConditionReply\x12\x14\n" +
+	"\x05known\x18\x01 \x01(\bR\x05known\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"L\n" +
 	"\fScoreRequest\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12!\n" +
 	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"\x9a\x02\n" +
@@ -3854,16 +4107,22 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\"\x0f\n" +
-	"\rRegistryQuery\"\x8f\x01\n" +
+	"\rRegistryQuery\"\xa1\x02\n" +
 	"\x10RegisteredWorker\x124\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1c.kvrouter.v1.WorkerHeartbeatR\x06worker\x12\x16\n" +
 	"\x06static\x18\x02 \x01(\bR\x06static\x12-\n" +
-	"\x13last_seen_unix_nano\x18\x03 \x01(\x03R\x10lastSeenUnixNano\"\x94\x01\n" +
+	"\x13last_seen_unix_nano\x18\x03 \x01(\x03R\x10lastSeenUnixNano\x12\x1a\n" +
+	"\bdraining\x18\x04 \x01(\bR\bdraining\x127\n" +
+	"\x18draining_since_unix_nano\x18\x05 \x01(\x03R\x15drainingSinceUnixNano\x12\x1c\n" +
+	"\tunhealthy\x18\x06 \x01(\bR\tunhealthy\x12\x1d\n" +
+	"\n" +
+	"busy_ranks\x18\a \x03(\rR\tbusyRanks\"\xac\x01\n" +
 	"\rRegistryReply\x127\n" +
 	"\aworkers\x18\x01 \x03(\v2\x1d.kvrouter.v1.RegisteredWorkerR\aworkers\x12\x1f\n" +
 	"\vqueue_depth\x18\x02 \x01(\rR\n" +
 	"queueDepth\x12)\n" +
-	"\x10tracked_requests\x18\x03 \x01(\x04R\x0ftrackedRequests\"\x11\n" +
+	"\x10tracked_requests\x18\x03 \x01(\x04R\x0ftrackedRequests\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\x04R\x06digest\"\x11\n" +
 	"\x0fShardStatsQuery\"W\n" +
 	"\fWorkerBlocks\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x16\n" +
@@ -3922,11 +4181,12 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x122\n" +
 	"\x06events\x18\x03 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"\t\n" +
 	"\aBarrier\"\v\n" +
-	"\tDumpQuery\"\x83\x01\n" +
+	"\tDumpQuery\"\xb3\x01\n" +
 	"\tRankEntry\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x123\n" +
-	"\x16max_num_batched_tokens\x18\x03 \x01(\x04R\x13maxNumBatchedTokens\"9\n" +
+	"\x16max_num_batched_tokens\x18\x03 \x01(\x04R\x13maxNumBatchedTokens\x12.\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x18.kvrouter.v1.WorkerStateR\x05state\"9\n" +
 	"\tRankTable\x12,\n" +
 	"\x05ranks\x18\x01 \x03(\v2\x16.kvrouter.v1.RankEntryR\x05ranks\"j\n" +
 	"\x0eRemoteActivity\x12+\n" +
@@ -3947,7 +4207,12 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
 	"\x11STORAGE_TIER_DISK\x10\x02\x12\x19\n" +
-	"\x15STORAGE_TIER_EXTERNAL\x10\x03*\xf6\x01\n" +
+	"\x15STORAGE_TIER_EXTERNAL\x10\x03*t\n" +
+	"\vWorkerState\x12\x17\n" +
+	"\x13WORKER_STATE_ACTIVE\x10\x00\x12\x15\n" +
+	"\x11WORKER_STATE_BUSY\x10\x01\x12\x1a\n" +
+	"\x16WORKER_STATE_UNHEALTHY\x10\x02\x12\x19\n" +
+	"\x15WORKER_STATE_DRAINING\x10\x03*\xf6\x01\n" +
 	"\x0eRouteErrorCode\x12\x1b\n" +
 	"\x17ROUTE_ERROR_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eROUTE_ERROR_NO_ELIGIBLE_WORKER\x10\x01\x12\x1a\n" +
@@ -3970,118 +4235,123 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 	return file_kvrouter_proto_rawDescData
 }
 
-var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
-	(RouteErrorCode)(0),          // 1: kvrouter.v1.RouteErrorCode
-	(*WorkerRank)(nil),           // 2: kvrouter.v1.WorkerRank
-	(*StoredBlock)(nil),          // 3: kvrouter.v1.StoredBlock
-	(*BlockStored)(nil),          // 4: kvrouter.v1.BlockStored
-	(*BlockRemoved)(nil),         // 5: kvrouter.v1.BlockRemoved
-	(*AllBlocksCleared)(nil),     // 6: kvrouter.v1.AllBlocksCleared
-	(*KvEvent)(nil),              // 7: kvrouter.v1.KvEvent
-	(*KvEventBatch)(nil),         // 8: kvrouter.v1.KvEventBatch
-	(*RemoveWorker)(nil),         // 9: kvrouter.v1.RemoveWorker
-	(*ScoreRequest)(nil),         // 10: kvrouter.v1.ScoreRequest
-	(*WorkerOverlap)(nil),        // 11: kvrouter.v1.WorkerOverlap
-	(*OverlapReply)(nil),         // 12: kvrouter.v1.OverlapReply
-	(*AddRequest)(nil),           // 13: kvrouter.v1.AddRequest
-	(*MarkPrefillCompleted)(nil), // 14: kvrouter.v1.MarkPrefillCompleted
-	(*FreeRequest)(nil),          // 15: kvrouter.v1.FreeRequest
-	(*AddOutputBlock)(nil),       // 16: kvrouter.v1.AddOutputBlock
-	(*LoadQuery)(nil),            // 17: kvrouter.v1.LoadQuery
-	(*LoadReply)(nil),            // 18: kvrouter.v1.LoadReply
-	(*RouterConfigOverride)(nil), // 19: kvrouter.v1.RouterConfigOverride
-	(*RouteRequest)(nil),         // 20: kvrouter.v1.RouteRequest
-	(*CancelRoute)(nil),          // 21: kvrouter.v1.CancelRoute
-	(*RouteReply)(nil),           // 22: kvrouter.v1.RouteReply
-	(*SequenceEvent)(nil),        // 23: kvrouter.v1.SequenceEvent
-	(*SequenceEventBatch)(nil),   // 24: kvrouter.v1.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 25: kvrouter.v1.WorkerHeartbeat
-	(*WorkerUp)(nil),             // 26: kvrouter.v1.WorkerUp
-	(*RoutingDecision)(nil),      // 27: kvrouter.v1.RoutingDecision
-	(*Tick)(nil),                 // 28: kvrouter.v1.Tick
-	(*RouteError)(nil),           // 29: kvrouter.v1.RouteError
-	(*RequestLifecycle)(nil),     // 30: kvrouter.v1.RequestLifecycle
-	(*LifecycleReply)(nil),       // 31: kvrouter.v1.LifecycleReply
-	(*RegistryQuery)(nil),        // 32: kvrouter.v1.RegistryQuery
-	(*RegisteredWorker)(nil),     // 33: kvrouter.v1.RegisteredWorker
-	(*RegistryReply)(nil),        // 34: kvrouter.v1.RegistryReply
-	(*ShardStatsQuery)(nil),      // 35: kvrouter.v1.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 36: kvrouter.v1.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 37: kvrouter.v1.ShardStatsReply
-	(*PotentialLoad)(nil),        // 38: kvrouter.v1.PotentialLoad
-	(*DropOrigin)(nil),           // 39: kvrouter.v1.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 40: kvrouter.v1.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 41: kvrouter.v1.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 42: kvrouter.v1.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 43: kvrouter.v1.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 44: kvrouter.v1.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 45: kvrouter.v1.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 46: kvrouter.v1.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 47: kvrouter.v1.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 48: kvrouter.v1.ClusterDigest
-	(*StateRequest)(nil),         // 49: kvrouter.v1.StateRequest
-	(*StateSnapshot)(nil),        // 50: kvrouter.v1.StateSnapshot
-	(*Barrier)(nil),              // 51: kvrouter.v1.Barrier
-	(*DumpQuery)(nil),            // 52: kvrouter.v1.DumpQuery
-	(*RankEntry)(nil),            // 53: kvrouter.v1.RankEntry
-	(*RankTable)(nil),            // 54: kvrouter.v1.RankTable
-	(*RemoteActivity)(nil),       // 55: kvrouter.v1.RemoteActivity
-	(*PeerStep)(nil),             // 56: kvrouter.v1.PeerStep
-	(*RestoreOrigin)(nil),        // 57: kvrouter.v1.RestoreOrigin
-	(*TrackedQuery)(nil),         // 58: kvrouter.v1.TrackedQuery
-	(*TrackedReply)(nil),         // 59: kvrouter.v1.TrackedReply
-	nil,                          // 60: kvrouter.v1.ShardStatsReply.CountersEntry
+	(WorkerState)(0),             // 1: kvrouter.v1.WorkerState
+	(RouteErrorCode)(0),          // 2: kvrouter.v1.RouteErrorCode
+	(*WorkerRank)(nil),           // 3: kvrouter.v1.WorkerRank
+	(*StoredBlock)(nil),          // 4: kvrouter.v1.StoredBlock
+	(*BlockStored)(nil),          // 5: kvrouter.v1.BlockStored
+	(*BlockRemoved)(nil),         // 6: kvrouter.v1.BlockRemoved
+	(*AllBlocksCleared)(nil),     // 7: kvrouter.v1.AllBlocksCleared
+	(*KvEvent)(nil),              // 8: kvrouter.v1.KvEvent
+	(*KvEventBatch)(nil),         // 9: kvrouter.v1.KvEventBatch
+	(*RemoveWorker)(nil),         // 10: kvrouter.v1.RemoveWorker
+	(*WorkerCondition)(nil),      // 11: kvrouter.v1.WorkerCondition
+	(*WorkerConditionReply)(nil), // 12: kvrouter.v1.WorkerConditionReply
+	(*ScoreRequest)(nil),         // 13: kvrouter.v1.ScoreRequest
+	(*WorkerOverlap)(nil),        // 14: kvrouter.v1.WorkerOverlap
+	(*OverlapReply)(nil),         // 15: kvrouter.v1.OverlapReply
+	(*AddRequest)(nil),           // 16: kvrouter.v1.AddRequest
+	(*MarkPrefillCompleted)(nil), // 17: kvrouter.v1.MarkPrefillCompleted
+	(*FreeRequest)(nil),          // 18: kvrouter.v1.FreeRequest
+	(*AddOutputBlock)(nil),       // 19: kvrouter.v1.AddOutputBlock
+	(*LoadQuery)(nil),            // 20: kvrouter.v1.LoadQuery
+	(*LoadReply)(nil),            // 21: kvrouter.v1.LoadReply
+	(*RouterConfigOverride)(nil), // 22: kvrouter.v1.RouterConfigOverride
+	(*RouteRequest)(nil),         // 23: kvrouter.v1.RouteRequest
+	(*CancelRoute)(nil),          // 24: kvrouter.v1.CancelRoute
+	(*RouteReply)(nil),           // 25: kvrouter.v1.RouteReply
+	(*SequenceEvent)(nil),        // 26: kvrouter.v1.SequenceEvent
+	(*SequenceEventBatch)(nil),   // 27: kvrouter.v1.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 28: kvrouter.v1.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 29: kvrouter.v1.WorkerUp
+	(*RoutingDecision)(nil),      // 30: kvrouter.v1.RoutingDecision
+	(*Tick)(nil),                 // 31: kvrouter.v1.Tick
+	(*RouteError)(nil),           // 32: kvrouter.v1.RouteError
+	(*RequestLifecycle)(nil),     // 33: kvrouter.v1.RequestLifecycle
+	(*LifecycleReply)(nil),       // 34: kvrouter.v1.LifecycleReply
+	(*RegistryQuery)(nil),        // 35: kvrouter.v1.RegistryQuery
+	(*RegisteredWorker)(nil),     // 36: kvrouter.v1.RegisteredWorker
+	(*RegistryReply)(nil),        // 37: kvrouter.v1.RegistryReply
+	(*ShardStatsQuery)(nil),      // 38: kvrouter.v1.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 39: kvrouter.v1.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 40: kvrouter.v1.ShardStatsReply
+	(*PotentialLoad)(nil),        // 41: kvrouter.v1.PotentialLoad
+	(*DropOrigin)(nil),           // 42: kvrouter.v1.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 43: kvrouter.v1.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 44: kvrouter.v1.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 45: kvrouter.v1.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 46: kvrouter.v1.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 47: kvrouter.v1.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 48: kvrouter.v1.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 49: kvrouter.v1.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 50: kvrouter.v1.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 51: kvrouter.v1.ClusterDigest
+	(*StateRequest)(nil),         // 52: kvrouter.v1.StateRequest
+	(*StateSnapshot)(nil),        // 53: kvrouter.v1.StateSnapshot
+	(*Barrier)(nil),              // 54: kvrouter.v1.Barrier
+	(*DumpQuery)(nil),            // 55: kvrouter.v1.DumpQuery
+	(*RankEntry)(nil),            // 56: kvrouter.v1.RankEntry
+	(*RankTable)(nil),            // 57: kvrouter.v1.RankTable
+	(*RemoteActivity)(nil),       // 58: kvrouter.v1.RemoteActivity
+	(*PeerStep)(nil),             // 59: kvrouter.v1.PeerStep
+	(*RestoreOrigin)(nil),        // 60: kvrouter.v1.RestoreOrigin
+	(*TrackedQuery)(nil),         // 61: kvrouter.v1.TrackedQuery
+	(*TrackedReply)(nil),         // 62: kvrouter.v1.TrackedReply
+	nil,                          // 63: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
-	3,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
-	2,  // 1: kvrouter.v1.KvEvent.worker:type_name -> kvrouter.v1.WorkerRank
+	4,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
+	3,  // 1: kvrouter.v1.KvEvent.worker:type_name -> kvrouter.v1.WorkerRank
 	0,  // 2: kvrouter.v1.KvEvent.tier:type_name -> kvrouter.v1.StorageTier
-	4,  // 3: kvrouter.v1.KvEvent.stored:type_name -> kvrouter.v1.BlockStored
-	5,  // 4: kvrouter.v1.KvEvent.removed:type_name -> kvrouter.v1.BlockRemoved
-	6,  // 5: kvrouter.v1.KvEvent.cleared:type_name -> kvrouter.v1.AllBlocksCleared
-	7,  // 6: kvrouter.v1.KvEventBatch.events:type_name -> kvrouter.v1.KvEvent
-	2,  // 7: kvrouter.v1.WorkerOverlap.worker:type_name -> kvrouter.v1.WorkerRank
-	11, // 8: kvrouter.v1.OverlapReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
-	2,  // 9: kvrouter.v1.AddRequest.worker:type_name -> kvrouter.v1.WorkerRank
-	2,  // 10: kvrouter.v1.LoadReply.worker:type_name -> kvrouter.v1.WorkerRank
-	2,  // 11: kvrouter.v1.RouteRequest.pinned_worker:type_name -> kvrouter.v1.WorkerRank
-	19, // 12: kvrouter.v1.RouteRequest.router_config_override:type_name -> kvrouter.v1.RouterConfigOverride
-	2,  // 13: kvrouter.v1.RouteReply.worker:type_name -> kvrouter.v1.WorkerRank
-	13, // 14: kvrouter.v1.SequenceEvent.add:type_name -> kvrouter.v1.AddRequest
-	14, // 15: kvrouter.v1.SequenceEvent.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
-	15, // 16: kvrouter.v1.SequenceEvent.free:type_name -> kvrouter.v1.FreeRequest
-	23, // 17: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
-	25, // 18: kvrouter.v1.WorkerUp.worker:type_name -> kvrouter.v1.WorkerHeartbeat
-	2,  // 19: kvrouter.v1.RoutingDecision.worker:type_name -> kvrouter.v1.WorkerRank
-	1,  // 20: kvrouter.v1.RouteError.code:type_name -> kvrouter.v1.RouteErrorCode
-	14, // 21: kvrouter.v1.RequestLifecycle.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
-	15, // 22: kvrouter.v1.RequestLifecycle.free:type_name -> kvrouter.v1.FreeRequest
-	16, // 23: kvrouter.v1.RequestLifecycle.output_block:type_name -> kvrouter.v1.AddOutputBlock
-	25, // 24: kvrouter.v1.RegisteredWorker.worker:type_name -> kvrouter.v1.WorkerHeartbeat
-	33, // 25: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
-	2,  // 26: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
-	36, // 27: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	60, // 28: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
-	2,  // 29: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
-	23, // 30: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
-	23, // 31: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
-	11, // 32: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
-	38, // 33: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
-	23, // 34: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
-	2,  // 35: kvrouter.v1.RankEntry.worker:type_name -> kvrouter.v1.WorkerRank
-	53, // 36: kvrouter.v1.RankTable.ranks:type_name -> kvrouter.v1.RankEntry
-	2,  // 37: kvrouter.v1.RemoteActivity.busy:type_name -> kvrouter.v1.WorkerRank
-	2,  // 38: kvrouter.v1.RemoteActivity.idle:type_name -> kvrouter.v1.WorkerRank
-	23, // 39: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
-	13, // 40: kvrouter.v1.RestoreOrigin.adds:type_name -> kvrouter.v1.AddRequest
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	5,  // 3: kvrouter.v1.KvEvent.stored:type_name -> kvrouter.v1.BlockStored
+	6,  // 4: kvrouter.v1.KvEvent.removed:type_name -> kvrouter.v1.BlockRemoved
+	7,  // 5: kvrouter.v1.KvEvent.cleared:type_name -> kvrouter.v1.AllBlocksCleared
+	8,  // 6: kvrouter.v1.KvEventBatch.events:type_name -> kvrouter.v1.KvEvent
+	1,  // 7: kvrouter.v1.WorkerCondition.condition:type_name -> kvrouter.v1.WorkerState
+	3,  // 8: kvrouter.v1.WorkerOverlap.worker:type_name -> kvrouter.v1.WorkerRank
+	14, // 9: kvrouter.v1.OverlapReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
+	3,  // 10: kvrouter.v1.AddRequest.worker:type_name -> kvrouter.v1.WorkerRank
+	3,  // 11: kvrouter.v1.LoadReply.worker:type_name -> kvrouter.v1.WorkerRank
+	3,  // 12: kvrouter.v1.RouteRequest.pinned_worker:type_name -> kvrouter.v1.WorkerRank
+	22, // 13: kvrouter.v1.RouteRequest.router_config_override:type_name -> kvrouter.v1.RouterConfigOverride
+	3,  // 14: kvrouter.v1.RouteReply.worker:type_name -> kvrouter.v1.WorkerRank
+	16, // 15: kvrouter.v1.SequenceEvent.add:type_name -> kvrouter.v1.AddRequest
+	17, // 16: kvrouter.v1.SequenceEvent.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
+	18, // 17: kvrouter.v1.SequenceEvent.free:type_name -> kvrouter.v1.FreeRequest
+	26, // 18: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
+	28, // 19: kvrouter.v1.WorkerUp.worker:type_name -> kvrouter.v1.WorkerHeartbeat
+	3,  // 20: kvrouter.v1.RoutingDecision.worker:type_name -> kvrouter.v1.WorkerRank
+	2,  // 21: kvrouter.v1.RouteError.code:type_name -> kvrouter.v1.RouteErrorCode
+	17, // 22: kvrouter.v1.RequestLifecycle.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
+	18, // 23: kvrouter.v1.RequestLifecycle.free:type_name -> kvrouter.v1.FreeRequest
+	19, // 24: kvrouter.v1.RequestLifecycle.output_block:type_name -> kvrouter.v1.AddOutputBlock
+	28, // 25: kvrouter.v1.RegisteredWorker.worker:type_name -> kvrouter.v1.WorkerHeartbeat
+	36, // 26: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
+	3,  // 27: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
+	39, // 28: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
+	63, // 29: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	3,  // 30: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
+	26, // 31: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
+	26, // 32: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
+	14, // 33: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
+	41, // 34: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
+	26, // 35: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
+	3,  // 36: kvrouter.v1.RankEntry.worker:type_name -> kvrouter.v1.WorkerRank
+	1,  // 37: kvrouter.v1.RankEntry.state:type_name -> kvrouter.v1.WorkerState
+	56, // 38: kvrouter.v1.RankTable.ranks:type_name -> kvrouter.v1.RankEntry
+	3,  // 39: kvrouter.v1.RemoteActivity.busy:type_name -> kvrouter.v1.WorkerRank
+	3,  // 40: kvrouter.v1.RemoteActivity.idle:type_name -> kvrouter.v1.WorkerRank
+	26, // 41: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
+	16, // 42: kvrouter.v1.RestoreOrigin.adds:type_name -> kvrouter.v1.AddRequest
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -4095,25 +4365,25 @@ func file_kvrouter_proto_init() {
 		(*KvEvent_Removed)(nil),
 		(*KvEvent_Cleared)(nil),
 	}
-	file_kvrouter_proto_msgTypes[17].OneofWrappers = []any{}
-	file_kvrouter_proto_msgTypes[21].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[19].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[23].OneofWrappers = []any{
 		(*SequenceEvent_Add)(nil),
 		(*SequenceEvent_PrefillCompleted)(nil),
 		(*SequenceEvent_Free)(nil),
 	}
-	file_kvrouter_proto_msgTypes[28].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[30].OneofWrappers = []any{
 		(*RequestLifecycle_PrefillCompleted)(nil),
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
 	}
-	file_kvrouter_proto_msgTypes[39].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[41].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   59,
+			NumEnums:      3,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,10 +9,13 @@ package registry
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -37,6 +40,8 @@ func (s Shape) Ranks(id kv.WorkerID) []kv.WorkerWithDpRank {
 	return out
 }
 
+func (s Shape) has(dpRank uint32) bool { return dpRank >= s.DpStart && dpRank < s.DpStart+s.size() }
+
 func sameRanks(a, b Shape) bool { return a.DpStart == b.DpStart && a.size() == b.size() }
 
 // Worker is one registered worker; Info is whatever the caller keeps with
@@ -45,8 +50,37 @@ type Worker[H any] struct {
 	ID       kv.WorkerID
 	Shape    Shape
 	Info     H
-	Static   bool // registered by config or API: never expires
+	Static   bool // registered by config, API or discovery: never expires
 	LastSeen time.Time
+	Conditions
+}
+
+// Conditions are what keeps a registered worker's ranks from new routes
+// (see kv.WorkerState). They survive refreshes and reshapes (busy ranks
+// outside a new shape are dropped).
+type Conditions struct {
+	// Draining: the worker left discovery at DrainingSince; it is removed
+	// once the drain grace period has passed (DrainExpired).
+	Draining      bool
+	DrainingSince time.Time
+	// Unhealthy: its health check fails or its pod is not Ready.
+	Unhealthy bool
+	// BusyRanks are the dp ranks whose engine reports a waiting queue or
+	// KV usage over the busy thresholds.
+	BusyRanks []uint32
+}
+
+// State is one rank's state: the most lasting condition that holds.
+func (c Conditions) State(dpRank uint32) kv.WorkerState {
+	switch {
+	case c.Draining:
+		return kv.WorkerDraining
+	case c.Unhealthy:
+		return kv.WorkerUnhealthy
+	case slices.Contains(c.BusyRanks, dpRank):
+		return kv.WorkerBusy
+	}
+	return kv.WorkerActive
 }
 
 // Change lists the ranks an Upsert or Remove created and deleted.
@@ -102,7 +136,13 @@ func (r *Registry[H]) Upsert(id kv.WorkerID, shape Shape, info H, static bool, s
 	if known {
 		ch.Removed = old.Shape.Ranks(id)
 	}
-	r.workers[id] = &Worker[H]{ID: id, Shape: shape, Info: info, Static: static, LastSeen: seen}
+	w := &Worker[H]{ID: id, Shape: shape, Info: info, Static: static, LastSeen: seen}
+	if known {
+		w.Static = w.Static || old.Static
+		w.Conditions = old.Conditions
+		w.BusyRanks = slices.DeleteFunc(slices.Clone(w.BusyRanks), func(rk uint32) bool { return !shape.has(rk) })
+	}
+	r.workers[id] = w
 	ch.Added = shape.Ranks(id)
 	r.rebuild()
 	return ch, nil
@@ -159,7 +199,111 @@ func (r *Registry[H]) Ranks() []kv.WorkerWithDpRank { return r.ranks }
 // Has reports whether a rank is registered.
 func (r *Registry[H]) Has(w kv.WorkerWithDpRank) bool {
 	wk, ok := r.workers[w.WorkerID]
-	return ok && w.DpRank >= wk.Shape.DpStart && w.DpRank < wk.Shape.DpStart+wk.Shape.size()
+	return ok && wk.Shape.has(w.DpRank)
+}
+
+// State is a registered rank's state (Active for an unknown rank).
+func (r *Registry[H]) State(w kv.WorkerWithDpRank) kv.WorkerState {
+	wk, ok := r.workers[w.WorkerID]
+	if !ok {
+		return kv.WorkerActive
+	}
+	return wk.State(w.DpRank)
+}
+
+// SetDraining starts (on) or ends a worker's drain. Starting it again
+// keeps the first start time: the grace period counts from when the
+// worker left, not from the last time a source said so. changed is false
+// when nothing changed; known is false for an unknown worker.
+func (r *Registry[H]) SetDraining(id kv.WorkerID, on bool, now time.Time) (changed, known bool) {
+	w, ok := r.workers[id]
+	if !ok {
+		return false, false
+	}
+	if w.Draining == on {
+		return false, true
+	}
+	w.Draining = on
+	w.DrainingSince = time.Time{}
+	if on {
+		w.DrainingSince = now
+	}
+	return true, true
+}
+
+// SetUnhealthy marks a worker unhealthy (on) or healthy again.
+func (r *Registry[H]) SetUnhealthy(id kv.WorkerID, on bool) (changed, known bool) {
+	w, ok := r.workers[id]
+	if !ok {
+		return false, false
+	}
+	if w.Unhealthy == on {
+		return false, true
+	}
+	w.Unhealthy = on
+	return true, true
+}
+
+// SetBusy replaces a worker's busy ranks: none when on is false, every
+// rank when on is true and ranks is empty, else the listed ranks that the
+// worker has.
+func (r *Registry[H]) SetBusy(id kv.WorkerID, on bool, ranks []uint32) (changed, known bool) {
+	w, ok := r.workers[id]
+	if !ok {
+		return false, false
+	}
+	var busy []uint32
+	switch {
+	case !on:
+	case len(ranks) == 0:
+		for rk := w.Shape.DpStart; rk < w.Shape.DpStart+w.Shape.size(); rk++ {
+			busy = append(busy, rk)
+		}
+	default:
+		for _, rk := range ranks {
+			if w.Shape.has(rk) && !slices.Contains(busy, rk) {
+				busy = append(busy, rk)
+			}
+		}
+		slices.Sort(busy)
+	}
+	if slices.Equal(busy, w.BusyRanks) {
+		return false, true
+	}
+	w.BusyRanks = busy
+	return true, true
+}
+
+// DrainExpired lists the workers that have drained for longer than grace
+// (grace <= 0: removed at the first check), sorted.
+func (r *Registry[H]) DrainExpired(now time.Time, grace time.Duration) []kv.WorkerID {
+	var out []kv.WorkerID
+	for id, w := range r.workers {
+		if w.Draining && now.Sub(w.DrainingSince) >= grace {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Digest summarises which workers are registered, with which ranks, and
+// which of them drain: replicas fed by the same discovery sources reach
+// the same digest (health and busy verdicts are each replica's own, so
+// they are left out). Order-independent; 0 for an empty registry.
+func (r *Registry[H]) Digest() uint64 {
+	var d uint64
+	for id, w := range r.workers {
+		var b [17]byte
+		binary.LittleEndian.PutUint64(b[0:], uint64(id))
+		binary.LittleEndian.PutUint32(b[8:], w.Shape.DpStart)
+		binary.LittleEndian.PutUint32(b[12:], w.Shape.size())
+		if w.Draining {
+			b[16] = 1
+		}
+		d += xxh3.Hash(b[:]) // wrapping sum: order-independent
+	}
+	return d
 }
 
 // Budget is a worker's prefill budget per step (its own or the default);

@@ -120,3 +120,145 @@ func TestLimits(t *testing.T) {
 	r.Remove(1)
 	mustUpsert(t, r, 3, Shape{DpSize: 2}, 0, true, time.Time{})
 }
+
+func TestConditionsState(t *testing.T) {
+	tests := []struct {
+		name string
+		c    Conditions
+		rank uint32
+		want kv.WorkerState
+	}{
+		{"none", Conditions{}, 0, kv.WorkerActive},
+		{"busy rank", Conditions{BusyRanks: []uint32{1}}, 1, kv.WorkerBusy},
+		{"another rank busy", Conditions{BusyRanks: []uint32{1}}, 0, kv.WorkerActive},
+		{"unhealthy beats busy", Conditions{Unhealthy: true, BusyRanks: []uint32{0}}, 0, kv.WorkerUnhealthy},
+		{"draining beats all", Conditions{Draining: true, Unhealthy: true, BusyRanks: []uint32{0}}, 0, kv.WorkerDraining},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.c.State(tt.rank); got != tt.want {
+				t.Fatalf("State(%d) = %v, want %v", tt.rank, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSetConditions(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := New[int](0, Limits{})
+	mustUpsert(t, r, 1, Shape{DpStart: 2, DpSize: 2}, 0, true, t0)
+	steps := []struct {
+		name        string
+		do          func() (bool, bool)
+		wantChanged bool
+		wantStates  [2]kv.WorkerState // ranks 2 and 3
+	}{
+		{"busy one rank", func() (bool, bool) { return r.SetBusy(1, true, []uint32{3, 3, 9}) }, true,
+			[2]kv.WorkerState{kv.WorkerActive, kv.WorkerBusy}},
+		{"same busy set", func() (bool, bool) { return r.SetBusy(1, true, []uint32{3}) }, false,
+			[2]kv.WorkerState{kv.WorkerActive, kv.WorkerBusy}},
+		{"busy every rank", func() (bool, bool) { return r.SetBusy(1, true, nil) }, true,
+			[2]kv.WorkerState{kv.WorkerBusy, kv.WorkerBusy}},
+		{"unhealthy", func() (bool, bool) { return r.SetUnhealthy(1, true) }, true,
+			[2]kv.WorkerState{kv.WorkerUnhealthy, kv.WorkerUnhealthy}},
+		{"unhealthy again", func() (bool, bool) { return r.SetUnhealthy(1, true) }, false,
+			[2]kv.WorkerState{kv.WorkerUnhealthy, kv.WorkerUnhealthy}},
+		{"draining", func() (bool, bool) { return r.SetDraining(1, true, t0.Add(time.Second)) }, true,
+			[2]kv.WorkerState{kv.WorkerDraining, kv.WorkerDraining}},
+		{"draining again keeps the start", func() (bool, bool) { return r.SetDraining(1, true, t0.Add(time.Hour)) }, false,
+			[2]kv.WorkerState{kv.WorkerDraining, kv.WorkerDraining}},
+		{"undrain", func() (bool, bool) { return r.SetDraining(1, false, t0) }, true,
+			[2]kv.WorkerState{kv.WorkerUnhealthy, kv.WorkerUnhealthy}},
+		{"healthy", func() (bool, bool) { return r.SetUnhealthy(1, false) }, true,
+			[2]kv.WorkerState{kv.WorkerBusy, kv.WorkerBusy}},
+		{"not busy", func() (bool, bool) { return r.SetBusy(1, false, []uint32{2}) }, true,
+			[2]kv.WorkerState{kv.WorkerActive, kv.WorkerActive}},
+	}
+	for _, st := range steps {
+		changed, known := st.do()
+		if !known || changed != st.wantChanged {
+			t.Fatalf("%s: changed %v known %v, want changed %v", st.name, changed, known, st.wantChanged)
+		}
+		got := [2]kv.WorkerState{r.State(rk(1, 2)), r.State(rk(1, 3))}
+		if got != st.wantStates {
+			t.Fatalf("%s: states %v, want %v", st.name, got, st.wantStates)
+		}
+	}
+	for _, set := range []func() (bool, bool){
+		func() (bool, bool) { return r.SetBusy(9, true, nil) },
+		func() (bool, bool) { return r.SetUnhealthy(9, true) },
+		func() (bool, bool) { return r.SetDraining(9, true, t0) },
+	} {
+		if changed, known := set(); changed || known {
+			t.Fatal("a condition of an unknown worker was set")
+		}
+	}
+	if r.State(rk(9, 0)) != kv.WorkerActive {
+		t.Fatal("unknown rank not active")
+	}
+}
+
+func TestConditionsSurviveRefreshAndReshape(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := New[int](0, Limits{})
+	mustUpsert(t, r, 1, Shape{DpSize: 2}, 0, true, t0)
+	r.SetBusy(1, true, []uint32{0, 1})
+	r.SetDraining(1, true, t0)
+	r.SetUnhealthy(1, true)
+	mustUpsert(t, r, 1, Shape{DpSize: 2}, 7, false, t0.Add(time.Second)) // refresh
+	mustUpsert(t, r, 1, Shape{DpSize: 1}, 8, false, t0.Add(time.Second)) // reshape
+	w := r.Workers()[0]
+	if !w.Static || !w.Draining || !w.DrainingSince.Equal(t0) || !w.Unhealthy || !reflect.DeepEqual(w.BusyRanks, []uint32{0}) {
+		t.Fatalf("conditions after refresh and reshape: %+v", w)
+	}
+}
+
+func TestDrainExpired(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := New[int](0, Limits{})
+	for id := kv.WorkerID(1); id <= 3; id++ {
+		mustUpsert(t, r, id, Shape{}, 0, true, t0)
+	}
+	r.SetDraining(3, true, t0)
+	r.SetDraining(1, true, t0.Add(5*time.Second))
+	if got := r.DrainExpired(t0.Add(4*time.Second), 4*time.Second); !reflect.DeepEqual(got, []kv.WorkerID{3}) {
+		t.Fatalf("expired %v, want [3]", got)
+	}
+	if got := r.DrainExpired(t0.Add(9*time.Second), 4*time.Second); !reflect.DeepEqual(got, []kv.WorkerID{1, 3}) {
+		t.Fatalf("expired %v, want [1 3]", got)
+	}
+	if got := r.DrainExpired(t0.Add(5*time.Second), 0); !reflect.DeepEqual(got, []kv.WorkerID{1, 3}) {
+		t.Fatalf("grace 0: expired %v, want [1 3]", got)
+	}
+}
+
+func TestDigest(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a, b := New[int](0, Limits{}), New[string](0, Limits{})
+	if a.Digest() != 0 {
+		t.Fatal("empty registry digest is not 0")
+	}
+	mustUpsert(t, a, 1, Shape{DpSize: 2}, 0, true, t0)
+	mustUpsert(t, a, 2, Shape{}, 0, false, t0)
+	mustUpsert(t, b, 2, Shape{}, "x", true, t0.Add(time.Hour)) // other order, info, time
+	mustUpsert(t, b, 1, Shape{DpSize: 2}, "y", false, t0)
+	if a.Digest() != b.Digest() {
+		t.Fatal("same workers, different digests")
+	}
+	b.SetUnhealthy(1, true) // each replica's own verdict: not in the digest
+	b.SetBusy(2, true, nil)
+	if a.Digest() != b.Digest() {
+		t.Fatal("health and busy changed the digest")
+	}
+	for name, change := range map[string]func(){
+		"drain":   func() { b.SetDraining(2, true, t0) },
+		"reshape": func() { mustUpsert(t, b, 1, Shape{DpSize: 3}, "y", false, t0) },
+		"remove":  func() { b.Remove(2) },
+	} {
+		before := b.Digest()
+		change()
+		if b.Digest() == before {
+			t.Fatalf("%s did not change the digest", name)
+		}
+	}
+}

@@ -148,3 +148,70 @@ func TestEligibleRanksMatchesEligible(t *testing.T) {
 		t.Fatalf("empty registry: %v", err)
 	}
 }
+
+func TestRoutable(t *testing.T) {
+	tests := []struct {
+		state        kv.WorkerState
+		free, pinned bool
+	}{
+		{kv.WorkerActive, true, true},
+		{kv.WorkerBusy, false, true},
+		{kv.WorkerUnhealthy, false, false},
+		{kv.WorkerDraining, false, false},
+	}
+	for _, tt := range tests {
+		if got := Routable(tt.state, false); got != tt.free {
+			t.Errorf("Routable(%v, unpinned) = %v, want %v", tt.state, got, tt.free)
+		}
+		if got := Routable(tt.state, true); got != tt.pinned {
+			t.Errorf("Routable(%v, pinned) = %v, want %v", tt.state, got, tt.pinned)
+		}
+	}
+}
+
+// Ranks that are not routable are skipped; the error says why nothing is
+// left, and a pinned rank may be busy but not unhealthy or draining.
+func TestEligibleStates(t *testing.T) {
+	ranks := []kv.WorkerWithDpRank{r(1, 0), r(1, 1), r(2, 0), r(3, 0), r(4, 0)}
+	states := map[kv.WorkerWithDpRank]kv.WorkerState{
+		r(1, 1): kv.WorkerBusy, r(2, 0): kv.WorkerUnhealthy, r(3, 0): kv.WorkerDraining,
+	}
+	stateOf := func(w kv.WorkerWithDpRank) kv.WorkerState { return states[w] }
+	pin := func(w kv.WorkerWithDpRank) *kv.WorkerWithDpRank { return &w }
+	tests := []struct {
+		name    string
+		c       Constraints
+		want    []kv.WorkerWithDpRank
+		wantErr string
+	}{
+		{"no states: all", Constraints{}, ranks, ""},
+		{"active only", Constraints{State: stateOf}, []kv.WorkerWithDpRank{r(1, 0), r(4, 0)}, ""},
+		{"allowed and states", Constraints{State: stateOf, AllowedWorkerIDs: []kv.WorkerID{1, 2}}, []kv.WorkerWithDpRank{r(1, 0)}, ""},
+		{"nothing routable among the allowed", Constraints{State: stateOf, AllowedWorkerIDs: []kv.WorkerID{2, 3}},
+			nil, "no routable worker rank: of 2 candidates, 1 unhealthy, 1 draining"},
+		{"allowed matches nothing", Constraints{State: stateOf, AllowedWorkerIDs: []kv.WorkerID{9}}, nil, "none of 5 candidates"},
+		{"pinned busy is routed", Constraints{State: stateOf, Pinned: pin(r(1, 1))}, []kv.WorkerWithDpRank{r(1, 1)}, ""},
+		{"pinned unhealthy", Constraints{State: stateOf, Pinned: pin(r(2, 0))}, nil, "pinned worker 2/0 is unhealthy"},
+		{"pinned draining", Constraints{State: stateOf, Pinned: pin(r(3, 0))}, nil, "pinned worker 3/0 is draining"},
+		{"pinned missing", Constraints{State: stateOf, Pinned: pin(r(7, 0))}, nil, "not a registered candidate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := EligibleRanks(ranks, tt.c)
+			if tt.wantErr != "" {
+				if !errors.Is(err, ErrNoEligibleWorker) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want ErrNoEligibleWorker mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("eligible %v (%v), want %v", got, err, tt.want)
+			}
+		})
+	}
+	all := map[kv.WorkerWithDpRank]kv.WorkerState{r(1, 0): kv.WorkerBusy, r(1, 1): kv.WorkerBusy}
+	_, err := EligibleRanks(ranks[:2], Constraints{State: func(w kv.WorkerWithDpRank) kv.WorkerState { return all[w] }})
+	if !errors.Is(err, ErrNoEligibleWorker) || !strings.Contains(err.Error(), "of 2 candidates, 2 busy") {
+		t.Fatalf("every rank busy: %v", err)
+	}
+}
