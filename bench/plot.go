@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -35,13 +36,20 @@ func (r *Report) WritePlots(dir string) ([]string, error) {
 	var paths []string
 	for _, c := range charts {
 		path := filepath.Join(dir, c.file)
-		if err := r.linePlot(path, c.title, c.ylabel, c.value, c.withOracle); err != nil {
+		err := r.linePlot(path, c.title, c.ylabel, c.value, c.withOracle)
+		if errors.Is(err, errNothingToPlot) {
+			continue // e.g. an oracle-only run has no latency to draw
+		}
+		if err != nil {
 			return paths, err
 		}
 		paths = append(paths, path)
 	}
 	return paths, nil
 }
+
+// errNothingToPlot: no policy in the report has a point for this chart.
+var errNothingToPlot = errors.New("no points to draw")
 
 func (r *Report) linePlot(path, title, ylabel string, value func(Point) float64, withOracle bool) error {
 	p := plot.New()
@@ -79,7 +87,7 @@ func (r *Report) linePlot(path, title, ylabel string, value func(Point) float64,
 		args = append(args, name, xys)
 	}
 	if len(args) == 0 {
-		return fmt.Errorf("plot %s: the report has no points to draw", filepath.Base(path))
+		return fmt.Errorf("plot %s: %w", filepath.Base(path), errNothingToPlot)
 	}
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return fmt.Errorf("plot %s: %w", filepath.Base(path), err)

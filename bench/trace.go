@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"time"
 )
@@ -78,15 +77,19 @@ func ReadTrace(r io.Reader, limit int) ([]TraceRecord, error) {
 	return out, nil
 }
 
-// LoadTrace reads a trace file.
+// LoadTrace reads a trace file (gzip-compressed when its name ends in
+// .gz); path "" reads the embedded Mooncake conversation trace.
 func LoadTrace(path string, limit int) ([]TraceRecord, error) {
-	f, err := os.Open(path)
+	f, err := openTrace(path)
 	if err != nil {
-		return nil, fmt.Errorf("open trace: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	recs, err := ReadTrace(f, limit)
 	if err != nil {
+		if path == "" {
+			path = EmbeddedTraceName
+		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return recs, nil

@@ -51,6 +51,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if err := f.traceRate(fs); err != nil {
+		return err
+	}
 	f.finish()
 	fmt.Fprintf(stdout, "kvbench demo: embedded NATS, 1 router, %d mock workers, shared-prefix sweep at qps %s (%s per point)\n",
 		f.fleet.Workers, f.qps, f.workload.Duration)

@@ -17,7 +17,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&cfg.Plan.Workers, "workers", 1000, "engines the trace's requests are spread over (round-robin)")
 	fs.IntVar(&cfg.Plan.BlockSize, "block-size", 64, "router block size; must divide the trace's 512-token blocks")
 	fs.IntVar(&cfg.Plan.CapacityBlocks, "capacity-blocks", 16384, "each worker's cache in router blocks; LRU blocks are removed beyond it")
-	fs.StringVar(&cfg.TracePath, "trace", "/work/shared/data/mooncake/conversation_trace.jsonl", "Mooncake trace file")
+	fs.StringVar(&cfg.TracePath, "trace", "", "Mooncake trace file, JSON lines, .gz for gzip (default: the embedded conversation trace)")
 	fs.IntVar(&cfg.Requests, "requests", 0, "trace lines to replay (0 = all)")
 	fs.IntVar(&cfg.Queriers, "queriers", 2, "goroutines issuing routing queries (update_states=false) during the replay")
 	fs.IntVar(&cfg.SyncEvery, "sync-every", 64, "trace requests between waits for the shards to catch up")

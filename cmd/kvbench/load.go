@@ -23,7 +23,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	registerWorkload(fs, &w)
 	target := fs.String("target", "", "base URL of a router replica or of the load balancer in front of several (required)")
-	qps := fs.Float64("qps", 8, "offered load (requests/s)")
+	qps := fs.Float64("qps", 8, "offered load (requests/s); mooncake without it replays at the trace's rate times --time-scale")
 	model := fs.String("model", "mock-model", "model name sent in each completion")
 	timeout := fs.Duration("request-timeout", 2*time.Minute, "longest a single request may take")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
@@ -35,7 +35,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errors.New("--target is required")
 	}
 	finishWorkload(&w)
-	schedule, points, err := w.Build([]float64{*qps})
+	rates := []float64{*qps}
+	if w.Kind == bench.WorkloadMooncake && !flagSet(fs, "qps") {
+		rates = nil // the trace's own rate times --time-scale
+	}
+	schedule, points, err := w.Build(rates)
 	if err != nil {
 		return err
 	}
@@ -57,4 +61,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("%d of %d requests failed (first: %s)", res.Errors, res.Requests, res.FirstErr)
 	}
 	return nil
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

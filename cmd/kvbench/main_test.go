@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/bench"
 )
 
 // runArgs runs kvbench with args and returns its error and output.
@@ -49,6 +55,8 @@ func TestSubcommandsRejectBadArguments(t *testing.T) {
 		{[]string{"run", "extra"}, "unexpected arguments: [extra]"},
 		{[]string{"run", "--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{[]string{"run", "--qps", "1", "--duration", "0s"}, "give a request count or a duration"},
+		{[]string{"run", "--workload", "mooncake", "--qps", "3", "--time-scale", "2"}, "give --qps or --time-scale, not both"},
+		{[]string{"run", "--workload", "mooncake", "--trace", "/nonexistent/trace.jsonl"}, "open trace"},
 		{[]string{"demo", "extra"}, "unexpected arguments: [extra]"},
 		{[]string{"demo", "--workers", "x"}, `invalid value "x" for flag -workers`},
 		{[]string{"indexer", "--log-level", "loud"}, `log level "loud"`},
@@ -120,5 +128,35 @@ func TestNewLogger(t *testing.T) {
 	}
 	if _, err := newLogger(&bytes.Buffer{}, "chatty"); err == nil {
 		t.Error("unknown level accepted")
+	}
+}
+
+// An oracle-only Mooncake run needs no fleet: it replays the embedded
+// trace at its own rate times --time-scale (not at --qps's default) and
+// writes report.json without the latency plots it has no points for.
+func TestOracleOnlyMooncakeRun(t *testing.T) {
+	out := t.TempDir()
+	err, stdout, stderr := runArgs(t, "run", "--workload", "mooncake", "--policies", "oracle",
+		"--requests", "200", "--time-scale", "2", "--out", out)
+	if err != nil {
+		t.Fatalf("%v\nstdout %s\nstderr %s", err, stdout, stderr)
+	}
+	rep, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r bench.Report
+	if err := json.Unmarshal(rep, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Policies) != 1 {
+		t.Fatalf("points %+v, want one (the trace's own rate, not --qps's default three)", r.Policies)
+	}
+	recs, err := bench.LoadTrace("", 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * bench.TraceQPS(recs); math.Abs(r.Policies[0].QPS-want) > 1e-9 {
+		t.Errorf("qps %v, want the trace's rate x 2 = %v", r.Policies[0].QPS, want)
 	}
 }

@@ -11,6 +11,11 @@ import (
 	"github.com/kvrouter/kvrouter/bench"
 )
 
+// defaultQPS is run's --qps for the synthetic workloads. A Mooncake
+// replay has its own rate (the trace's, times --time-scale), so this
+// default does not apply to it.
+const defaultQPS = "2,4,8"
+
 // sweepFlags are the flags of run (and the knobs demo presets).
 type sweepFlags struct {
 	workload bench.WorkloadOptions
@@ -24,7 +29,7 @@ type sweepFlags struct {
 
 func (f *sweepFlags) register(fs *flag.FlagSet) {
 	registerWorkload(fs, &f.workload)
-	fs.StringVar(&f.qps, "qps", "2,4,8", "comma-separated offered loads (requests/s); mooncake may leave it empty")
+	fs.StringVar(&f.qps, "qps", defaultQPS, "comma-separated offered loads (requests/s); mooncake defaults to none: the trace's own rate times --time-scale")
 	fs.StringVar(&f.policies, "policies", "kvrouter,round_robin,random,least_loaded,oracle", "comma-separated policies")
 	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
 	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")
@@ -44,8 +49,8 @@ func registerWorkload(fs *flag.FlagSet, w *bench.WorkloadOptions) {
 	fs.IntVar(&w.MultiTurn.UserTokens, "user-tokens", 200, "multi-turn: tokens of each user message")
 	fs.IntVar(&w.Random.InputTokens, "input-tokens", 2000, "random: prompt tokens")
 	fs.IntVar(&w.SharedPrefix.OutputTokens, "output-tokens", 100, "tokens generated per request (every synthetic workload)")
-	fs.StringVar(&w.TracePath, "trace", "/work/shared/data/mooncake/conversation_trace.jsonl", "mooncake: trace file")
-	fs.Float64Var(&w.TimeScale, "time-scale", 1, "mooncake without --qps: replay this many times faster than recorded")
+	fs.StringVar(&w.TracePath, "trace", "", "mooncake: trace file, JSON lines, .gz for gzip (default: the embedded Mooncake conversation trace)")
+	fs.Float64Var(&w.TimeScale, "time-scale", 1, "mooncake: replay this many times faster than recorded (ignored with --qps, which sets the rate itself)")
 	fs.IntVar(&w.Requests, "requests", 0, "requests per point (mooncake: trace lines to replay; 0 = all)")
 	fs.DurationVar(&w.Duration, "duration", 20*time.Second, "synthetic workloads without --requests: arrivals span this long per point")
 	fs.Uint64Var(&w.Seed, "seed", 1, "seed of every random choice")
@@ -71,8 +76,31 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if err := f.traceRate(fs); err != nil {
+		return err
+	}
 	f.finish()
 	return execute(ctx, &f, stdout, stderr)
+}
+
+// traceRate decides how a Mooncake replay is paced: by --qps when it was
+// given, else by the trace's own rate times --time-scale (the --qps
+// default is the synthetic workloads' and would silently override the
+// time scale). Both given is ambiguous and refused.
+func (f *sweepFlags) traceRate(fs *flag.FlagSet) error {
+	if f.workload.Kind != bench.WorkloadMooncake {
+		return nil
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	switch {
+	case set["qps"] && set["time-scale"]:
+		return fmt.Errorf("mooncake: give --qps or --time-scale, not both (--qps %s would override --time-scale %v)",
+			f.qps, f.workload.TimeScale)
+	case !set["qps"]:
+		f.qps = ""
+	}
+	return nil
 }
 
 // execute runs the sweep f describes and writes the table, the ratios,
