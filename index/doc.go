@@ -10,7 +10,10 @@
 // ranks hold the block and, per rank, the engine's own name for it
 // ([kv.ExternalBlockHash], Dynamo's block_hash). A per-rank lookup maps
 // engine names back to nodes so Removed events and the parent of a Stored
-// event can be found in O(1).
+// event can be found in O(1). A node with many children also lists them
+// per rank, so removing a block for one rank costs O(blocks that rank holds
+// below it), however many ranks share the block; a per-worker list of
+// ranks does the same for Cleared and RemoveWorker.
 //
 // An [Indexer] keeps one Tree per storage tier and answers tiered overlap
 // queries. [Approx] predicts the cache from the router's own decisions with
@@ -23,7 +26,7 @@
 // path). Dynamo relies on the second property in find_matches but does not
 // enforce it; this package does, which is what lets FindMatches decide in
 // O(1) per level that nobody dropped out. [Tree.CheckInvariants] verifies
-// both plus the consistency of the lookups.
+// both plus the consistency of the lookups and of the per-rank lists.
 //
 // # Deviations from Dynamo, and why
 //
