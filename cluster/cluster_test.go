@@ -31,7 +31,7 @@ func testConfig(id string) Config {
 }
 
 // startReplica starts a node on loopback with a random port, joining join.
-func startReplica(t *testing.T, id string, join []string, tweak func(*Config)) *replica {
+func startReplica(t testing.TB, id string, join []string, tweak func(*Config)) *replica {
 	t.Helper()
 	cfg := testConfig(id)
 	cfg.Join = join

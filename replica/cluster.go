@@ -96,6 +96,14 @@ func (c *clusterLink) addState(st *metrics.State) {
 	s := c.node.Stats()
 	st.Gauges["cluster_members"] = float64(s.Members)
 	st.Gauges["cluster_keys"] = float64(s.Keys)
+	// The primary key's id (cluster.KeyID: 8 hex digits of its SHA-256)
+	// as a number, so a rotation step can be seen to have reached every
+	// replica: printf '%d\n' 0x$(base64 -d <key | sha256sum | cut -c1-8).
+	if ids := c.node.KeyIDs(); len(ids) > 0 {
+		if v, err := strconv.ParseUint(ids[0], 16, 32); err == nil {
+			st.Gauges["cluster_primary_key_id"] = float64(v)
+		}
+	}
 	for name, v := range map[string]uint64{
 		"gossip_events_published": s.EventsPublished, "gossip_events_dropped": s.EventsDropped,
 		"gossip_events_sent": s.EventsSent, "gossip_batches": s.Batches, "gossip_bytes_sent": s.BytesSent,
