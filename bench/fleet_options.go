@@ -63,3 +63,18 @@ func (o FleetOptions) Validate() error {
 	}
 	return nil
 }
+
+// OracleFleet describes the fleet to the capacity- and time-bounded
+// oracles: every rank's cache and the engines' idle prefill timing.
+func (o FleetOptions) OracleFleet() OracleFleet {
+	e := o.Engine
+	return OracleFleet{
+		Ranks:               o.Workers * max(e.DPSize, 1),
+		BlockSize:           o.BlockSize,
+		CacheBlocks:         e.TotalKVBlocks,
+		PrefillTokensPerSec: e.PrefillTokensPerSec,
+		StepBaseTime:        e.StepBaseTime,
+		MaxBatchedTokens:    e.MaxNumBatchedTokens,
+		Speedup:             e.Speedup,
+	}
+}

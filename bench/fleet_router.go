@@ -70,19 +70,19 @@ func EmbeddedFleetFactory(opts FleetOptions, dataDir string) (FleetFactory, erro
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return func(ctx context.Context, withRouter bool) (Fleet, error) {
-		if !withRouter {
+	return func(ctx context.Context, policy string) (Fleet, error) {
+		if !IsRouterPolicy(policy) {
 			ws, err := startWorkers(ctx, opts, nil)
 			if err != nil {
 				return nil, err
 			}
 			return &workersOnly{ws: ws}, nil
 		}
-		return startRoutedFleet(ctx, opts, dataDir)
+		return startRoutedFleet(ctx, opts, RouterCost(policy), dataDir)
 	}, nil
 }
 
-func startRoutedFleet(ctx context.Context, opts FleetOptions, dataDir string) (_ *routedFleet, err error) {
+func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir string) (_ *routedFleet, err error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
@@ -110,6 +110,9 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, dataDir string) (_
 	cfg.DataDir = dir
 	cfg.BlockSize = opts.BlockSize
 	cfg.MaxNumBatchedTokens = uint64(opts.Engine.MaxNumBatchedTokens)
+	if cost != "dynamo" {
+		return nil, fmt.Errorf("router cost %q is not available yet", cost)
+	}
 	if opts.Stride > 0 {
 		cfg.RouterActiveSequenceStride = opts.Stride
 	}

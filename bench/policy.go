@@ -10,15 +10,38 @@ import (
 
 // Policy names: the contract of report.json.
 const (
-	PolicyKVRouter    = "kvrouter"
-	PolicyRoundRobin  = "round_robin"
-	PolicyRandom      = "random"
-	PolicyLeastLoaded = "least_loaded"
-	PolicyOracle      = "oracle"
+	// PolicyKVRouter is kvrouter with Dynamo's cost (--router-cost dynamo,
+	// the router's default).
+	PolicyKVRouter = "kvrouter"
+	// PolicyKVRouterTTFT is kvrouter with the predicted-TTFT cost
+	// (--router-cost ttft).
+	PolicyKVRouterTTFT = "kvrouter_ttft"
+	PolicyRoundRobin   = "round_robin"
+	PolicyRandom       = "random"
+	PolicyLeastLoaded  = "least_loaded"
+	PolicyOracle       = "oracle"
 )
 
 // AllPolicies lists every policy in report order.
-var AllPolicies = []string{PolicyKVRouter, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyOracle}
+var AllPolicies = []string{PolicyKVRouter, PolicyKVRouterTTFT, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyOracle}
+
+// IsRouterPolicy reports whether the policy sends requests through a
+// kvrouter (whose fleet then needs a router and KV events).
+func IsRouterPolicy(policy string) bool {
+	return policy == PolicyKVRouter || policy == PolicyKVRouterTTFT
+}
+
+// RouterCost is the --router-cost a router policy runs with ("" for the
+// client-side policies).
+func RouterCost(policy string) string {
+	switch policy {
+	case PolicyKVRouter:
+		return "dynamo"
+	case PolicyKVRouterTTFT:
+		return "ttft"
+	}
+	return ""
+}
 
 // ErrUnknownPolicy is returned for a policy name not in AllPolicies.
 var ErrUnknownPolicy = errors.New("unknown policy")
@@ -62,7 +85,7 @@ type Dispatcher interface {
 // everything to the router, which picks the worker; the others pick among
 // the workers directly. oracle is computed, not dispatched.
 func NewDispatcher(policy string, routerURLs, workerURLs []string, seed uint64) (Dispatcher, error) {
-	if policy == PolicyKVRouter {
+	if IsRouterPolicy(policy) {
 		switch len(routerURLs) {
 		case 0:
 			return nil, errors.New("kvrouter policy needs a router URL")

@@ -26,7 +26,14 @@ type Point struct {
 	// LoadSpread is the mean over the run of max/mean active KV tokens
 	// per worker (1 = perfectly even), sampled from the workers.
 	LoadSpread float64 `json:"load_spread,omitempty"`
+	// Bounds are the hit-rate oracles of this point's schedule on this
+	// fleet (the same for every policy at one QPS): oracle_unbounded,
+	// oracle_capacity, oracle_timed.
+	Bounds
 }
+
+// HitVsTimed is the point's hit rate over oracle_timed (0 without one).
+func (p Point) HitVsTimed() float64 { return ratio(p.HitRate, p.Timed) }
 
 // Report is a whole sweep: every policy at every QPS point.
 type Report struct {
@@ -53,17 +60,20 @@ func (r *Report) WriteJSON(dir string) (string, error) {
 	return path, nil
 }
 
-// WriteTable prints the points grouped by QPS, one row per policy.
+// WriteTable prints the points grouped by QPS, one row per policy, each
+// with the three oracles of its schedule and its hit rate over
+// oracle_timed.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\tqps\thit_rate\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\titl_p50_ms\ttok/s\terrors\tload_spread\t\n")
+	fmt.Fprintf(tw, "policy\tqps\thit_rate\tvs_timed\toracle_unb\toracle_cap\toracle_timed\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\titl_p50_ms\ttok/s\terrors\tload_spread\t\n")
 	for _, p := range r.sorted() {
+		bounds := fmt.Sprintf("%.3f\t%.3f\t%.3f", p.Unbounded, p.Capacity, p.Timed)
 		if p.Name == PolicyOracle {
-			fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name, p.QPS, p.HitRate)
+			fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t-\t%s\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name, p.QPS, p.HitRate, bounds)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t%.1f\t%.1f\t%.1f\t%.2f\t%.0f\t%d\t%.2f\t\n",
-			p.Name, p.QPS, p.HitRate, p.TTFTP50, p.TTFTP90, p.TTFTP99, p.ITLP50, p.ThroughputTokS, p.Errors, p.LoadSpread)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%.0f\t%d\t%.2f\t\n",
+			p.Name, p.QPS, p.HitRate, p.HitVsTimed(), bounds, p.TTFTP50, p.TTFTP90, p.TTFTP99, p.ITLP50, p.ThroughputTokS, p.Errors, p.LoadSpread)
 	}
 	return tw.Flush()
 }
@@ -84,19 +94,28 @@ func (r *Report) sorted() []Point {
 	return out
 }
 
-// Ratio compares kvrouter with round-robin and the oracle at one QPS.
-// A field is NaN-free: it is 0 when its denominator is missing or zero.
+// Ratio compares one KV-aware policy (kvrouter or kvrouter_ttft) with
+// the baselines at one QPS. A field is NaN-free: it is 0 when its
+// denominator is missing or zero.
 type Ratio struct {
-	QPS float64
-	// HitRate, TTFTP90 and Throughput are kvrouter / round_robin.
+	Policy string
+	QPS    float64
+	// HitRate, TTFTP90 and Throughput are policy / round_robin.
 	HitRate    float64
 	TTFTP90    float64
 	Throughput float64
-	// HitVsOracle is kvrouter hit rate / oracle hit rate.
+	// TTFTP90VsLeastLoaded is policy / least_loaded TTFT p90.
+	TTFTP90VsLeastLoaded float64
+	// TTFTP90VsDynamo is policy / kvrouter (Dynamo's cost) TTFT p90, for
+	// the other cost models.
+	TTFTP90VsDynamo float64
+	// HitVsOracle is the hit rate over oracle_unbounded, HitVsTimed over
+	// oracle_timed (the routing goal's yardstick).
 	HitVsOracle float64
+	HitVsTimed  float64
 }
 
-// Ratios returns one Ratio per QPS point that has a kvrouter entry.
+// Ratios returns one Ratio per QPS point of each KV-aware policy.
 func (r *Report) Ratios() []Ratio {
 	byKey := map[string]map[float64]Point{}
 	for _, p := range r.Policies {
@@ -107,17 +126,25 @@ func (r *Report) Ratios() []Ratio {
 	}
 	var out []Ratio
 	for _, kvp := range r.sorted() {
-		if kvp.Name != PolicyKVRouter {
+		if !IsRouterPolicy(kvp.Name) {
 			continue
 		}
-		ra := Ratio{QPS: kvp.QPS}
+		ra := Ratio{Policy: kvp.Name, QPS: kvp.QPS, HitVsOracle: ratio(kvp.HitRate, kvp.Unbounded), HitVsTimed: kvp.HitVsTimed()}
 		if rr, ok := byKey[PolicyRoundRobin][kvp.QPS]; ok {
 			ra.HitRate = ratio(kvp.HitRate, rr.HitRate)
 			ra.TTFTP90 = ratio(kvp.TTFTP90, rr.TTFTP90)
 			ra.Throughput = ratio(kvp.ThroughputTokS, rr.ThroughputTokS)
 		}
-		if or, ok := byKey[PolicyOracle][kvp.QPS]; ok {
-			ra.HitVsOracle = ratio(kvp.HitRate, or.HitRate)
+		if ll, ok := byKey[PolicyLeastLoaded][kvp.QPS]; ok {
+			ra.TTFTP90VsLeastLoaded = ratio(kvp.TTFTP90, ll.TTFTP90)
+		}
+		if dy, ok := byKey[PolicyKVRouter][kvp.QPS]; ok && kvp.Name != PolicyKVRouter {
+			ra.TTFTP90VsDynamo = ratio(kvp.TTFTP90, dy.TTFTP90)
+		}
+		if ra.HitVsOracle == 0 {
+			if or, ok := byKey[PolicyOracle][kvp.QPS]; ok {
+				ra.HitVsOracle = ratio(kvp.HitRate, or.HitRate)
+			}
 		}
 		out = append(out, ra)
 	}
@@ -137,14 +164,23 @@ func (r *Report) WriteRatios(w io.Writer) {
 	for _, ra := range r.Ratios() {
 		var parts []string
 		if ra.Throughput != 0 || ra.HitRate != 0 || ra.TTFTP90 != 0 {
-			parts = append(parts, fmt.Sprintf("kvrouter/round_robin hit rate %.2fx, TTFT p90 %.2fx, throughput %.2fx",
+			parts = append(parts, fmt.Sprintf("/round_robin hit rate %.2fx, TTFT p90 %.2fx, throughput %.2fx",
 				ra.HitRate, ra.TTFTP90, ra.Throughput))
 		}
+		if ra.TTFTP90VsLeastLoaded != 0 {
+			parts = append(parts, fmt.Sprintf("/least_loaded TTFT p90 %.2fx", ra.TTFTP90VsLeastLoaded))
+		}
+		if ra.TTFTP90VsDynamo != 0 {
+			parts = append(parts, fmt.Sprintf("/kvrouter TTFT p90 %.2fx", ra.TTFTP90VsDynamo))
+		}
+		if ra.HitVsTimed != 0 {
+			parts = append(parts, fmt.Sprintf("hit rate %.3f of oracle_timed", ra.HitVsTimed))
+		}
 		if ra.HitVsOracle != 0 {
-			parts = append(parts, fmt.Sprintf("kvrouter/oracle hit rate %.3f", ra.HitVsOracle))
+			parts = append(parts, fmt.Sprintf("%.3f of oracle_unbounded", ra.HitVsOracle))
 		}
 		if len(parts) > 0 {
-			fmt.Fprintf(w, "qps %.2f: %s\n", ra.QPS, strings.Join(parts, "; "))
+			fmt.Fprintf(w, "qps %.2f %s: %s\n", ra.QPS, ra.Policy, strings.Join(parts, "; "))
 		}
 	}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,7 +42,8 @@ func TestReportJSONFieldNames(t *testing.T) {
 	if err := json.Unmarshal(top["policies"], &points); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"errors", "hit_rate", "itl_p50_ms", "name", "qps", "throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}
+	want := []string{"errors", "hit_rate", "itl_p50_ms", "name", "oracle_capacity", "oracle_timed", "oracle_unbounded",
+		"qps", "throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}
 	for _, p := range points {
 		if keys := sortedKeys(p); !slices.Equal(keys, want) {
 			t.Fatalf("point keys %v, want %v", keys, want)
@@ -117,8 +119,8 @@ func TestWritePlots(t *testing.T) {
 		}
 	}
 	empty := &Report{Workload: "x"}
-	if _, err := empty.WritePlots(t.TempDir()); err == nil {
-		t.Error("an empty report was plotted")
+	if paths, err := empty.WritePlots(t.TempDir()); err != nil || len(paths) != 0 {
+		t.Errorf("an empty report: plotted %v, %v; want nothing and no error", paths, err)
 	}
 }
 
@@ -136,4 +138,38 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+func TestRatiosOfBothCostsAgainstEveryBaseline(t *testing.T) {
+	b := Bounds{Unbounded: 1, Capacity: 0.9, Timed: 0.8}
+	rep := &Report{Policies: []Point{
+		{Name: PolicyKVRouter, QPS: 8, HitRate: 0.6, TTFTP90: 400, Bounds: b},
+		{Name: PolicyKVRouterTTFT, QPS: 8, HitRate: 0.76, TTFTP90: 100, Bounds: b},
+		{Name: PolicyRoundRobin, QPS: 8, HitRate: 0.2, TTFTP90: 800, Bounds: b},
+		{Name: PolicyLeastLoaded, QPS: 8, HitRate: 0.2, TTFTP90: 200, Bounds: b},
+	}}
+	ra := rep.Ratios()
+	if len(ra) != 2 || ra[0].Policy != PolicyKVRouter || ra[1].Policy != PolicyKVRouterTTFT {
+		t.Fatalf("ratios %+v", ra)
+	}
+	ttft := ra[1]
+	if ttft.TTFTP90 != 0.125 || ttft.TTFTP90VsLeastLoaded != 0.5 || ttft.TTFTP90VsDynamo != 0.25 ||
+		math.Abs(ttft.HitVsTimed-0.95) > 1e-12 || ttft.HitVsOracle != 0.76 {
+		t.Fatalf("kvrouter_ttft ratios %+v", ttft)
+	}
+	if ra[0].TTFTP90VsDynamo != 0 {
+		t.Fatalf("Dynamo's cost compared with itself: %+v", ra[0])
+	}
+	var buf bytes.Buffer
+	rep.WriteRatios(&buf)
+	if !strings.Contains(buf.String(), "kvrouter_ttft: /round_robin") || !strings.Contains(buf.String(), "0.950 of oracle_timed") {
+		t.Fatalf("ratios text:\n%s", buf.String())
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "oracle_timed") || !strings.Contains(table.String(), "0.800") {
+		t.Fatalf("table without the bounds:\n%s", table.String())
+	}
 }

@@ -22,9 +22,10 @@ type Fleet interface {
 	Close(ctx context.Context) error
 }
 
-// FleetFactory starts a fleet that is ready to serve: every worker is up
-// and, when withRouter, registered with the router.
-type FleetFactory func(ctx context.Context, withRouter bool) (Fleet, error)
+// FleetFactory starts a fleet for one policy that is ready to serve:
+// every worker is up and, for a router policy (IsRouterPolicy), registered
+// with a router running that policy's cost (RouterCost).
+type FleetFactory func(ctx context.Context, policy string) (Fleet, error)
 
 // ScheduleFunc returns the requests of one sweep point at the given QPS.
 type ScheduleFunc func(qps float64) ([]Request, error)
@@ -36,6 +37,10 @@ type SweepConfig struct {
 	Policies []string
 	// BlockSize is the fleet's KV block size, used for the oracle.
 	BlockSize int
+	// Oracle describes the fleet for the capacity- and time-bounded
+	// oracles (OracleBounds); with no ranks only oracle_unbounded is
+	// computed.
+	Oracle OracleFleet
 	// RequestTimeout bounds one request, queueing included.
 	RequestTimeout time.Duration
 	Seed           uint64
@@ -59,6 +64,12 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 		if err != nil {
 			return nil, fmt.Errorf("schedule at qps %v: %w", qps, err)
 		}
+		bounds, err := cfg.bounds(reqs)
+		if err != nil {
+			return nil, fmt.Errorf("oracle bounds at qps %v: %w", qps, err)
+		}
+		log.Info("oracle bounds", "qps", qps, "unbounded", fmt.Sprintf("%.3f", bounds.Unbounded),
+			"capacity", fmt.Sprintf("%.3f", bounds.Capacity), "timed", fmt.Sprintf("%.3f", bounds.Timed))
 		for _, policy := range cfg.Policies {
 			if err := ctx.Err(); err != nil {
 				return rep, err
@@ -67,6 +78,10 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 			pt, err := measure(ctx, cfg, policy, qps, reqs, newFleet)
 			if err != nil {
 				return rep, fmt.Errorf("%s at qps %v: %w", policy, qps, err)
+			}
+			pt.Bounds = bounds
+			if policy == PolicyOracle {
+				pt.HitRate = bounds.Unbounded
 			}
 			log.Info("point done", "policy", policy, "qps", qps, "requests", len(reqs),
 				"hit_rate", fmt.Sprintf("%.3f", pt.HitRate), "ttft_p90_ms", fmt.Sprintf("%.1f", pt.TTFTP90),
@@ -78,12 +93,21 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 	return rep, nil
 }
 
+// bounds computes the oracles of one schedule (only the unbounded one
+// when the fleet is not described).
+func (cfg SweepConfig) bounds(reqs []Request) (Bounds, error) {
+	if cfg.Oracle.Ranks == 0 {
+		hit, err := OracleHitRate(reqs, cfg.BlockSize)
+		return Bounds{Unbounded: hit}, err
+	}
+	return OracleBounds(reqs, cfg.Oracle)
+}
+
 func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, reqs []Request, newFleet FleetFactory) (Point, error) {
 	if policy == PolicyOracle {
-		hit, err := OracleHitRate(reqs, cfg.BlockSize)
-		return Point{Name: PolicyOracle, QPS: qps, HitRate: hit}, err
+		return Point{Name: PolicyOracle, QPS: qps}, nil
 	}
-	fleet, err := newFleet(ctx, policy == PolicyKVRouter)
+	fleet, err := newFleet(ctx, policy)
 	if err != nil {
 		return Point{}, fmt.Errorf("start fleet: %w", err)
 	}

@@ -30,7 +30,7 @@ type sweepFlags struct {
 func (f *sweepFlags) register(fs *flag.FlagSet) {
 	registerWorkload(fs, &f.workload)
 	fs.StringVar(&f.qps, "qps", defaultQPS, "comma-separated offered loads (requests/s); mooncake defaults to none: the trace's own rate times --time-scale")
-	fs.StringVar(&f.policies, "policies", "kvrouter,round_robin,random,least_loaded,oracle", "comma-separated policies")
+	fs.StringVar(&f.policies, "policies", "kvrouter,kvrouter_ttft,round_robin,random,least_loaded,oracle", "comma-separated policies: kvrouter (Dynamo's cost), kvrouter_ttft (--router-cost ttft), round_robin, random, least_loaded, oracle (the hit-rate bounds only)")
 	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
 	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded fleet and the sweep")
@@ -128,7 +128,7 @@ func execute(ctx context.Context, f *sweepFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	cfg := bench.SweepConfig{
-		Workload: f.workload.Kind, QPS: qps, Policies: policies, BlockSize: f.fleet.BlockSize,
+		Workload: f.workload.Kind, QPS: qps, Policies: policies, BlockSize: f.fleet.BlockSize, Oracle: f.fleet.OracleFleet(),
 		RequestTimeout: f.timeout, Seed: f.workload.Seed, Model: f.fleet.Engine.ModelName, Logger: log,
 	}
 	start := time.Now()
