@@ -106,7 +106,7 @@ func TestOracleTimedHitRate(t *testing.T) {
 	chunked := base
 	chunked.MaxBatchedTokens, chunked.StepBaseTime = 4, time.Millisecond // one block per 5 ms step
 	fast := chunked
-	fast.Speedup = 2 // the same steps take half the schedule's time
+	fast.Speedup = 2             // the same steps take half the schedule's time
 	prompt := blocks(1, 1, 2, 3) // 13 tokens, 3 hittable blocks
 	tests := []struct {
 		name  string
