@@ -1,0 +1,941 @@
+package jinja
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Template is a parsed template. It is safe for concurrent use.
+type Template struct {
+	body []node
+}
+
+// Parse parses a template.
+func Parse(src string) (*Template, error) {
+	toks, err := lex(src)
+	if err != nil {
+		return nil, err
+	}
+	body, err := parse(toks)
+	if err != nil {
+		return nil, err
+	}
+	return &Template{body: body}, nil
+}
+
+// RaiseError is raise_exception(message) called by the template.
+type RaiseError struct{ Message string }
+
+func (e *RaiseError) Error() string { return e.Message }
+
+// RenderError is a template that failed while rendering.
+type RenderError struct{ Msg string }
+
+func (e *RenderError) Error() string { return e.Msg }
+
+func errorf(format string, args ...any) error {
+	return &RenderError{Msg: fmt.Sprintf(format, args...)}
+}
+
+var (
+	errBreak    = errors.New("break")
+	errContinue = errors.New("continue")
+)
+
+// maxOutput bounds a render (a template looping on itself must not eat
+// the process's memory), maxSteps its work (statements executed; a chat
+// template spends a few hundred per message).
+const (
+	maxOutput = 64 << 20
+	maxDepth  = 200
+)
+
+var maxSteps = 5_000_000
+
+type scope struct {
+	vars   map[string]any
+	parent *scope
+	r      *renderer
+}
+
+type renderer struct {
+	steps int
+	depth int
+	out   *strings.Builder
+}
+
+func (s *scope) lookup(name string) any {
+	for c := s; c != nil; c = c.parent {
+		if v, ok := c.vars[name]; ok {
+			return v
+		}
+	}
+	return Undefined{}
+}
+
+func (s *scope) child() *scope { return &scope{vars: map[string]any{}, parent: s, r: s.r} }
+
+// Render renders the template with the given variables (template values:
+// see FromJSON and FromGo) on top of the globals (range, namespace,
+// raise_exception, strftime_now, ...).
+func (t *Template) Render(vars map[string]any) (string, error) {
+	var b strings.Builder
+	r := &renderer{out: &b}
+	globals := &scope{vars: globalFuncs(), r: r}
+	sc := globals.child()
+	for k, v := range vars {
+		sc.vars[k] = FromGo(v)
+	}
+	if err := sc.exec(t.body, &b); err != nil {
+		if errors.Is(err, errBreak) || errors.Is(err, errContinue) {
+			return "", errorf("break or continue outside a loop")
+		}
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func (s *scope) exec(nodes []node, out *strings.Builder) error {
+	for _, n := range nodes {
+		s.r.steps++
+		if s.r.steps > maxSteps || out.Len() > maxOutput {
+			return errorf("template does too much work (over %d steps or %d bytes of output)", maxSteps, maxOutput)
+		}
+		switch n := n.(type) {
+		case *textNode:
+			out.WriteString(n.s)
+		case *outputNode:
+			v, err := s.eval(n.e)
+			if err != nil {
+				return err
+			}
+			out.WriteString(toString(v))
+		case *ifNode:
+			done := false
+			for i, c := range n.conds {
+				v, err := s.eval(c)
+				if err != nil {
+					return err
+				}
+				if truthy(v) {
+					if err := s.exec(n.bodies[i], out); err != nil {
+						return err
+					}
+					done = true
+					break
+				}
+			}
+			if !done && n.els != nil {
+				if err := s.exec(n.els, out); err != nil {
+					return err
+				}
+			}
+		case *forNode:
+			if err := s.execFor(n, out); err != nil {
+				return err
+			}
+		case *setNode:
+			if err := s.execSet(n); err != nil {
+				return err
+			}
+		case *macroNode:
+			s.vars[n.name] = s.macro(n.params, n.body, nil)
+		case *callBlockNode:
+			call, ok := n.call.(*callExpr)
+			if !ok {
+				return errorf("call block: expected a macro call")
+			}
+			caller := s.macro(nil, n.body, nil)
+			c := s.child()
+			c.vars["caller"] = caller
+			v, err := c.eval(call)
+			if err != nil {
+				return err
+			}
+			out.WriteString(toString(v))
+		case *filterBlockNode:
+			var b strings.Builder
+			if err := s.exec(n.body, &b); err != nil {
+				return err
+			}
+			f := *n.filter
+			f.e = &literal{b.String()}
+			v, err := s.eval(&f)
+			if err != nil {
+				return err
+			}
+			out.WriteString(toString(v))
+		case *breakNode:
+			return errBreak
+		case *continueNode:
+			return errContinue
+		}
+	}
+	return nil
+}
+
+func (s *scope) execSet(n *setNode) error {
+	var v any
+	var err error
+	if n.body != nil {
+		var b strings.Builder
+		if err := s.exec(n.body, &b); err != nil {
+			return err
+		}
+		v = b.String()
+	} else if v, err = s.eval(n.value); err != nil {
+		return err
+	}
+	if n.obj != "" {
+		ns, ok := s.lookup(n.obj).(*Dict)
+		if !ok || !ns.namespace {
+			return errorf("cannot set attribute %q of %s %q: only a namespace() takes attributes", n.attr, typeName(s.lookup(n.obj)), n.obj)
+		}
+		ns.Set(n.attr, v)
+		return nil
+	}
+	if len(n.names) == 1 {
+		s.vars[n.names[0]] = v
+		return nil
+	}
+	items, err := iterate(v)
+	if err != nil {
+		return err
+	}
+	if len(items) != len(n.names) {
+		return errorf("cannot unpack %d values into %d names", len(items), len(n.names))
+	}
+	for i, name := range n.names {
+		s.vars[name] = items[i]
+	}
+	return nil
+}
+
+func (s *scope) execFor(n *forNode, out *strings.Builder) error {
+	it, err := s.eval(n.iter)
+	if err != nil {
+		return err
+	}
+	items, err := iterate(it)
+	if err != nil {
+		return err
+	}
+	bind := func(c *scope, item any) error {
+		if len(n.vars) == 1 {
+			c.vars[n.vars[0]] = item
+			return nil
+		}
+		parts, err := iterate(item)
+		if err != nil || len(parts) != len(n.vars) {
+			return errorf("for: cannot unpack %s into %d names", typeName(item), len(n.vars))
+		}
+		for i, v := range n.vars {
+			c.vars[v] = parts[i]
+		}
+		return nil
+	}
+	if n.cond != nil {
+		var kept []any
+		for _, item := range items {
+			c := s.child()
+			if err := bind(c, item); err != nil {
+				return err
+			}
+			v, err := c.eval(n.cond)
+			if err != nil {
+				return err
+			}
+			if truthy(v) {
+				kept = append(kept, item)
+			}
+		}
+		items = kept
+	}
+	if len(items) == 0 {
+		if n.els != nil {
+			return s.exec(n.els, out)
+		}
+		return nil
+	}
+	for i, item := range items {
+		c := s.child()
+		loop := NewDict()
+		loop.Set("index", int64(i+1))
+		loop.Set("index0", int64(i))
+		loop.Set("revindex", int64(len(items)-i))
+		loop.Set("revindex0", int64(len(items)-i-1))
+		loop.Set("first", i == 0)
+		loop.Set("last", i == len(items)-1)
+		loop.Set("length", int64(len(items)))
+		loop.Set("depth", int64(1))
+		loop.Set("depth0", int64(0))
+		if i > 0 {
+			loop.Set("previtem", items[i-1])
+		}
+		if i+1 < len(items) {
+			loop.Set("nextitem", items[i+1])
+		}
+		idx := i
+		loop.Set("cycle", Func(func(args []any, _ *Dict) (any, error) {
+			if len(args) == 0 {
+				return Undefined{}, nil
+			}
+			return args[idx%len(args)], nil
+		}))
+		c.vars["loop"] = loop
+		if err := bind(c, item); err != nil {
+			return err
+		}
+		err := c.exec(n.body, out)
+		if errors.Is(err, errBreak) {
+			break
+		}
+		if err != nil && !errors.Is(err, errContinue) {
+			return err
+		}
+	}
+	return nil
+}
+
+// macro makes a callable of a macro body.
+func (s *scope) macro(params []param, body []node, _ any) Func {
+	def := s
+	return func(args []any, kwargs *Dict) (any, error) {
+		def.r.depth++
+		defer func() { def.r.depth-- }()
+		if def.r.depth > maxDepth {
+			return nil, errorf("macro recursion deeper than %d", maxDepth)
+		}
+		c := def.child()
+		for i, p := range params {
+			switch {
+			case i < len(args):
+				c.vars[p.name] = args[i]
+			case kwargs != nil && hasKey(kwargs, p.name):
+				c.vars[p.name], _ = kwargs.Get(p.name)
+			case p.def != nil:
+				v, err := c.eval(p.def)
+				if err != nil {
+					return nil, err
+				}
+				c.vars[p.name] = v
+			default:
+				c.vars[p.name] = Undefined{}
+			}
+		}
+		varargs := &List{}
+		if len(args) > len(params) {
+			varargs.Items = args[len(params):]
+		}
+		c.vars["varargs"] = varargs
+		var b strings.Builder
+		if err := c.exec(body, &b); err != nil {
+			return nil, err
+		}
+		return b.String(), nil
+	}
+}
+
+func hasKey(d *Dict, k string) bool { _, ok := d.Get(k); return ok }
+
+// iterate lists what a for loop visits: list items, dict keys, string
+// characters.
+func iterate(v any) ([]any, error) {
+	switch v := v.(type) {
+	case *List:
+		return v.Items, nil
+	case *Dict:
+		out := make([]any, len(v.keys))
+		for i, k := range v.keys {
+			out[i] = k
+		}
+		return out, nil
+	case string:
+		var out []any
+		for _, r := range v {
+			out = append(out, string(r))
+		}
+		return out, nil
+	case nil, Undefined:
+		return nil, errorf("%s is not iterable", typeName(v))
+	}
+	return nil, errorf("%s is not iterable", typeName(v))
+}
+
+// ---- expressions ----
+
+func (s *scope) eval(e expr) (any, error) {
+	switch e := e.(type) {
+	case *literal:
+		return e.v, nil
+	case *nameExpr:
+		return s.lookup(e.name), nil
+	case *attrExpr:
+		obj, err := s.eval(e.obj)
+		if err != nil {
+			return nil, err
+		}
+		return getAttr(obj, e.name)
+	case *indexExpr:
+		obj, err := s.eval(e.obj)
+		if err != nil {
+			return nil, err
+		}
+		key, err := s.eval(e.key)
+		if err != nil {
+			return nil, err
+		}
+		return getItem(obj, key)
+	case *sliceExpr:
+		return s.evalSlice(e)
+	case *callExpr:
+		return s.evalCall(e)
+	case *filterExpr:
+		return s.evalFilter(e)
+	case *testExpr:
+		v, err := s.eval(e.e)
+		if err != nil {
+			return nil, err
+		}
+		args, err := s.evalList(e.args)
+		if err != nil {
+			return nil, err
+		}
+		ok, err := runTest(e.name, v, args)
+		if err != nil {
+			return nil, err
+		}
+		return ok != e.negate, nil
+	case *unaryExpr:
+		v, err := s.eval(e.e)
+		if err != nil {
+			return nil, err
+		}
+		switch e.op {
+		case "not":
+			return !truthy(v), nil
+		case "-":
+			switch x := v.(type) {
+			case int64:
+				return -x, nil
+			case float64:
+				return -x, nil
+			}
+			return nil, errorf("bad operand type for unary -: %s", typeName(v))
+		case "+":
+			return v, nil
+		}
+	case *binaryExpr:
+		return s.evalBinary(e)
+	case *condExpr:
+		c, err := s.eval(e.cond)
+		if err != nil {
+			return nil, err
+		}
+		if truthy(c) {
+			return s.eval(e.then)
+		}
+		if e.els == nil {
+			return Undefined{}, nil
+		}
+		return s.eval(e.els)
+	case *listExpr:
+		items, err := s.evalList(e.items)
+		if err != nil {
+			return nil, err
+		}
+		return &List{Items: items}, nil
+	case *dictExpr:
+		d := NewDict()
+		for i := range e.keys {
+			k, err := s.eval(e.keys[i])
+			if err != nil {
+				return nil, err
+			}
+			v, err := s.eval(e.vals[i])
+			if err != nil {
+				return nil, err
+			}
+			d.Set(toString(k), v)
+		}
+		return d, nil
+	}
+	return nil, errorf("cannot evaluate %T", e)
+}
+
+func (s *scope) evalList(es []expr) ([]any, error) {
+	out := make([]any, len(es))
+	for i, e := range es {
+		v, err := s.eval(e)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func (s *scope) evalKwargs(kw []kwarg) (*Dict, error) {
+	if len(kw) == 0 {
+		return nil, nil
+	}
+	d := NewDict()
+	for _, k := range kw {
+		v, err := s.eval(k.e)
+		if err != nil {
+			return nil, err
+		}
+		d.Set(k.name, v)
+	}
+	return d, nil
+}
+
+func getAttr(obj any, name string) (any, error) {
+	switch o := obj.(type) {
+	case *Dict:
+		if v, ok := o.Get(name); ok {
+			return v, nil
+		}
+		if m := dictMethod(o, name); m != nil && !o.namespace {
+			return m, nil
+		}
+		return Undefined{}, nil
+	case string:
+		if m := stringMethod(o, name); m != nil {
+			return m, nil
+		}
+	case *List:
+		if m := listMethod(o, name); m != nil {
+			return m, nil
+		}
+	case nil:
+		return nil, errorf("cannot read attribute %q of none", name)
+	case Undefined:
+		return Undefined{}, nil
+	}
+	return Undefined{}, nil
+}
+
+func getItem(obj, key any) (any, error) {
+	switch o := obj.(type) {
+	case *Dict:
+		if k, ok := key.(string); ok {
+			if v, ok := o.Get(k); ok {
+				return v, nil
+			}
+			return Undefined{}, nil
+		}
+		if v, ok := o.Get(toString(key)); ok {
+			return v, nil
+		}
+		return Undefined{}, nil
+	case *List:
+		i, ok := key.(int64)
+		if !ok {
+			return nil, errorf("list indices must be integers, not %s", typeName(key))
+		}
+		if i < 0 {
+			i += int64(len(o.Items))
+		}
+		if i < 0 || i >= int64(len(o.Items)) {
+			return Undefined{}, nil
+		}
+		return o.Items[i], nil
+	case string:
+		i, ok := key.(int64)
+		if !ok {
+			return nil, errorf("string indices must be integers, not %s", typeName(key))
+		}
+		rs := []rune(o)
+		if i < 0 {
+			i += int64(len(rs))
+		}
+		if i < 0 || i >= int64(len(rs)) {
+			return Undefined{}, nil
+		}
+		return string(rs[i]), nil
+	case nil:
+		return nil, errorf("none is not subscriptable")
+	case Undefined:
+		return Undefined{}, nil
+	}
+	return nil, errorf("%s is not subscriptable", typeName(obj))
+}
+
+func (s *scope) evalSlice(e *sliceExpr) (any, error) {
+	obj, err := s.eval(e.obj)
+	if err != nil {
+		return nil, err
+	}
+	bound := func(x expr) (*int64, error) {
+		if x == nil {
+			return nil, nil
+		}
+		v, err := s.eval(x)
+		if err != nil {
+			return nil, err
+		}
+		switch v := v.(type) {
+		case int64:
+			return &v, nil
+		case nil, Undefined:
+			return nil, nil
+		}
+		return nil, errorf("slice indices must be integers")
+	}
+	lo, err := bound(e.lo)
+	if err != nil {
+		return nil, err
+	}
+	hi, err := bound(e.hi)
+	if err != nil {
+		return nil, err
+	}
+	step, err := bound(e.step)
+	if err != nil {
+		return nil, err
+	}
+	var items []any
+	str := false
+	switch o := obj.(type) {
+	case *List:
+		items = o.Items
+	case string:
+		str = true
+		for _, r := range o {
+			items = append(items, string(r))
+		}
+	default:
+		return nil, errorf("%s cannot be sliced", typeName(obj))
+	}
+	idx := sliceIndices(len(items), lo, hi, step)
+	if idx == nil && step != nil && *step == 0 {
+		return nil, errorf("slice step cannot be zero")
+	}
+	if str {
+		var b strings.Builder
+		for _, i := range idx {
+			b.WriteString(items[i].(string))
+		}
+		return b.String(), nil
+	}
+	out := make([]any, len(idx))
+	for k, i := range idx {
+		out[k] = items[i]
+	}
+	return &List{Items: out}, nil
+}
+
+// sliceIndices is Python's slice semantics.
+func sliceIndices(n int, lo, hi, step *int64) []int {
+	st := int64(1)
+	if step != nil {
+		st = *step
+	}
+	if st == 0 {
+		return nil
+	}
+	clamp := func(p *int64, def int64, lowLim, highLim int64) int64 {
+		if p == nil {
+			return def
+		}
+		v := *p
+		if v < 0 {
+			v += int64(n)
+			if v < lowLim {
+				v = lowLim
+			}
+		} else if v > highLim {
+			v = highLim
+		}
+		return v
+	}
+	var out []int
+	if st > 0 {
+		a, b := clamp(lo, 0, 0, int64(n)), clamp(hi, int64(n), 0, int64(n))
+		for i := a; i < b; i += st {
+			out = append(out, int(i))
+		}
+	} else {
+		a, b := clamp(lo, int64(n)-1, -1, int64(n)-1), clamp(hi, -1, -1, int64(n)-1)
+		if hi == nil {
+			b = -1
+		}
+		for i := a; i > b; i += st {
+			out = append(out, int(i))
+		}
+	}
+	if out == nil {
+		out = []int{}
+	}
+	return out
+}
+
+func (s *scope) evalCall(e *callExpr) (any, error) {
+	fn, err := s.eval(e.fn)
+	if err != nil {
+		return nil, err
+	}
+	args, err := s.evalList(e.args)
+	if err != nil {
+		return nil, err
+	}
+	kwargs, err := s.evalKwargs(e.kwargs)
+	if err != nil {
+		return nil, err
+	}
+	f, ok := fn.(Func)
+	if !ok {
+		what := "value"
+		switch x := e.fn.(type) {
+		case *nameExpr:
+			what = x.name
+		case *attrExpr:
+			what = x.name
+		}
+		return nil, errorf("%s (%s) is not callable", what, typeName(fn))
+	}
+	return f(args, kwargs)
+}
+
+func (s *scope) evalBinary(e *binaryExpr) (any, error) {
+	l, err := s.eval(e.l)
+	if err != nil {
+		return nil, err
+	}
+	switch e.op {
+	case "and":
+		if !truthy(l) {
+			return l, nil
+		}
+		return s.eval(e.r)
+	case "or":
+		if truthy(l) {
+			return l, nil
+		}
+		return s.eval(e.r)
+	}
+	r, err := s.eval(e.r)
+	if err != nil {
+		return nil, err
+	}
+	return binary(e.op, l, r)
+}
+
+func binary(op string, l, r any) (any, error) {
+	switch op {
+	case "==":
+		return equal(l, r), nil
+	case "!=":
+		return !equal(l, r), nil
+	case "in", "not in":
+		ok, err := contains(r, l)
+		if err != nil {
+			return nil, err
+		}
+		return ok == (op == "in"), nil
+	case "~":
+		return toString(l) + toString(r), nil
+	case "<", ">", "<=", ">=":
+		c, err := compare(l, r)
+		if err != nil {
+			return nil, err
+		}
+		switch op {
+		case "<":
+			return c < 0, nil
+		case ">":
+			return c > 0, nil
+		case "<=":
+			return c <= 0, nil
+		}
+		return c >= 0, nil
+	case "+":
+		switch a := l.(type) {
+		case string:
+			switch b := r.(type) {
+			case string:
+				return a + b, nil
+			case *List:
+				// @huggingface/jinja concatenates a list's elements
+				// (JavaScript's Array.toString).
+				parts := make([]string, len(b.Items))
+				for i, x := range b.Items {
+					parts[i] = toString(x)
+				}
+				return a + strings.Join(parts, ","), nil
+			case nil, Undefined:
+				return nil, errorf("cannot add %s to a string", typeName(r))
+			}
+			return a + toString(r), nil
+		case *List:
+			if b, ok := r.(*List); ok {
+				out := append(append([]any{}, a.Items...), b.Items...)
+				return &List{Items: out}, nil
+			}
+		}
+		if _, ok := r.(string); ok {
+			if l == nil {
+				return nil, errorf("cannot add a string to none")
+			}
+			if _, u := l.(Undefined); u {
+				return nil, errorf("cannot add a string to undefined")
+			}
+			return toString(l) + r.(string), nil
+		}
+	case "*":
+		if s, ok := l.(string); ok {
+			if n, ok := r.(int64); ok {
+				return strings.Repeat(s, int(max(n, 0))), nil
+			}
+		}
+		if lst, ok := l.(*List); ok {
+			if n, ok := r.(int64); ok {
+				var out []any
+				for range max(n, 0) {
+					out = append(out, lst.Items...)
+				}
+				return &List{Items: out}, nil
+			}
+		}
+	}
+	return arith(op, l, r)
+}
+
+func arith(op string, l, r any) (any, error) {
+	li, lInt := l.(int64)
+	ri, rInt := r.(int64)
+	if b, ok := l.(bool); ok {
+		li, lInt = boolInt(b), true
+	}
+	if b, ok := r.(bool); ok {
+		ri, rInt = boolInt(b), true
+	}
+	if lInt && rInt {
+		switch op {
+		case "+":
+			return li + ri, nil
+		case "-":
+			return li - ri, nil
+		case "*":
+			return li * ri, nil
+		case "/":
+			if ri == 0 {
+				return nil, errorf("division by zero")
+			}
+			return float64(li) / float64(ri), nil
+		case "//":
+			if ri == 0 {
+				return nil, errorf("integer division by zero")
+			}
+			q := li / ri
+			if (li%ri != 0) && ((li < 0) != (ri < 0)) {
+				q--
+			}
+			return q, nil
+		case "%":
+			if ri == 0 {
+				return nil, errorf("modulo by zero")
+			}
+			m := li % ri
+			if m != 0 && (m < 0) != (ri < 0) {
+				m += ri
+			}
+			return m, nil
+		case "**":
+			if ri >= 0 {
+				out := int64(1)
+				for range ri {
+					out *= li
+				}
+				return out, nil
+			}
+			return math.Pow(float64(li), float64(ri)), nil
+		}
+	}
+	lf, ok1 := number(l)
+	rf, ok2 := number(r)
+	if !ok1 || !ok2 {
+		return nil, errorf("unsupported operand types for %s: %s and %s", op, typeName(l), typeName(r))
+	}
+	switch op {
+	case "+":
+		return lf + rf, nil
+	case "-":
+		return lf - rf, nil
+	case "*":
+		return lf * rf, nil
+	case "/":
+		if rf == 0 {
+			return nil, errorf("division by zero")
+		}
+		return lf / rf, nil
+	case "//":
+		if rf == 0 {
+			return nil, errorf("division by zero")
+		}
+		return math.Floor(lf / rf), nil
+	case "%":
+		if rf == 0 {
+			return nil, errorf("modulo by zero")
+		}
+		return lf - rf*math.Floor(lf/rf), nil
+	case "**":
+		return math.Pow(lf, rf), nil
+	}
+	return nil, errorf("unknown operator %s", op)
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func compare(l, r any) (int, error) {
+	if a, ok := number(l); ok {
+		if b, ok := number(r); ok {
+			switch {
+			case a < b:
+				return -1, nil
+			case a > b:
+				return 1, nil
+			}
+			return 0, nil
+		}
+	}
+	if a, ok := l.(string); ok {
+		if b, ok := r.(string); ok {
+			return strings.Compare(a, b), nil
+		}
+	}
+	return 0, errorf("cannot compare %s with %s", typeName(l), typeName(r))
+}
+
+// contains is `needle in haystack`.
+func contains(haystack, needle any) (bool, error) {
+	switch h := haystack.(type) {
+	case string:
+		n, ok := needle.(string)
+		if !ok {
+			return false, errorf("'in <string>' requires a string as left operand, not %s", typeName(needle))
+		}
+		return strings.Contains(h, n), nil
+	case *List:
+		for _, x := range h.Items {
+			if equal(x, needle) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case *Dict:
+		k, ok := needle.(string)
+		return ok && hasKey(h, k), nil
+	case nil, Undefined:
+		return false, errorf("argument of type %s is not iterable", typeName(haystack))
+	}
+	return false, errorf("argument of type %s is not iterable", typeName(haystack))
+}

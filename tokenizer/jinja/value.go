@@ -1,0 +1,481 @@
+package jinja
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Values are Go values: nil (none), Undefined, bool, int64, float64,
+// string, *List, *Dict (ordered; namespaces too) and Func.
+
+// Undefined is a name or key that does not exist.
+type Undefined struct{}
+
+// List is a list (or tuple).
+type List struct{ Items []any }
+
+// Dict is a dict with string keys that keeps insertion order.
+type Dict struct {
+	keys      []string
+	m         map[string]any
+	namespace bool
+}
+
+// Func is a callable: a global function, a macro, a bound method.
+type Func func(args []any, kwargs *Dict) (any, error)
+
+// NewDict returns an empty dict.
+func NewDict() *Dict { return &Dict{m: map[string]any{}} }
+
+// Set sets a key (appended if new).
+func (d *Dict) Set(k string, v any) {
+	if _, ok := d.m[k]; !ok {
+		d.keys = append(d.keys, k)
+	}
+	d.m[k] = v
+}
+
+// Get returns a key's value.
+func (d *Dict) Get(k string) (any, bool) {
+	v, ok := d.m[k]
+	return v, ok
+}
+
+// Keys returns the keys in order.
+func (d *Dict) Keys() []string { return d.keys }
+
+// Len is the number of keys.
+func (d *Dict) Len() int { return len(d.keys) }
+
+func (d *Dict) delete(k string) {
+	if _, ok := d.m[k]; !ok {
+		return
+	}
+	delete(d.m, k)
+	for i, x := range d.keys {
+		if x == k {
+			d.keys = append(d.keys[:i:i], d.keys[i+1:]...)
+			break
+		}
+	}
+}
+
+// FromJSON decodes JSON into template values, keeping object key order;
+// integral numbers become int64.
+func FromJSON(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeJSON(dec)
+	if err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+func decodeJSON(dec *json.Decoder) (any, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := t.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			d := NewDict()
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := kt.(string)
+				v, err := decodeJSON(dec)
+				if err != nil {
+					return nil, err
+				}
+				d.Set(k, v)
+			}
+			_, err := dec.Token()
+			return d, err
+		case '[':
+			l := &List{}
+			for dec.More() {
+				v, err := decodeJSON(dec)
+				if err != nil {
+					return nil, err
+				}
+				l.Items = append(l.Items, v)
+			}
+			_, err := dec.Token()
+			return l, err
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
+			return i, nil
+		}
+		f, err := strconv.ParseFloat(string(t), 64)
+		if err != nil {
+			return nil, err
+		}
+		if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			return int64(f), nil // as JSON.parse + Number.isInteger do
+		}
+		return f, nil
+	default:
+		return t, nil // string, bool, nil
+	}
+}
+
+// FromGo converts Go values (maps, slices, numbers) to template values;
+// map keys are sorted (Go maps have no order).
+func FromGo(v any) any {
+	switch v := v.(type) {
+	case nil, bool, string, int64, float64, *List, *Dict, Func, Undefined:
+		return v
+	case int:
+		return int64(v)
+	case int32:
+		return int64(v)
+	case uint32:
+		return int64(v)
+	case uint64:
+		return int64(v)
+	case float32:
+		return float64(v)
+	case []any:
+		l := &List{Items: make([]any, len(v))}
+		for i, x := range v {
+			l.Items[i] = FromGo(x)
+		}
+		return l
+	case []string:
+		l := &List{Items: make([]any, len(v))}
+		for i, x := range v {
+			l.Items[i] = x
+		}
+		return l
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		d := NewDict()
+		for _, k := range keys {
+			d.Set(k, FromGo(v[k]))
+		}
+		return d
+	case json.RawMessage:
+		x, err := FromJSON(v)
+		if err != nil {
+			return Undefined{}
+		}
+		return x
+	case func(args []any, kwargs *Dict) (any, error):
+		return Func(v)
+	}
+	return fmt.Sprint(v)
+}
+
+// truthy is Python's truth value.
+func truthy(v any) bool {
+	switch v := v.(type) {
+	case nil, Undefined:
+		return false
+	case bool:
+		return v
+	case int64:
+		return v != 0
+	case float64:
+		return v != 0
+	case string:
+		return v != ""
+	case *List:
+		return len(v.Items) > 0
+	case *Dict:
+		return v.namespace || len(v.keys) > 0
+	}
+	return true
+}
+
+// toString renders a value into the output.
+func toString(v any) string {
+	switch v := v.(type) {
+	case nil, Undefined:
+		return ""
+	case string:
+		return v
+	case bool:
+		if v {
+			return "true"
+		}
+		return "false"
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case float64:
+		return formatFloat(v)
+	case *List, *Dict:
+		return toJSON(v, jsonOpts{}, 0)
+	case Func:
+		return "<function>"
+	}
+	return fmt.Sprint(v)
+}
+
+func formatFloat(f float64) string {
+	if math.IsInf(f, 1) {
+		return "inf"
+	}
+	if math.IsInf(f, -1) {
+		return "-inf"
+	}
+	if math.IsNaN(f) {
+		return "nan"
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1e16 {
+		return strconv.FormatFloat(f, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "none"
+	case Undefined:
+		return "undefined"
+	case bool:
+		return "bool"
+	case int64:
+		return "int"
+	case float64:
+		return "float"
+	case string:
+		return "string"
+	case *List:
+		return "list"
+	case *Dict:
+		return "dict"
+	case Func:
+		return "function"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+type jsonOpts struct {
+	indent      int
+	ensureASCII bool
+	sortKeys    bool
+	itemSep     string
+	keySep      string
+}
+
+// toJSON is tojson: Python json.dumps's layout (", " and ": " separators;
+// "," and newlines with an indent), keys in insertion order.
+func toJSON(v any, o jsonOpts, depth int) string {
+	var b strings.Builder
+	writeJSON(&b, v, o, depth)
+	return b.String()
+}
+
+func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) {
+	item, key := o.itemSep, o.keySep
+	if item == "" {
+		item = ", "
+		if o.indent > 0 {
+			item = ","
+		}
+	}
+	if key == "" {
+		key = ": "
+	}
+	pad := func(d int) {
+		b.WriteByte('\n')
+		b.WriteString(strings.Repeat(" ", o.indent*d))
+	}
+	switch v := v.(type) {
+	case nil, Undefined:
+		b.WriteString("null")
+	case bool:
+		b.WriteString(strconv.FormatBool(v))
+	case int64:
+		b.WriteString(strconv.FormatInt(v, 10))
+	case float64:
+		if v == math.Trunc(v) && math.Abs(v) < 1e21 {
+			b.WriteString(strconv.FormatFloat(v, 'f', -1, 64))
+		} else {
+			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		}
+	case string:
+		writeJSONString(b, v, o.ensureASCII)
+	case *List:
+		if len(v.Items) == 0 {
+			b.WriteString("[]")
+			return
+		}
+		b.WriteByte('[')
+		for i, x := range v.Items {
+			if i > 0 {
+				b.WriteString(item)
+			}
+			if o.indent > 0 {
+				pad(depth + 1)
+			}
+			writeJSON(b, x, o, depth+1)
+		}
+		if o.indent > 0 {
+			pad(depth)
+		}
+		b.WriteByte(']')
+	case *Dict:
+		if len(v.keys) == 0 {
+			b.WriteString("{}")
+			return
+		}
+		keys := v.keys
+		if o.sortKeys {
+			keys = append([]string(nil), keys...)
+			sort.Strings(keys)
+		}
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(item)
+			}
+			if o.indent > 0 {
+				pad(depth + 1)
+			}
+			writeJSONString(b, k, o.ensureASCII)
+			b.WriteString(key)
+			writeJSON(b, v.m[k], o, depth+1)
+		}
+		if o.indent > 0 {
+			pad(depth)
+		}
+		b.WriteByte('}')
+	default:
+		writeJSONString(b, toString(v), o.ensureASCII)
+	}
+}
+
+// writeJSONString escapes as JSON.stringify does (and as Python's
+// json.dumps with ensure_ascii=False): quotes, backslashes and control
+// characters only.
+func writeJSONString(b *strings.Builder, s string, ascii bool) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			switch {
+			case r < 0x20:
+				fmt.Fprintf(b, `\u%04x`, r)
+			case ascii && r >= 0x7f:
+				if r > 0xffff {
+					r -= 0x10000
+					fmt.Fprintf(b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
+				} else {
+					fmt.Fprintf(b, `\u%04x`, r)
+				}
+			default:
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+}
+
+// length is len(): characters of a string, items of a list or dict.
+func length(v any) (int, bool) {
+	switch v := v.(type) {
+	case string:
+		return utf8.RuneCountInString(v), true
+	case *List:
+		return len(v.Items), true
+	case *Dict:
+		return len(v.keys), true
+	}
+	return 0, false
+}
+
+// equal is ==.
+func equal(a, b any) bool {
+	if fa, ok := number(a); ok {
+		if fb, ok := number(b); ok {
+			return fa == fb
+		}
+		return false
+	}
+	switch a := a.(type) {
+	case nil:
+		return b == nil
+	case Undefined:
+		_, ok := b.(Undefined)
+		return ok
+	case string:
+		s, ok := b.(string)
+		return ok && a == s
+	case *List:
+		l, ok := b.(*List)
+		if !ok || len(l.Items) != len(a.Items) {
+			return false
+		}
+		for i := range a.Items {
+			if !equal(a.Items[i], l.Items[i]) {
+				return false
+			}
+		}
+		return true
+	case *Dict:
+		d, ok := b.(*Dict)
+		if !ok || d.Len() != a.Len() {
+			return false
+		}
+		for _, k := range a.keys {
+			x, ok := d.m[k]
+			if !ok || !equal(a.m[k], x) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// number returns a numeric value (booleans count, as in Python).
+func number(v any) (float64, bool) {
+	switch v := v.(type) {
+	case int64:
+		return float64(v), true
+	case float64:
+		return v, true
+	case bool:
+		if v {
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
