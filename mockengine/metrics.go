@@ -2,26 +2,47 @@ package mockengine
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Metric flavours: whose names the mock worker's /metrics uses.
+const (
+	MetricsVLLM   = "vllm"
+	MetricsSGLang = "sglang"
+)
+
 // engineCollector exports the ranks' stats under vLLM's metric names on
-// every scrape, labelled like vLLM's data-parallel engines.
+// every scrape, labelled like vLLM's data-parallel engines (or, with the
+// SGLang flavour, SGLang's load metrics labelled by dp_rank).
 type engineCollector struct {
 	engine *Engine
 	model  string
+	sglang bool
+	faults *faults
 
 	running, waiting, usage, cached     *prometheus.Desc
 	hits, queries, preemptions          *prometheus.Desc
 	promptTokens, genTokens, successful *prometheus.Desc
 }
 
-func newEngineCollector(e *Engine, model string) *engineCollector {
+func newEngineCollector(e *Engine, model, flavor string, f *faults) *engineCollector {
 	labels := []string{"model_name", "engine"}
+	if flavor == MetricsSGLang {
+		labels = []string{"model_name", "dp_rank"}
+		d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, labels, nil) }
+		return &engineCollector{
+			engine: e, model: model, sglang: true, faults: f,
+			running: d("sglang:num_running_reqs", "The number of running requests."),
+			waiting: d("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+			usage:   d("sglang:token_usage", "The token usage (fraction of KV tokens in use)."),
+			cached:  d("mockworker_cached_blocks", "KV blocks registered in the prefix cache, referenced or evictable."),
+		}
+	}
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, labels, nil) }
 	return &engineCollector{
-		engine: e, model: model,
+		engine: e, model: model, faults: f,
 		running:      d("vllm:num_requests_running", "Requests in the running batch."),
 		waiting:      d("vllm:num_requests_waiting", "Requests waiting to be scheduled."),
 		usage:        d("vllm:kv_cache_usage_perc", "Fraction of KV blocks referenced by running requests (1 = full)."),
@@ -37,7 +58,9 @@ func newEngineCollector(e *Engine, model string) *engineCollector {
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.usage, c.cached, c.hits, c.queries, c.preemptions, c.promptTokens, c.genTokens, c.successful} {
-		ch <- d
+		if d != nil {
+			ch <- d
+		}
 	}
 }
 
@@ -51,9 +74,12 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), c.model, rank)
 		}
 		gauge(c.running, float64(st.Running))
-		gauge(c.waiting, float64(st.Waiting))
+		gauge(c.waiting, float64(st.Waiting+int(c.faults.extraWaiting.Load())))
 		gauge(c.usage, st.KVUsage)
 		gauge(c.cached, float64(st.CachedBlocks))
+		if c.sglang {
+			continue
+		}
 		counter(c.hits, st.PrefixHits)
 		counter(c.queries, st.PrefixQueries)
 		counter(c.preemptions, st.Preemptions)
@@ -71,7 +97,7 @@ type serverMetrics struct {
 	publishErrors   *prometheus.CounterVec
 }
 
-func newServerMetrics(e *Engine, model string) *serverMetrics {
+func newServerMetrics(e *Engine, model, flavor string, f *faults) *serverMetrics {
 	m := &serverMetrics{
 		registry: prometheus.NewRegistry(),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -87,6 +113,14 @@ func newServerMetrics(e *Engine, model string) *serverMetrics {
 			Name: "mockworker_publish_errors_total", Help: "Failed publications, by kind (kv_event, heartbeat).",
 		}, []string{"kind"}),
 	}
-	m.registry.MustRegister(newEngineCollector(e, model), m.ttft, m.eventsPublished, m.publishErrors)
+	m.registry.MustRegister(newEngineCollector(e, model, flavor, f), m.ttft, m.eventsPublished, m.publishErrors)
 	return m
+}
+
+// faults are what a test (or POST /fault) makes the worker report: a
+// failing /health, and requests waiting beyond its own (as if other
+// clients queued there).
+type faults struct {
+	unhealthy    atomic.Bool
+	extraWaiting atomic.Int64
 }

@@ -2,6 +2,7 @@ package mockengine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,10 @@ type ServerConfig struct {
 	// ShutdownGrace is how long in-flight requests may run on after the
 	// serve context ends before they are cut off.
 	ShutdownGrace time.Duration
+	// MetricsFlavor names the load metrics on /metrics: MetricsVLLM
+	// (vllm:num_requests_waiting, …; the default) or MetricsSGLang
+	// (sglang:num_queue_reqs, …).
+	MetricsFlavor string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -56,6 +61,8 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("%w: max body bytes %d must be positive", ErrInvalidConfig, c.MaxBodyBytes)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("%w: shutdown grace %v must not be negative", ErrInvalidConfig, c.ShutdownGrace)
+	case c.MetricsFlavor != "" && c.MetricsFlavor != MetricsVLLM && c.MetricsFlavor != MetricsSGLang:
+		return fmt.Errorf("%w: metrics flavor %q: want %s or %s", ErrInvalidConfig, c.MetricsFlavor, MetricsVLLM, MetricsSGLang)
 	}
 	return nil
 }
@@ -68,6 +75,7 @@ type Server struct {
 	pub     Publisher
 	events  *eventQueue
 	metrics *serverMetrics
+	faults  faults
 	log     *slog.Logger
 	handler http.Handler
 
@@ -95,7 +103,7 @@ func NewServer(cfg ServerConfig, pub Publisher) (*Server, error) {
 		return nil, err
 	}
 	s.engine = engine
-	s.metrics = newServerMetrics(engine, cfg.Engine.ModelName)
+	s.metrics = newServerMetrics(engine, cfg.Engine.ModelName, cfg.MetricsFlavor, &s.faults)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -122,14 +130,48 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		if s.faults.unhealthy.Load() {
+			writeError(w, http.StatusServiceUnavailable, "engine unhealthy (injected fault)")
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	mux.HandleFunc("POST /fault", s.fault)
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.engine.Stats())
 	})
 	mux.HandleFunc("POST /reset_prefix_cache", s.resetPrefixCache)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// SetHealthy makes /health answer 200 (true) or 503 (false), as an engine
+// whose core died answers.
+func (s *Server) SetHealthy(ok bool) { s.faults.unhealthy.Store(!ok) }
+
+// SetExtraWaiting adds n requests to the waiting queue /metrics reports on
+// every rank, as if other clients had queued them on the engine.
+func (s *Server) SetExtraWaiting(n int) { s.faults.extraWaiting.Store(int64(n)) }
+
+// fault is POST /fault {"healthy": bool, "extra_waiting": n}: the same
+// fault injection for workers in other processes (either field may be
+// left out).
+func (s *Server) fault(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Healthy      *bool `json:"healthy"`
+		ExtraWaiting *int  `json:"extra_waiting"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10)).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "fault: %v", err)
+		return
+	}
+	if body.Healthy != nil {
+		s.SetHealthy(*body.Healthy)
+	}
+	if body.ExtraWaiting != nil {
+		s.SetExtraWaiting(*body.ExtraWaiting)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"healthy": !s.faults.unhealthy.Load(), "extra_waiting": s.faults.extraWaiting.Load()})
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
