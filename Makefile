@@ -4,7 +4,7 @@ export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./zmqevents/... ./test/...
 
-.PHONY: system-deps node-deps tokenizer-fixtures build test test-race vet fmt-check bench proto demo deps fuzz cluster
+.PHONY: system-deps node-deps tokenizer-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -27,6 +27,10 @@ node-deps:
 tokenizer-fixtures: node-deps
 	NODE_PATH=$$(pwd)/.cache/npm/node_modules node tokenizer/testdata/gen/gen.js
 	gofmt -w tokenizer/unicode_tables.go
+
+# The reference tokenizer's throughput on BenchmarkTokenize's inputs.
+tokenizer-bench-node: node-deps
+	NODE_PATH=$$(pwd)/.cache/npm/node_modules node tokenizer/testdata/gen/bench.js
 
 build: deps
 	$(GO) build ./...

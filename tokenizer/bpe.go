@@ -1,11 +1,12 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"fmt"
 	"hash/maphash"
 	"math"
-	"sync"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -201,13 +202,13 @@ func (m *bpe) mergeLarge(syms []symbol) []symbol {
 		if mg.rank == noRank {
 			return
 		}
-		heap.Push(&q, candidate{rank: mg.rank, pos: i, left: syms[i].id, right: syms[j].id, id: mg.id})
+		q.push(candidate{rank: mg.rank, pos: i, left: syms[i].id, right: syms[j].id, id: mg.id})
 	}
 	for i := int32(0); i < int32(n-1); i++ {
 		push(i)
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(candidate)
+	for len(q) > 0 {
+		c := q.pop()
 		i := c.pos
 		if !alive[i] || syms[i].id != c.left {
 			continue
@@ -242,64 +243,94 @@ type candidate struct {
 	id          uint32
 }
 
+// mergeQueue is a binary min-heap of candidates by (rank, position).
 type mergeQueue []candidate
 
-func (q mergeQueue) Len() int { return len(q) }
-func (q mergeQueue) Less(a, b int) bool {
-	if q[a].rank != q[b].rank {
-		return q[a].rank < q[b].rank
+func (c candidate) less(d candidate) bool {
+	return c.rank < d.rank || c.rank == d.rank && c.pos < d.pos
+}
+
+func (q *mergeQueue) push(c candidate) {
+	h := append(*q, c)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].less(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
 	}
-	return q[a].pos < q[b].pos
-}
-func (q mergeQueue) Swap(a, b int) { q[a], q[b] = q[b], q[a] }
-func (q *mergeQueue) Push(x any)   { *q = append(*q, x.(candidate)) }
-func (q *mergeQueue) Pop() any {
-	old := *q
-	c := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return c
+	*q = h
 }
 
-// wordCache maps pieces to their ids. Sharded maps under read-write
-// locks; a shard that fills up is emptied (pieces of natural text repeat
-// enough that a fresh shard refills with the common ones at once).
+func (q *mergeQueue) pop() candidate {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h[l].less(h[m]) {
+			m = l
+		}
+		if r < n && h[r].less(h[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
+}
+
+// wordCache maps pieces to their ids: a direct-mapped table of
+// immutable entries behind atomic pointers, so a hit costs one hash, one
+// atomic load and a comparison, with no lock; a new piece replaces
+// whatever shared its slot. Natural text repeats its common pieces, which
+// keep their slots.
 type wordCache struct {
-	seed   maphash.Seed
-	once   sync.Once
-	shards [32]cacheShard
+	seed  maphash.Seed
+	slots []atomic.Pointer[cacheEntry]
 }
 
-type cacheShard struct {
-	mu sync.RWMutex
-	m  map[string][]uint32
+type cacheEntry struct {
+	h   uint64
+	key string
+	ids []uint32
 }
 
-const cacheShardMax = 8192
+const cacheSlots = 1 << 16
 
-func (c *wordCache) shard(k string) *cacheShard {
-	c.once.Do(func() { c.seed = maphash.MakeSeed() })
-	return &c.shards[maphash.String(c.seed, k)&31]
+func (c *wordCache) init() {
+	c.seed = maphash.MakeSeed()
+	c.slots = make([]atomic.Pointer[cacheEntry], cacheSlots)
 }
 
 func (c *wordCache) get(k string) ([]uint32, bool) {
-	s := c.shard(k)
-	s.mu.RLock()
-	v, ok := s.m[k]
-	s.mu.RUnlock()
-	return v, ok
+	if c.slots == nil {
+		return nil, false
+	}
+	h := maphash.String(c.seed, k)
+	e := c.slots[h&(cacheSlots-1)].Load()
+	if e != nil && e.h == h && e.key == k {
+		return e.ids, true
+	}
+	return nil, false
 }
 
 func (c *wordCache) put(k string, ids []uint32) {
-	v := make([]uint32, len(ids))
-	copy(v, ids)
-	key := string([]byte(k)) // own copy: k points into the caller's text
-	s := c.shard(k)
-	s.mu.Lock()
-	if s.m == nil || len(s.m) >= cacheShardMax {
-		s.m = make(map[string][]uint32, 256)
+	if c.slots == nil {
+		return
 	}
-	s.m[key] = v
-	s.mu.Unlock()
+	h := maphash.String(c.seed, k)
+	e := &cacheEntry{h: h, key: strings.Clone(k), ids: slices.Clone(ids)}
+	c.slots[h&(cacheSlots-1)].Store(e)
 }
 
 // ---- the GPT-2 byte alphabet ----
@@ -339,6 +370,7 @@ func rawBytes(tok string) (string, bool) {
 
 func (m *bpe) init(byteLevel bool) error {
 	m.byteLevel = byteLevel
+	m.cache.init()
 	for b := range 256 {
 		m.byteIDs[b], m.fallbackIDs[b] = -1, -1
 		if id, ok := m.vocab[string(byteChars[b])]; ok && byteLevel {
