@@ -147,3 +147,28 @@ func BenchmarkTokenize(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSplit compares the hand-written Llama-3 split with regexp2
+// running the same pattern (the choice the package makes for the known
+// patterns).
+func BenchmarkSplit(b *testing.B) {
+	initClasses()
+	s := benchText(b, "bench_en.txt")
+	hand, _, _ := compilePattern(patLlama3)
+	re, err := regexp2Splitter(patLlama3)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		sp   splitter
+	}{{"handwritten", hand}, {"regexp2", re}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(s)))
+			n := 0
+			for b.Loop() {
+				c.sp(s, func(string, bool) { n++ })
+			}
+		})
+	}
+}
