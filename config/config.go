@@ -28,9 +28,15 @@ type Config struct {
 	ReplicaID       string        `flag:"replica-id" help:"this replica's id in the cluster (default: hostname + boot nonce)"`
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"how long to drain HTTP and actors on SIGTERM"`
 	MaxBodyBytes    int64         `flag:"max-body-bytes" help:"largest accepted HTTP request body (413 above)"`
-	Proxy           bool          `flag:"proxy" help:"serve OpenAI-compatible /v1/completions by routing and forwarding to workers"`
+	Proxy           bool          `flag:"proxy" help:"serve OpenAI-compatible /v1/completions and /v1/chat/completions by routing and forwarding to workers"`
 	Pprof           bool          `flag:"pprof" help:"serve Go profiles under /debug/pprof/ (for operators chasing CPU or memory)"`
 	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the decision path allocates per request and the live heap is mostly the index, so a higher target trades memory for CPU; 0 keeps the runtime's (or GOGC's) setting"`
+
+	// ---- models and tokenization (text and chat prompts) ----
+	ServedModels  []string `flag:"served-model" help:"NAME=PATH: serve model NAME, tokenizing its text and chat prompts with the tokenizer at PATH (tokenizer.json, or a model directory with tokenizer.json, tokenizer_config.json and chat_template.jinja); NAME alone uses --tokenizer; repeatable or comma-separated"`
+	Tokenizer     string   `flag:"tokenizer" help:"tokenizer.json or model directory for text and chat prompts; without --served-model the model is served under the directory's name (and is the default for requests without model)"`
+	ServedLoRAs   []string `flag:"served-lora" help:"ADAPTER=MODEL: a LoRA adapter of served model MODEL: a request naming it uses MODEL's tokenizer and routes with Dynamo's LoRA salt; repeatable or comma-separated"`
+	TokenizerMode string   `flag:"tokenizer-mode" help:"router: tokenize in process; engine: ask a worker's POST /tokenize (vLLM's API; cached per identical input), for templates the router cannot render"`
 
 	// ---- HTTP security and limits ----
 	AdminAddr             string        `flag:"admin-addr" help:"separate listen address for the admin API (POST/DELETE /workers, /debug/pprof; also GET /workers, probes, metrics); when set, admin routes are served only there"`
@@ -140,6 +146,7 @@ func Default() Config {
 		ShutdownTimeout: 10 * time.Second,
 		MaxBodyBytes:    8 << 20,
 		Proxy:           true,
+		TokenizerMode:   "router",
 		GCPercent:       400,
 
 		WorkerURLAllow:        []string{netpolicy.Private},
@@ -215,6 +222,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
 	}
 	errs = append(errs, c.validateHTTP()...)
+	errs = append(errs, c.validateModels()...)
 	errs = append(errs, c.validateNATS()...)
 	if _, err := scheduling.ParseQueuePolicy(c.RouterQueuePolicy); err != nil {
 		errs = append(errs, err)

@@ -227,3 +227,28 @@ func TestClusterSecurityFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestServedModelFlags(t *testing.T) {
+	cfg, err := Load([]string{"--served-model", "a=/x", "--served-model", "b=/y,c=/z", "--served-lora", "l=a"},
+		func(k string) string {
+			if k == "KVROUTER_SERVED_MODEL" {
+				return "env=/e"
+			}
+			return ""
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.ServedModels, " "); got != "a=/x b=/y c=/z" {
+		t.Errorf("repeated --served-model: %q (the first flag replaces the environment's value, the next ones add)", got)
+	}
+	if _, err := Load([]string{"--served-model", "a"}, func(string) string { return "" }); err == nil {
+		t.Error("--served-model NAME without --tokenizer loaded")
+	}
+	if _, err := Load([]string{"--tokenizer-mode", "magic"}, func(string) string { return "" }); err == nil {
+		t.Error("--tokenizer-mode magic loaded")
+	}
+	if _, err := Load([]string{"--served-lora", "x"}, func(string) string { return "" }); err == nil {
+		t.Error("--served-lora without =MODEL loaded")
+	}
+}

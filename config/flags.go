@@ -67,6 +67,7 @@ func Register(fs *flag.FlagSet, cfg *Config, getenv func(string) string) error {
 			if err := fv.Set(env); err != nil {
 				return fmt.Errorf("environment %s: %w", EnvName(name), err)
 			}
+			fv.touched = false
 		}
 		usage := fmt.Sprintf("%s (env %s)", f.Tag.Get("help"), EnvName(name))
 		if f.Type.Kind() == reflect.Bool {
@@ -78,8 +79,13 @@ func Register(fs *flag.FlagSet, cfg *Config, getenv func(string) string) error {
 	return nil
 }
 
-// fieldValue adapts a struct field to flag.Value.
-type fieldValue struct{ v reflect.Value }
+// fieldValue adapts a struct field to flag.Value. A list flag given
+// several times keeps every value (the first replaces the default or the
+// environment's value).
+type fieldValue struct {
+	v       reflect.Value
+	touched bool
+}
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
@@ -136,6 +142,10 @@ func (f *fieldValue) Set(s string) error {
 		f.v.SetFloat(x)
 	case reflect.Slice:
 		var parts []string
+		if f.touched {
+			parts = append(parts, f.v.Interface().([]string)...)
+		}
+		f.touched = true
 		for _, p := range strings.Split(s, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				parts = append(parts, p)

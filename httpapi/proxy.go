@@ -30,7 +30,7 @@ func completionPrompt(raw json.RawMessage) ([]uint32, error) {
 		return nil, errors.New("prompt is required")
 	}
 	if raw[0] == '"' {
-		return nil, errors.New("text prompts need a tokenizer, which kvrouter does not have yet: send prompt as a list of token ids")
+		return nil, errNoTokenizer
 	}
 	var ids TokenIDs
 	if err := ids.UnmarshalJSON(raw); err == nil {
@@ -64,8 +64,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if s.refuseLoop(w, r) {
 		return
 	}
-	writeError(w, http.StatusBadRequest,
-		"/v1/chat/completions needs a tokenizer and chat template, which kvrouter does not have yet; send token ids to /v1/completions")
+	s.serveChat(w, r)
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
@@ -81,9 +80,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
 		return
 	}
-	tokens, err := completionPrompt(fields["prompt"])
+	tokens, lora, err := s.completionTokens(r.Context(), body, fields)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
+		s.outcome("bad_input")
+		s.writeInputError(w, err)
 		return
 	}
 	var maxTokens uint64
@@ -93,7 +93,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens}
+	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/completions", body: body, lora: lora}
 	p.serve(w, r)
 }
 
@@ -105,6 +105,11 @@ type proxied struct {
 	maxTokens uint64
 	requestID string
 	started   time.Time
+	// path is the worker endpoint; body the client's body, forwarded
+	// unchanged (the dp rank travels in headers).
+	path string
+	body []byte
+	lora string
 }
 
 func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
@@ -145,6 +150,7 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 	p.requestID = newRequestID()
 	req := &messages.RouteRequest{
 		RequestId: p.requestID, TokenIds: p.tokens, UpdateStates: true, ExpectedOutputTokens: p.maxTokens,
+		LoraName: p.lora,
 	}
 	if len(exclude) > 0 {
 		allowed, err := s.workersExcept(ctx, exclude)
@@ -163,22 +169,15 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 		s.freeQuietly(p.requestID)
 		return nil, workerID, err
 	}
-	fields := make(map[string]json.RawMessage, len(p.fields)+1)
-	for k, v := range p.fields {
-		fields[k] = v
-	}
-	fields["dp_rank"] = json.RawMessage(strconv.FormatUint(uint64(rank), 10))
-	out, err := json.Marshal(fields)
-	if err != nil {
-		s.freeQuietly(p.requestID)
-		return nil, workerID, fmt.Errorf("encode forwarded body: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(out))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+p.path, bytes.NewReader(p.body))
 	if err != nil {
 		s.freeQuietly(p.requestID)
 		return nil, workerID, fmt.Errorf("build forwarded request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	// vLLM reads the data-parallel rank from X-data-parallel-rank;
+	// X-Dp-Rank is this project's older name for it.
+	hreq.Header.Set("X-data-parallel-rank", strconv.FormatUint(uint64(rank), 10))
 	hreq.Header.Set("X-Dp-Rank", strconv.FormatUint(uint64(rank), 10))
 	hreq.Header.Set("X-Request-Id", p.requestID)
 	hreq.Header.Set(HopHeader, s.hopID())

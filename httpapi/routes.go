@@ -37,6 +37,9 @@ type RouteBody struct {
 	ExpectedOutputTokens uint64          `json:"expected_output_tokens"`
 	PriorityJump         float64         `json:"priority_jump"`
 	RouterConfigOverride *ConfigOverride `json:"router_config_override"`
+	// In place of token_ids: a text prompt or chat messages, tokenized
+	// with the model's tokenizer (see textInput).
+	textInput
 }
 
 // RouteResult is the answer to POST /route.
@@ -46,6 +49,9 @@ type RouteResult struct {
 	DpRank        uint32 `json:"dp_rank"`
 	OverlapBlocks uint32 `json:"overlap_blocks"`
 	CachedTokens  uint64 `json:"cached_tokens"`
+	// PromptTokens is the prompt's length in tokens when the router
+	// tokenized it (text or messages).
+	PromptTokens int `json:"prompt_tokens,omitempty"`
 }
 
 func (b *RouteBody) toMessage() (*messages.RouteRequest, error) {
@@ -115,6 +121,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	if !decodeBodyBuf(w, r, s.opts.MaxBodyBytes, &sc.body, &body, &body.TokenIDs) {
 		return
 	}
+	promptTokens, ok := s.textTokens(w, r, &body.textInput, &body.TokenIDs, &body.LoraName)
+	if !ok {
+		return
+	}
 	msg, err := body.toMessage()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
@@ -134,7 +144,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	res := RouteResult{
 		WorkerID: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
-		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens,
+		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens, PromptTokens: promptTokens,
 	}
 	if msg.UpdateStates {
 		res.RequestID = msg.RequestId
@@ -201,11 +211,17 @@ func (s *Server) free(w http.ResponseWriter, r *http.Request) {
 type tokensBody struct {
 	TokenIDs *TokenIDs `json:"token_ids"`
 	LoraName string    `json:"lora_name"`
+	textInput
+	promptTokens int
 }
 
 func (s *Server) decodeTokens(w http.ResponseWriter, r *http.Request) (tokensBody, bool) {
 	var body tokensBody
 	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body, &body.TokenIDs) {
+		return body, false
+	}
+	var ok bool
+	if body.promptTokens, ok = s.textTokens(w, r, &body.textInput, &body.TokenIDs, &body.LoraName); !ok {
 		return body, false
 	}
 	if body.TokenIDs == nil || len(*body.TokenIDs) == 0 {
@@ -247,7 +263,11 @@ func (s *Server) overlapScores(w http.ResponseWriter, r *http.Request) {
 			Credit: credit, CachedTokens: cached, TreeSize: o.TreeSize,
 		})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"request_blocks": reply.RequestBlocks, "scores": rows})
+	res := map[string]any{"request_blocks": reply.RequestBlocks, "scores": rows}
+	if body.promptTokens > 0 {
+		res["prompt_tokens"] = body.promptTokens
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 // LoadRow is one worker rank's row of POST /potential_loads.
@@ -277,5 +297,9 @@ func (s *Server) potentialLoads(w http.ResponseWriter, r *http.Request) {
 			ActiveRequests: l.ActiveRequests,
 		})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"loads": rows})
+	res := map[string]any{"loads": rows}
+	if body.promptTokens > 0 {
+		res["prompt_tokens"] = body.promptTokens
+	}
+	writeJSON(w, http.StatusOK, res)
 }

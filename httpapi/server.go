@@ -42,8 +42,11 @@ type Options struct {
 	MaxBodyBytes int64
 	// Ready reports why the replica is not ready yet (nil = ready).
 	Ready func() error
-	// Proxy enables /v1/completions.
+	// Proxy enables /v1/completions and /v1/chat/completions.
 	Proxy bool
+	// Models are the served models and their tokenizers (text prompts
+	// and chat; nil: token ids only).
+	Models *Models
 	// Client is the proxy's HTTP client. The default has sane timeouts,
 	// follows no redirects and checks every address it dials against
 	// WorkerPolicy; a client given here is used as is.
@@ -146,6 +149,10 @@ func New(opts Options) *Server {
 	if opts.Metrics != nil {
 		h := promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{})
 		routes = append(routes, route{"GET /metrics", "", open, h.ServeHTTP})
+	}
+	routes = append(routes, route{"GET /v1/models", "models", dataPlane, s.listModels})
+	if opts.Models != nil && opts.Models.Engine != nil {
+		opts.Models.Engine.client, opts.Models.Engine.workers = opts.Client, s.allWorkerURLs
 	}
 	if opts.Proxy {
 		routes = append(routes,

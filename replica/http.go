@@ -92,7 +92,17 @@ func isLoopbackAddr(a net.Addr) bool {
 
 func (r *Replica) serveHTTP() error {
 	cfg := r.cfg
+	models, err := httpapi.LoadModels(httpapi.ModelSpec{
+		Served: cfg.ServedModels, Tokenizer: cfg.Tokenizer, LoRAs: cfg.ServedLoRAs, Engine: cfg.TokenizerMode == "engine",
+	})
+	if err != nil {
+		return fmt.Errorf("load tokenizers: %w", err)
+	}
+	if names := models.Names(); len(names) > 0 {
+		r.log.Info("serving models", "models", names, "tokenizer_mode", cfg.TokenizerMode)
+	}
 	api := httpapi.New(httpapi.Options{
+		Models: models,
 		Router: r.router, Metrics: r.metrics, BlockSize: cfg.BlockSize, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready: r.Ready, Proxy: cfg.Proxy, TrackOutputBlocks: cfg.RouterTrackOutputBlocks,
 		OutputBlockDecayFloor: cfg.ProxyOutputBlockDecayFloor, Pprof: cfg.Pprof, Log: r.base,

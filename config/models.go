@@ -1,0 +1,35 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// validateModels checks the served-model flags' shapes (the tokenizer
+// files are read when the replica starts).
+func (c *Config) validateModels() []error {
+	var errs []error
+	switch c.TokenizerMode {
+	case "router", "engine":
+	default:
+		errs = append(errs, fmt.Errorf("tokenizer-mode must be router or engine, got %q", c.TokenizerMode))
+	}
+	for _, s := range c.ServedModels {
+		name, path, hasPath := strings.Cut(s, "=")
+		if strings.TrimSpace(name) == "" {
+			errs = append(errs, fmt.Errorf("served-model %q: want NAME=PATH", s))
+		}
+		if !hasPath && c.Tokenizer == "" && c.TokenizerMode != "engine" {
+			errs = append(errs, fmt.Errorf("served-model %q has no tokenizer path: give NAME=PATH or --tokenizer", s))
+		}
+		if hasPath && strings.TrimSpace(path) == "" {
+			errs = append(errs, fmt.Errorf("served-model %q: empty tokenizer path", s))
+		}
+	}
+	for _, s := range c.ServedLoRAs {
+		if a, b, ok := strings.Cut(s, "="); !ok || strings.TrimSpace(a) == "" || strings.TrimSpace(b) == "" {
+			errs = append(errs, fmt.Errorf("served-lora %q: want ADAPTER=MODEL", s))
+		}
+	}
+	return errs
+}
