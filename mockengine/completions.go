@@ -40,8 +40,8 @@ func parsePrompt(raw json.RawMessage) ([]uint32, error) {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, badRequest("prompt is required")
 	}
-	if raw[0] == '"' {
-		return nil, badRequest("text prompts need a tokenizer: send prompt as a list of token ids")
+	if raw[0] == '"' || bytes.HasPrefix(bytes.TrimSpace(raw[1:]), []byte(`"`)) && raw[0] == '[' {
+		return nil, fmt.Errorf("%w: %w: text prompts need a tokenizer (--tokenizer): send prompt as a list of token ids", errBadRequest, errTextPrompt)
 	}
 	var ids []uint32
 	if err := json.Unmarshal(raw, &ids); err == nil {
@@ -158,7 +158,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read body: %v", err)
 		return
 	}
-	p, err := parseCompletion(body, r.Header.Get("X-Dp-Rank"))
+	p, err := parseCompletion(body, dpRankHeader(r))
+	if errors.Is(err, errTextPrompt) && s.cfg.Tokenizer != nil {
+		p, err = s.parseTextCompletion(body, dpRankHeader(r))
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

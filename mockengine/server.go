@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // ServerConfig configures a mock worker: its engine and its front end.
@@ -37,6 +38,9 @@ type ServerConfig struct {
 	MetricsFlavor string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Tokenizer, when set, lets the worker take text prompts and chat
+	// messages (rendered with its chat template), as vLLM does.
+	Tokenizer *tokenizer.Tokenizer
 }
 
 // DefaultServerConfig returns the mock worker's defaults.
@@ -125,9 +129,8 @@ func (s *Server) URL() string {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusBadRequest, "the mock worker has no chat template: send token ids to /v1/completions")
-	})
+	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		if s.faults.unhealthy.Load() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
+	"github.com/kvrouter/kvrouter/tokenizer"
 	"github.com/kvrouter/kvrouter/zmqevents"
 )
 
@@ -70,6 +71,7 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	fs.DurationVar(&e.StepBaseTime, "step-base-time", e.StepBaseTime, "fixed simulated cost of every step")
 	fs.DurationVar(&e.DecodeTimePerSeq, "decode-time-per-seq", e.DecodeTimePerSeq, "extra simulated step cost per decoding request")
 	fs.Float64Var(&e.Speedup, "speedup", e.Speedup, "simulated time runs this many times faster than real time")
+	tokPath := fs.String("tokenizer", "", "tokenizer.json or model directory (with tokenizer_config.json / chat_template.jinja): take text prompts and chat messages as vLLM does, and publish KV events of the tokens computed (empty: token ids only)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.VisitAll(func(f *flag.Flag) {
 		f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, envName(f.Name))
@@ -117,6 +119,13 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	e.WorkerID = kv.WorkerID(o.workerID)
 	if err := o.server.Validate(); err != nil {
 		return o, err
+	}
+	if *tokPath != "" {
+		tok, err := tokenizer.Load(*tokPath)
+		if err != nil {
+			return o, fmt.Errorf("--tokenizer: %w", err)
+		}
+		o.server.Tokenizer = tok
 	}
 	return o, nil
 }
