@@ -89,11 +89,12 @@ func (n *node) appendHeldChildren(dst []*node, id uint32) []*node {
 	return dst
 }
 
-// childAdded builds n's fan when a new child makes it wide.
-func (t *Tree) childAdded(n *node) {
-	if n.fan == nil && n != &t.root && n.childCount() >= t.fanBuild {
-		n.buildFan()
-	}
+// wantsFan reports whether n, which just gained a child, should now build
+// its fan. It is on the path of every new block, so the test that fails
+// there comes first: a node with a single child has no child map, and
+// fanBuild is at least 2.
+func (t *Tree) wantsFan(n *node) bool {
+	return n.kids != nil && n.fan == nil && len(n.kids) >= t.fanBuild && n != &t.root
 }
 
 // childRemoved drops n's fan when n has become narrow again.

@@ -63,7 +63,7 @@ var fanSettings = []struct {
 }{
 	{"fan=default", defaultFanBuild, defaultFanDrop},
 	{"fan=2/1", 2, 1},
-	{"fan=1/0", 1, 0},
+	{"fan=2/0", 2, 0}, // a fan kept down to a single, inline child
 }
 
 // newFanTree returns an empty tree with the given fan thresholds.

@@ -105,25 +105,16 @@ func (n *node) has(id uint32) bool {
 	return ok
 }
 
-// insertHolder inserts h at holders[at] and, if the parent keeps a fan,
-// lists the node there under h's rank.
 func (n *node) insertHolder(at int, h holder) {
 	n.holders = append(n.holders, holder{})
 	copy(n.holders[at+1:], n.holders[at:])
 	n.holders[at] = h
-	if p := n.parent; p != nil && p.fan != nil {
-		p.fanAdd(n, at)
-	}
 }
 
-// deleteHolder removes holders[at], and with unfan the node from its
-// parent's fan (the caller may have dropped the rank's whole list there).
-// When a set that once grew large has mostly emptied, it is copied into a
-// right-sized slice so churn does not pin memory.
-func (n *node) deleteHolder(at int, unfan bool) {
-	if p := n.parent; unfan && p != nil && p.fan != nil {
-		p.fanRemove(n.holders[at].id, n.holders[at].pos)
-	}
+// deleteHolder removes holders[at]. When a set that once grew large has
+// mostly emptied, it is copied into a right-sized slice so churn does not
+// pin memory.
+func (n *node) deleteHolder(at int) {
 	n.holders = append(n.holders[:at], n.holders[at+1:]...)
 	if l := len(n.holders); l == 0 {
 		n.holders = nil

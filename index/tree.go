@@ -19,8 +19,8 @@ type Tree struct {
 
 	counters Counters
 
-	// A node gets a fan at fanBuild children and loses it at fanDrop
-	// (fan.go); tests lower both so small trees exercise fans.
+	// A node gets a fan at fanBuild (>= 2) children and loses it at
+	// fanDrop (fan.go); tests lower both so small trees exercise fans.
 	fanBuild, fanDrop int
 
 	// onDrop, when set, learns of every entry that leaves the tree for any
@@ -187,7 +187,9 @@ func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, err
 	if child == nil {
 		child = &node{hash: b.TokensHash}
 		parent.addChild(child)
-		t.childAdded(parent)
+		if t.wantsFan(parent) {
+			parent.buildFan()
+		}
 		t.nodes++
 	}
 	at, held := child.find(id)
@@ -200,6 +202,9 @@ func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, err
 		return child, nil
 	}
 	child.insertHolder(at, holder{ext: b.BlockHash, id: id})
+	if parent.fan != nil {
+		parent.fanAdd(child, at)
+	}
 	rs.blocks[b.BlockHash] = child
 	t.entries++
 	t.counters.StoredBlocks++
@@ -298,7 +303,10 @@ func (t *Tree) dropEntry(n *node, id uint32, unfan bool) {
 		return
 	}
 	ext := n.holders[at].ext
-	n.deleteHolder(at, unfan)
+	if p := n.parent; unfan && p.fan != nil {
+		p.fanRemove(id, n.holders[at].pos)
+	}
+	n.deleteHolder(at)
 	delete(t.ranks[id].blocks, ext)
 	t.entries--
 	if p := n.parent; len(n.holders) == 0 && p != nil {
