@@ -1,0 +1,138 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/internal/testutil"
+	"github.com/kvrouter/kvrouter/mockengine"
+	"github.com/kvrouter/kvrouter/tokenizer"
+)
+
+// npmCache is where `make node-deps` unpacks the npm packages.
+func npmCache() string {
+	if d := os.Getenv("KVROUTER_NPM_CACHE"); d != "" {
+		return d
+	}
+	return filepath.Join("..", ".cache", "npm")
+}
+
+// needNPM returns the path of a fetched npm file, or fails (skips when
+// KVROUTER_OFFLINE is set).
+func needNPM(t *testing.T, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join(npmCache(), rel))
+	if err == nil {
+		_, err = os.Stat(p)
+	}
+	if err != nil {
+		if os.Getenv("KVROUTER_OFFLINE") != "" {
+			t.Skipf("%s is not fetched (%v) and KVROUTER_OFFLINE is set: skipping", rel, err)
+		}
+		t.Fatalf("%s is not fetched (%v): run `make node-deps` (or set KVROUTER_OFFLINE=1 to skip)", rel, err)
+	}
+	return p
+}
+
+type clientTurn struct {
+	Worker  string `json:"worker"`
+	Content string `json:"content"`
+	Chunks  int    `json:"chunks"`
+	Usage   *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+type clientConversation struct {
+	First  clientTurn `json:"first"`
+	Second clientTurn `json:"second"`
+	View   struct {
+		WorkerID     uint64 `json:"worker_id"`
+		CachedTokens uint64 `json:"cached_tokens"`
+		PromptTokens int    `json:"prompt_tokens"`
+	} `json:"view"`
+}
+
+// TestOpenAIClientMultiTurnChat drives the router's proxy with the
+// official `openai` npm client (node): two conversations of two turns,
+// streamed and not, over four mock workers that tokenize with the same
+// Qwen3 tokenizer and chat template. The second turn of each must land on
+// the worker holding the first turn's blocks: the router sees cached
+// tokens for it before it is sent, and the engine reports them after.
+func TestOpenAIClientMultiTurnChat(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if os.Getenv("KVROUTER_OFFLINE") != "" {
+			t.Skip("node is not installed and KVROUTER_OFFLINE is set: skipping")
+		}
+		t.Fatal("node is not installed: run `make node-deps`")
+	}
+	modules := needNPM(t, "node_modules")
+	needNPM(t, "node_modules/openai/package.json")
+	tokDir := needNPM(t, "tokenizers/qwen3")
+	tok, err := tokenizer.Load(tokDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := StartReplica(t, func(c *config.Config) { c.ServedModels = []string{"qwen3=" + tokDir} })
+	base := BaseURL(rep)
+	const n = 4
+	for i := 1; i <= n; i++ {
+		StartMockWorker(t, rep, uint64(i), func(c *mockengine.ServerConfig) {
+			c.Tokenizer = tok
+			c.Engine.ModelName = "w" + strconv.Itoa(i) // the answers name the worker that served them
+			c.Engine.Speedup = 100
+		})
+	}
+	testutil.Eventually(t, 10*time.Second, "mock workers registered", func() bool { return len(workers(t, base).Workers) == n })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "openai_chat.js"), base, "qwen3")
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("openai client: %v\n%s", err, stderr.String())
+	}
+	var out map[string]clientConversation
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("client output %q: %v", stdout.String(), err)
+	}
+	for name, c := range out {
+		t.Logf("conversation %s: first turn on %s, second on %s; router saw %d cached of %d prompt tokens on worker %d; engine reported %+v",
+			name, c.First.Worker, c.Second.Worker, c.View.CachedTokens, c.View.PromptTokens, c.View.WorkerID, c.Second.Usage)
+		holder := fmt.Sprintf("w%d", c.View.WorkerID)
+		if c.First.Worker == "" || c.First.Content == "" || c.Second.Content == "" {
+			t.Errorf("%s: empty answers: %+v", name, c)
+		}
+		if c.View.CachedTokens == 0 || holder != c.First.Worker {
+			t.Errorf("%s: the router's view of the second turn is worker %s with %d cached tokens; the first turn ran on %s", name, holder, c.View.CachedTokens, c.First.Worker)
+		}
+		if c.Second.Worker != c.First.Worker {
+			t.Errorf("%s: the second turn ran on %s, not on %s which holds the first turn's blocks", name, c.Second.Worker, c.First.Worker)
+		}
+		if c.Second.Usage == nil || c.Second.Usage.PromptTokensDetails.CachedTokens == 0 {
+			t.Errorf("%s: the engine reports no cached tokens for the second turn: %+v", name, c.Second.Usage)
+		} else if c.Second.Usage.PromptTokens != c.View.PromptTokens {
+			t.Errorf("%s: the router tokenized the second turn into %d tokens, the engine into %d", name, c.View.PromptTokens, c.Second.Usage.PromptTokens)
+		}
+	}
+	if !strings.Contains(stdout.String(), `"chunks":`) {
+		t.Errorf("no streamed turn in %s", stdout.String())
+	}
+	testutil.Eventually(t, 5*time.Second, "requests freed", func() bool { return activeRequests(t, base) == 0 })
+}
