@@ -1,6 +1,7 @@
 package jinja
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -101,5 +102,33 @@ func FuzzTemplate(f *testing.F) {
 		}
 		msgs, _ := FromJSON([]byte(`[{"role":"user","content":"hi"},{"role":"assistant","content":null}]`))
 		_, _ = tpl.Render(map[string]any{"messages": msgs, "x": "a b", "a": int64(3)})
+	})
+}
+
+// FromJSON agrees with encoding/json on what it accepts and decodes
+// (key order aside).
+func FuzzFromJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5,"x\u00e9\ud83d\ude00",null,true]}`, `[]`, `"\ud800"`, `-0.5e3`, `{"a":{"b":{}}}`, `[1,]`, `01`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := FromJSON([]byte(s))
+		var ref any
+		refErr := json.Unmarshal([]byte(s), &ref)
+		if (err == nil) != (refErr == nil) {
+			t.Fatalf("%q: FromJSON error %v, encoding/json error %v", s, err, refErr)
+		}
+		if err != nil {
+			return
+		}
+		var back any
+		if err := json.Unmarshal([]byte(toJSON(v, jsonOpts{sortKeys: true}, 0)), &back); err != nil {
+			t.Fatalf("%q: re-encoded is not JSON: %v", s, err)
+		}
+		a, _ := json.Marshal(ref)
+		b, _ := json.Marshal(back)
+		if string(a) != string(b) && strings.ReplaceAll(string(a), "-0", "0") != strings.ReplaceAll(string(b), "-0", "0") {
+			t.Fatalf("%q: decoded %s, encoding/json %s", s, b, a)
+		}
 	})
 }

@@ -1,7 +1,6 @@
 package jinja
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -63,75 +62,6 @@ func (d *Dict) delete(k string) {
 			d.keys = append(d.keys[:i:i], d.keys[i+1:]...)
 			break
 		}
-	}
-}
-
-// FromJSON decodes JSON into template values, keeping object key order;
-// integral numbers become int64.
-func FromJSON(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := decodeJSON(dec)
-	if err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("trailing data after JSON value")
-	}
-	return v, nil
-}
-
-func decodeJSON(dec *json.Decoder) (any, error) {
-	t, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := t.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			d := NewDict()
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k, _ := kt.(string)
-				v, err := decodeJSON(dec)
-				if err != nil {
-					return nil, err
-				}
-				d.Set(k, v)
-			}
-			_, err := dec.Token()
-			return d, err
-		case '[':
-			l := &List{}
-			for dec.More() {
-				v, err := decodeJSON(dec)
-				if err != nil {
-					return nil, err
-				}
-				l.Items = append(l.Items, v)
-			}
-			_, err := dec.Token()
-			return l, err
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	case json.Number:
-		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
-			return i, nil
-		}
-		f, err := strconv.ParseFloat(string(t), 64)
-		if err != nil {
-			return nil, err
-		}
-		if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
-			return int64(f), nil // as JSON.parse + Number.isInteger do
-		}
-		return f, nil
-	default:
-		return t, nil // string, bool, nil
 	}
 }
 
