@@ -2,7 +2,7 @@
 GO            ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
-RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./zmqevents/... ./test/...
+RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/...
 
 .PHONY: system-deps node-deps tokenizer-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo deps fuzz cluster
 
@@ -46,6 +46,7 @@ fmt-check:
 test: deps system-deps node-deps fmt-check vet
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
+	$(GO) test -count=1 -race -run '^TestConcurrentEncode$$' ./tokenizer/
 	$(MAKE) fuzz
 
 # Bounded fuzzing of every decoder (CI runs this as part of `make test`).

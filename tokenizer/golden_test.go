@@ -174,3 +174,25 @@ func describeDiff(tok *Tokenizer, text string, got, want []uint32) string {
 	}
 	return fmt.Sprintf("text %q: first difference at token %d (len got %d, want %d)\n  got  %s\n  want %s", short, k, len(got), len(want), show(got), show(want))
 }
+
+// Encoding is safe from many goroutines at once (the word cache is
+// shared): every goroutine gets the reference's ids.
+func TestConcurrentEncode(t *testing.T) {
+	g := readGolden(t, "qwen3")
+	tok := golden(t, "qwen3")
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := range g.Cases {
+				c := g.Cases[(i*7+w*13)%len(g.Cases)]
+				if got := tok.Encode(c.Text, true); !slices.Equal(got, c.IDs) {
+					t.Errorf("goroutine %d: %s", w, describeDiff(tok, c.Text, got, c.IDs))
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+}
