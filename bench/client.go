@@ -41,6 +41,15 @@ type completionRequest struct {
 	StreamOptions map[string]any `json:"stream_options,omitempty"`
 }
 
+// chatCompletionRequest is the chat workload's body.
+type chatCompletionRequest struct {
+	Model         string          `json:"model"`
+	Messages      json.RawMessage `json:"messages"`
+	MaxTokens     int             `json:"max_tokens"`
+	Stream        bool            `json:"stream"`
+	StreamOptions map[string]any  `json:"stream_options,omitempty"`
+}
+
 // completionChunk is the part of a streamed chunk (or a whole non-stream
 // response) the client reads.
 type completionChunk struct {
@@ -81,11 +90,20 @@ func (c *Client) do(ctx context.Context, baseURL string, req Request, res *Resul
 	if !c.Unary {
 		creq.StreamOptions = map[string]any{"include_usage": true}
 	}
-	body, err := json.Marshal(creq)
+	var body []byte
+	var err error
+	path := "/v1/completions"
+	if len(req.Messages) > 0 { // the chat workload: the router tokenizes
+		path = "/v1/chat/completions"
+		body, err = json.Marshal(chatCompletionRequest{Model: c.Model, Messages: req.Messages, MaxTokens: req.MaxTokens,
+			Stream: creq.Stream, StreamOptions: creq.StreamOptions})
+	} else {
+		body, err = json.Marshal(creq)
+	}
 	if err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/completions", bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+path, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}

@@ -14,6 +14,7 @@ type WorkloadOptions struct {
 	SharedPrefix SharedPrefixConfig
 	MultiTurn    MultiTurnConfig
 	Random       RandomConfig
+	Chat         ChatConfig
 	// TracePath and TimeScale describe a Mooncake replay; TimeScale
 	// divides the trace's timestamps when no QPS is asked for.
 	TracePath string
@@ -66,9 +67,11 @@ func (o WorkloadOptions) Build(qps []float64) (ScheduleFunc, []float64, error) {
 		gen = func(n int) ([]Prompt, error) { return MultiTurnPrompts(o.MultiTurn, n, o.Seed) }
 	case WorkloadRandom:
 		gen = func(n int) ([]Prompt, error) { return RandomPrompts(o.Random, n, o.Seed) }
+	case WorkloadChat:
+		gen = func(n int) ([]Prompt, error) { return ChatPrompts(o.Chat, n, o.Seed) }
 	default:
-		return nil, nil, fmt.Errorf("%w: unknown workload %q (want %s, %s, %s or %s)", ErrBadWorkload,
-			o.Kind, WorkloadSharedPrefix, WorkloadMultiTurn, WorkloadRandom, WorkloadMooncake)
+		return nil, nil, fmt.Errorf("%w: unknown workload %q (want %s, %s, %s, %s or %s)", ErrBadWorkload,
+			o.Kind, WorkloadSharedPrefix, WorkloadMultiTurn, WorkloadRandom, WorkloadMooncake, WorkloadChat)
 	}
 	schedule := func(q float64) ([]Request, error) {
 		n := o.Requests

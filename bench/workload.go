@@ -22,6 +22,9 @@ var ErrBadWorkload = errors.New("bad workload")
 type Prompt struct {
 	Tokens    []uint32
 	MaxTokens int
+	// Messages, when set, is an OpenAI messages array (JSON) sent to
+	// /v1/chat/completions instead of Tokens (the chat workload).
+	Messages []byte
 }
 
 // Request is a prompt scheduled at an offset from the start of a run.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/bench"
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/mockengine"
@@ -135,4 +136,40 @@ func TestOpenAIClientMultiTurnChat(t *testing.T) {
 		t.Errorf("no streamed turn in %s", stdout.String())
 	}
 	testutil.Eventually(t, 5*time.Second, "requests freed", func() bool { return activeRequests(t, base) == 0 })
+}
+
+// TestChatWorkloadThroughProxy runs kvbench's chat workload (multi-turn
+// conversations sent as messages) through a replica serving Qwen3 to
+// mock workers that tokenize the same way: nothing fails, and later turns
+// hit the cache their earlier turns filled.
+func TestChatWorkloadThroughProxy(t *testing.T) {
+	tokDir := needNPM(t, "tokenizers/qwen3")
+	tok, err := tokenizer.Load(tokDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := StartReplica(t, func(c *config.Config) { c.ServedModels = []string{"qwen3=" + tokDir} })
+	base := BaseURL(rep)
+	for i := 1; i <= 3; i++ {
+		StartMockWorker(t, rep, uint64(i), func(c *mockengine.ServerConfig) { c.Tokenizer = tok; c.Engine.Speedup = 100 })
+	}
+	testutil.Eventually(t, 10*time.Second, "mock workers registered", func() bool { return len(workers(t, base).Workers) == 3 })
+	w := bench.WorkloadOptions{Kind: bench.WorkloadChat, Requests: 36, Seed: 3,
+		Chat: bench.ChatConfig{Conversations: 6, Turns: 6, SystemWords: 200, UserWords: 40, ReplyWords: 30, OutputTokens: 4}}
+	schedule, points, err := w.Build([]float64{40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := schedule(points[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := bench.RunLoad(context.Background(), base, reqs, points[0], "qwen3", false, 30*time.Second)
+	t.Logf("chat workload: %d requests, %d failed, hit rate %.3f, TTFT p50 %.1f ms", res.Requests, res.Errors, res.HitRate, res.TTFTP50)
+	if res.Errors > 0 || res.Requests != 36 {
+		t.Fatalf("chat workload: %d of %d failed (first: %s)", res.Errors, res.Requests, res.FirstErr)
+	}
+	if res.HitRate < 0.3 {
+		t.Fatalf("chat workload hit rate %.3f: later turns should reuse earlier turns' blocks", res.HitRate)
+	}
 }

@@ -22,6 +22,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("kvbench load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	registerWorkload(fs, &w)
+	fs.IntVar(&w.Chat.Conversations, "chat-conversations", 16, "--workload chat (OpenAI messages to /v1/chat/completions; --model must be a served model): conversations in flight at a time")
+	fs.IntVar(&w.Chat.Turns, "chat-turns", 6, "--workload chat: turns per conversation")
+	fs.IntVar(&w.Chat.SystemWords, "chat-system-words", 600, "--workload chat: words of the system prompt")
+	fs.IntVar(&w.Chat.UserWords, "chat-user-words", 120, "--workload chat: words of each user message")
+	fs.IntVar(&w.Chat.ReplyWords, "chat-reply-words", 80, "--workload chat: words of each synthesized assistant reply in the history")
 	target := fs.String("target", "", "base URL of a router replica or of the load balancer in front of several (required)")
 	qps := fs.Float64("qps", 8, "offered load (requests/s); mooncake without it replays at the trace's rate times --time-scale")
 	model := fs.String("model", "mock-model", "model name sent in each completion")
@@ -35,6 +40,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errors.New("--target is required")
 	}
 	finishWorkload(&w)
+	w.Chat.OutputTokens = w.SharedPrefix.OutputTokens
 	rates := []float64{*qps}
 	if w.Kind == bench.WorkloadMooncake && !flagSet(fs, "qps") {
 		rates = nil // the trace's own rate times --time-scale
