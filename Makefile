@@ -4,7 +4,7 @@ export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/...
 
-.PHONY: system-deps node-deps tokenizer-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo deps fuzz cluster
+.PHONY: system-deps node-deps tokenizer-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -69,6 +69,12 @@ proto:
 	@command -v protoc >/dev/null || (apt-get update -qq && apt-get install -y -qq protobuf-compiler)
 	GOBIN=$$(pwd)/.bin $(GO) install $(PROTOC_GEN_GO)
 	PATH=$$(pwd)/.bin:$$PATH protoc -I messages --go_out=messages --go_opt=paths=source_relative messages/kvrouter.proto
+
+# The chat variant of the demo: a router serving Qwen3's tokenizer and
+# chat template, 4 tokenizing mock workers, kvbench's chat workload
+# through the proxy.
+demo-chat: deps node-deps
+	GO=$(GO) deploy/local/chat-demo.sh
 
 # The README's run command: embedded NATS, a router, 8 mock workers, a
 # short shared-prefix sweep comparing routing policies (≤ 3 minutes).
