@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/mockengine"
@@ -27,6 +28,9 @@ type FleetOptions struct {
 	// Engine is every worker's engine config; WorkerID and BlockSize are
 	// filled in per worker.
 	Engine mockengine.Config
+	// Preset names the mock-engine preset Engine was derived from ("" for
+	// the mock engine's defaults), for reports.
+	Preset string
 	Logger *slog.Logger
 }
 
@@ -34,15 +38,51 @@ type FleetOptions struct {
 // defaults.
 func (o *FleetOptions) Register(fs *flag.FlagSet) {
 	o.Engine = mockengine.DefaultConfig()
+	o.register(fs)
+}
+
+// RegisterPreset binds the fleet's flags with a mock-engine preset's
+// values as their defaults: the --preset found in args (the command
+// line, scanned before parsing), else fallback ("" = the mock engine's
+// defaults). Engine flags given explicitly still win over the preset.
+func (o *FleetOptions) RegisterPreset(fs *flag.FlagSet, args []string, fallback string) error {
+	preset, found := mockengine.PresetArg(args)
+	if !found {
+		preset = fallback
+	}
+	o.Engine = mockengine.DefaultConfig()
+	if preset != "" {
+		cfg, err := mockengine.Preset(preset)
+		if err != nil {
+			return err
+		}
+		cfg.Speedup = o.Engine.Speedup
+		o.Engine = cfg
+	}
+	o.Preset = preset
+	o.register(fs)
+	return nil
+}
+
+func (o *FleetOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.Preset, "preset", o.Preset, "mock engine preset derived from public numbers (the engine flags' defaults): "+
+		strings.Join(mockengine.Presets(), ", ")+"; empty = the mock engine's own defaults")
+	if o.BlockSize == 0 {
+		o.BlockSize = o.Engine.BlockSize
+	}
 	fs.IntVar(&o.Workers, "workers", 8, "mock workers in the fleet")
 	fs.IntVar(&o.Replicas, "replicas", 1, "router replicas (a memberlist cluster when > 1; requests spread over them round-robin)")
-	fs.IntVar(&o.BlockSize, "block-size", 16, "KV block size of the router and the workers")
+	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "KV block size of the router and the workers")
 	fs.IntVar(&o.Stride, "router-active-sequence-stride", 0, "router replicas: one sequence hash per N blocks in the active-sequence tracker and its gossip (0 = the router's default)")
 	fs.DurationVar(&o.BatchInterval, "cluster-batch-interval", 0, "router replicas: longest a gossip batch waits (0 = the router's default)")
 	fs.Float64Var(&o.Engine.Speedup, "speedup", 10, "mock engine: simulated time runs this many times faster than real time")
 	fs.Float64Var(&o.Engine.PrefillTokensPerSec, "prefill-tokens-per-sec", o.Engine.PrefillTokensPerSec, "mock engine: prompt tokens processed per simulated second")
 	fs.IntVar(&o.Engine.TotalKVBlocks, "kv-blocks", o.Engine.TotalKVBlocks, "mock engine: KV cache capacity per worker, in blocks")
 	fs.IntVar(&o.Engine.MaxNumSeqs, "max-num-seqs", o.Engine.MaxNumSeqs, "mock engine: running requests per worker")
+	fs.IntVar(&o.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", o.Engine.MaxNumBatchedTokens, "mock engine: tokens per step (prefill chunk plus decodes)")
+	fs.DurationVar(&o.Engine.StepBaseTime, "step-base-time", o.Engine.StepBaseTime, "mock engine: simulated cost of every step (reading the weights)")
+	fs.DurationVar(&o.Engine.DecodeTimePerSeq, "decode-time-per-seq", o.Engine.DecodeTimePerSeq, "mock engine: simulated step cost per decoding request")
+	fs.Float64Var(&o.Engine.DecodeKVTokensPerSec, "decode-kv-tokens-per-sec", o.Engine.DecodeKVTokensPerSec, "mock engine: KV tokens a decode step reads per simulated second (0 = context length costs nothing)")
 }
 
 // Validate checks the options before anything is started.

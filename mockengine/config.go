@@ -3,6 +3,7 @@ package mockengine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kvrouter/kvrouter/kv"
@@ -47,6 +48,12 @@ type Config struct {
 	// DecodeTimePerSeq is the extra cost of each decoding request in a
 	// step, so inter-token latency grows with the batch.
 	DecodeTimePerSeq time.Duration
+	// DecodeKVTokensPerSec is how many tokens of KV cache a step's decode
+	// attention reads per second (HBM bandwidth / KV bytes per token): a
+	// step whose decoding requests hold C tokens of context in total
+	// costs C/DecodeKVTokensPerSec more, so long contexts in decode slow
+	// every step of the rank, prefill chunks included. 0 leaves it out.
+	DecodeKVTokensPerSec float64
 	// Speedup divides every simulated duration when running in real time,
 	// keeping the ratios: 10 makes a 100 ms step take 10 ms.
 	Speedup float64
@@ -93,16 +100,23 @@ func (c Config) Validate() error {
 		return bad("prefill tokens per second %v must be positive", c.PrefillTokensPerSec)
 	case c.StepBaseTime < 0 || c.DecodeTimePerSeq < 0:
 		return bad("step times must not be negative (base %v, per seq %v)", c.StepBaseTime, c.DecodeTimePerSeq)
+	case !(c.DecodeKVTokensPerSec >= 0) || math.IsInf(c.DecodeKVTokensPerSec, 0):
+		return bad("decode KV tokens per second %v must be a number >= 0", c.DecodeKVTokensPerSec)
 	case !(c.Speedup > 0):
 		return bad("speedup %v must be positive", c.Speedup)
 	}
 	return nil
 }
 
-// stepDuration is the model time of one step.
-func (c Config) stepDuration(prefillTokens, decodeSeqs int) time.Duration {
+// stepDuration is the model time of one step: prefillTokens of prompt
+// and decodeSeqs decoding requests holding decodeContext tokens of KV.
+func (c Config) stepDuration(prefillTokens, decodeSeqs, decodeContext int) time.Duration {
 	prefill := time.Duration(float64(prefillTokens) / c.PrefillTokensPerSec * float64(time.Second))
-	return c.StepBaseTime + time.Duration(decodeSeqs)*c.DecodeTimePerSeq + prefill
+	var kvRead time.Duration
+	if c.DecodeKVTokensPerSec > 0 {
+		kvRead = time.Duration(float64(decodeContext) / c.DecodeKVTokensPerSec * float64(time.Second))
+	}
+	return c.StepBaseTime + time.Duration(decodeSeqs)*c.DecodeTimePerSeq + kvRead + prefill
 }
 
 // realDuration scales a model duration to wall-clock time.

@@ -77,6 +77,8 @@ type Batch struct {
 	Duration      time.Duration
 	PrefillTokens int
 	DecodeSeqs    int
+	// DecodeContext is the KV tokens the decoding requests attend over.
+	DecodeContext int
 	rank          *Rank
 	items         []batchItem
 }

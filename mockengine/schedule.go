@@ -50,7 +50,7 @@ func (r *Rank) Schedule() (*Batch, error) {
 	if len(b.items) == 0 {
 		return nil, nil
 	}
-	b.Duration = r.cfg.stepDuration(b.PrefillTokens, b.DecodeSeqs)
+	b.Duration = r.cfg.stepDuration(b.PrefillTokens, b.DecodeSeqs, b.DecodeContext)
 	r.inFlight = b
 	return b, nil
 }
@@ -59,6 +59,7 @@ func (b *Batch) add(s *sequence, n int) {
 	b.items = append(b.items, batchItem{seq: s, tokens: n})
 	if n == 1 && s.generated > 0 {
 		b.DecodeSeqs++ // feeding back the last sampled token
+		b.DecodeContext += len(s.tokens)
 	} else {
 		b.PrefillTokens += n
 	}

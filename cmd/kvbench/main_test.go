@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/mockengine"
 )
 
 // runArgs runs kvbench with args and returns its error and output.
@@ -158,5 +159,32 @@ func TestOracleOnlyMooncakeRun(t *testing.T) {
 	}
 	if want := 2 * bench.TraceQPS(recs); math.Abs(r.Policies[0].QPS-want) > 1e-9 {
 		t.Errorf("qps %v, want the trace's rate x 2 = %v", r.Policies[0].QPS, want)
+	}
+}
+
+// --preset sets the engine flags' defaults wherever it appears; engine
+// flags given explicitly still win.
+func TestRunPresetDefaults(t *testing.T) {
+	var f sweepFlags
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	args := []string{"--kv-blocks", "100", "--preset", mockengine.PresetH100Llama3_8B}
+	if err := f.registerPreset(fs, args, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := mockengine.Preset(mockengine.PresetH100Llama3_8B)
+	e := f.fleet.Engine
+	if e.TotalKVBlocks != 100 || e.PrefillTokensPerSec != want.PrefillTokensPerSec || e.StepBaseTime != want.StepBaseTime ||
+		e.DecodeKVTokensPerSec != want.DecodeKVTokensPerSec || f.fleet.Preset != mockengine.PresetH100Llama3_8B {
+		t.Fatalf("engine %+v preset %q", e, f.fleet.Preset)
+	}
+	if o := f.fleet.OracleFleet(); o.CacheBlocks != 100 || o.PrefillTokensPerSec != want.PrefillTokensPerSec || o.Ranks != 8 {
+		t.Fatalf("oracle fleet %+v", o)
+	}
+	err, _, _ := runArgs(t, "run", "--preset", "tpu-9000")
+	if !errors.Is(err, mockengine.ErrUnknownPreset) {
+		t.Fatalf("unknown preset: %v", err)
 	}
 }

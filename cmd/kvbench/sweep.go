@@ -28,13 +28,27 @@ type sweepFlags struct {
 }
 
 func (f *sweepFlags) register(fs *flag.FlagSet) {
+	f.fleet.Register(fs)
+	f.registerRest(fs)
+}
+
+// registerPreset registers the flags with the engine defaults of the
+// --preset in args (or fallback): see bench.FleetOptions.RegisterPreset.
+func (f *sweepFlags) registerPreset(fs *flag.FlagSet, args []string, fallback string) error {
+	if err := f.fleet.RegisterPreset(fs, args, fallback); err != nil {
+		return err
+	}
+	f.registerRest(fs)
+	return nil
+}
+
+func (f *sweepFlags) registerRest(fs *flag.FlagSet) {
 	registerWorkload(fs, &f.workload)
 	fs.StringVar(&f.qps, "qps", defaultQPS, "comma-separated offered loads (requests/s); mooncake defaults to none: the trace's own rate times --time-scale")
 	fs.StringVar(&f.policies, "policies", "kvrouter,kvrouter_ttft,round_robin,random,least_loaded,oracle", "comma-separated policies: kvrouter (Dynamo's cost), kvrouter_ttft (--router-cost ttft), round_robin, random, least_loaded, oracle (the hit-rate bounds only)")
 	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
 	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded fleet and the sweep")
-	f.fleet.Register(fs)
 }
 
 // registerWorkload registers the flags that describe a workload.
@@ -69,7 +83,9 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var f sweepFlags
 	fs := flag.NewFlagSet("kvbench run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f.register(fs)
+	if err := f.registerPreset(fs, args, ""); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

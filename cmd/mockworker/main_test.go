@@ -56,6 +56,28 @@ func TestParseOptions(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "a preset sets the engine defaults, explicit flags win",
+			args: []string{"--preset", "h100-llama3-8b", "--max-num-seqs", "64"},
+			check: func(t *testing.T, o options) {
+				want, _ := mockengine.Preset(mockengine.PresetH100Llama3_8B)
+				e := o.server.Engine
+				if e.TotalKVBlocks != want.TotalKVBlocks || e.PrefillTokensPerSec != want.PrefillTokensPerSec ||
+					e.DecodeKVTokensPerSec != want.DecodeKVTokensPerSec || e.ModelName != "Llama-3-8B" || e.MaxNumSeqs != 64 {
+					t.Fatalf("got %+v", e)
+				}
+			},
+		},
+		{
+			name: "a preset from the environment",
+			env:  map[string]string{"MOCKWORKER_PRESET": "h100-llama3-8b"},
+			check: func(t *testing.T, o options) {
+				if want, _ := mockengine.Preset(mockengine.PresetH100Llama3_8B); o.server.Engine.TotalKVBlocks != want.TotalKVBlocks {
+					t.Fatalf("got %+v", o.server.Engine)
+				}
+			},
+		},
+		{name: "unknown preset", args: []string{"--preset", "tpu"}, wantErr: "unknown mock engine preset"},
 		{name: "malformed environment", env: map[string]string{"MOCKWORKER_DP_SIZE": "two"}, wantErr: "MOCKWORKER_DP_SIZE"},
 		{name: "invalid engine value", args: []string{"--total-kv-blocks", "0"}, wantErr: "total kv blocks"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, wantErr: "log level"},

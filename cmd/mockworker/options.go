@@ -46,7 +46,21 @@ type options struct {
 func parseOptions(args []string, getenv func(string) string, usageOut io.Writer) (options, error) {
 	o := options{server: mockengine.DefaultServerConfig()}
 	e := &o.server.Engine
+	// A preset (flag or environment) sets the engine flags' defaults;
+	// engine flags given explicitly still win.
+	preset, found := mockengine.PresetArg(args)
+	if !found {
+		preset = getenv(envName("preset"))
+	}
+	if preset != "" {
+		cfg, err := mockengine.Preset(preset)
+		if err != nil {
+			return o, err
+		}
+		*e = cfg
+	}
 	fs := flag.NewFlagSet("mockworker", flag.ContinueOnError)
+	fs.String("preset", preset, "engine preset derived from public numbers, the engine flags' defaults: "+strings.Join(mockengine.Presets(), ", ")+" (empty: the mock engine's own defaults)")
 	fs.SetOutput(usageOut)
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:0", "listen address of the completions API (port 0 picks one; the URL is printed on stdout)")
 	fs.Uint64Var(&o.workerID, "worker-id", 0, "worker id in KV events and heartbeats (0 picks a random one)")
@@ -70,6 +84,7 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	fs.Float64Var(&e.PrefillTokensPerSec, "prefill-tokens-per-s", e.PrefillTokensPerSec, "prompt tokens processed per simulated second")
 	fs.DurationVar(&e.StepBaseTime, "step-base-time", e.StepBaseTime, "fixed simulated cost of every step")
 	fs.DurationVar(&e.DecodeTimePerSeq, "decode-time-per-seq", e.DecodeTimePerSeq, "extra simulated step cost per decoding request")
+	fs.Float64Var(&e.DecodeKVTokensPerSec, "decode-kv-tokens-per-s", e.DecodeKVTokensPerSec, "KV-cache tokens a decode step reads per simulated second (0: context length costs nothing)")
 	fs.Float64Var(&e.Speedup, "speedup", e.Speedup, "simulated time runs this many times faster than real time")
 	tokPath := fs.String("tokenizer", "", "tokenizer.json or model directory (with tokenizer_config.json / chat_template.jinja): take text prompts and chat messages as vLLM does, and publish KV events of the tokens computed (empty: token ids only)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
