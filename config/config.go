@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/discovery"
 	"github.com/kvrouter/kvrouter/natsbus"
 	"github.com/kvrouter/kvrouter/netpolicy"
 	"github.com/kvrouter/kvrouter/scheduling"
@@ -67,6 +68,23 @@ type Config struct {
 	StaticWorkers           []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size] workers registered without heartbeats"`
 	ZMQEvents               bool          `flag:"zmq-events" help:"subscribe to workers that announce a kv_events_endpoint (vLLM/SGLang ZMQ publishers)"`
 	ZMQEndpoints            []string      `flag:"zmq-endpoints" help:"comma-separated id=tcp://host:port[;replay=tcp://host:port][;dp=N][;bind] engines publishing KV events on ZMQ"`
+
+	// ---- discovery and engine health (config/discovery.go) ----
+	Discover                    []string      `flag:"discover" help:"find engines that never heartbeat, repeatable or comma-separated (encode commas inside a URI as %2C): dns://NAME:PORT (A/AAAA records, e.g. a headless Service), dns+srv://NAME (SRV records), k8s://NAMESPACE?selector=app%3Dvllm (Ready pods), k8s-inferencepool://NAMESPACE/NAME (an InferencePool's pods); options kv-events-port (5557; 0 = none), replay-port (5558), dp-size, block-size, model, port (k8s), server=HOST:PORT and interval (dns), api=GROUP/VERSION (pool); pods override them with kvrouter.io/<option> annotations"`
+	DiscoverInterval            time.Duration `flag:"discover-interval" help:"how often DNS discovery resolves its names again (Kubernetes sources watch and need no interval)"`
+	DrainGrace                  time.Duration `flag:"drain-grace" help:"an engine gone from discovery takes no new requests and is removed this long after (its requests in flight finish meanwhile)"`
+	Kubeconfig                  string        `flag:"kubeconfig" help:"kubeconfig for the Kubernetes sources (default: the in-cluster service account, then $KUBECONFIG and ~/.kube/config)"`
+	EnginePoll                  string        `flag:"engine-poll" help:"which engines every replica polls on /health and /metrics: discovered (default), all (also static and heartbeat workers) or off"`
+	EnginePollInterval          time.Duration `flag:"engine-poll-interval" help:"period of each engine's /health and /metrics poll (jittered ±10%)"`
+	EnginePollTimeout           time.Duration `flag:"engine-poll-timeout" help:"longest one engine's poll (/health and /metrics) may take"`
+	EnginePollMaxBackoff        time.Duration `flag:"engine-poll-max-backoff" help:"a failing engine is polled less often, the wait doubling up to this"`
+	EngineUnhealthyThreshold    int           `flag:"engine-unhealthy-threshold" help:"failed health checks in a row that make an engine unhealthy (no new requests until one succeeds)"`
+	EngineWaitingThreshold      float64       `flag:"engine-waiting-threshold" help:"an engine rank whose own waiting queue (vllm:num_requests_waiting, sglang:num_queue_reqs) holds more requests is busy: no new requests until it drops (other clients' requests count too); negative disables"`
+	ActiveDecodeBlocksThreshold float64       `flag:"active-decode-blocks-threshold" help:"Dynamo's busy threshold: an engine rank whose KV usage (vllm:kv_cache_usage_perc, sglang:token_usage) exceeds this fraction is busy; negative disables (default, as Dynamo)"`
+	// KubeClients, when set, are the Kubernetes sources' API clients
+	// instead of ones built from --kubeconfig (not a flag: tests and
+	// programs embedding a replica).
+	KubeClients *discovery.KubeClients
 
 	// ---- NATS authentication and TLS (README "Security"): the router's
 	// own connection, and the clients an embedded server accepts ----
@@ -167,6 +185,16 @@ func Default() Config {
 		HeartbeatTimeout: 10 * time.Second,
 		ZMQEvents:        true,
 
+		DiscoverInterval:            5 * time.Second,
+		DrainGrace:                  actors.DefaultDrainGrace,
+		EnginePoll:                  EnginePollDiscovered,
+		EnginePollInterval:          time.Second,
+		EnginePollTimeout:           2 * time.Second,
+		EnginePollMaxBackoff:        5 * time.Second,
+		EngineUnhealthyThreshold:    1,
+		EngineWaitingThreshold:      DefaultEngineWaitingThreshold,
+		ActiveDecodeBlocksThreshold: -1,
+
 		RouterSnapshotThreshold: 1_000_000,
 		SnapshotInterval:        5 * time.Second,
 		SnapshotBucket:          "KVROUTER_INDEX_SNAPSHOT",
@@ -233,6 +261,7 @@ func (c *Config) Validate() error {
 	if _, err := ParseZMQEndpoints(c.ZMQEndpoints); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateDiscovery()...)
 	// The cluster package's own rules, so a batch setting the flags accept
 	// is one cluster.Start accepts.
 	if err := cluster.CheckBatchMaxEvents(c.ClusterBatchMaxEvents); err != nil {
@@ -321,6 +350,7 @@ func (c *Config) Actors() actors.Config {
 	ac.DecisionTimeout = c.DecisionTimeout
 	ac.MaxQueueWait = c.RouterMaxQueueWait
 	ac.HeartbeatTimeout = c.HeartbeatTimeout
+	ac.DrainGrace = c.DrainGrace
 	ac.MaxWorkers, ac.MaxRanks = c.MaxWorkers, c.MaxRanks
 	ac.ShardBacklog, ac.BackpressureWait, ac.ReplicationBacklog = c.ShardBacklog, c.BackpressureWait, c.ReplicationBacklog
 	ac.Limits = scheduling.Limits{

@@ -23,6 +23,7 @@ type dnsSource struct {
 	srv      bool
 	interval time.Duration
 	resolver *net.Resolver
+	server   string // the DNS server asked instead of the system's ("" = the system's)
 	defaults Defaults
 	log      *slog.Logger
 }
@@ -51,6 +52,7 @@ func newDNSSource(uri string, u *url.URL, d Defaults, interval time.Duration, lo
 		if _, _, err := net.SplitHostPort(server); err != nil {
 			return nil, fmt.Errorf("--discover %q: server %q: want host:port", uri, server)
 		}
+		s.server = server
 		dialer := &net.Dialer{Timeout: 2 * time.Second}
 		s.resolver.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return dialer.DialContext(ctx, network, server)
@@ -96,7 +98,7 @@ func (s *dnsSource) look(ctx context.Context) ([]Record, error) {
 			return nil, nil
 		}
 		if err != nil {
-			return nil, dnsErr(err)
+			return nil, s.dnsErr(err)
 		}
 		targets = targets[:0]
 		for _, r := range srvs {
@@ -110,7 +112,7 @@ func (s *dnsSource) look(ctx context.Context) ([]Record, error) {
 			continue
 		}
 		if err != nil {
-			return nil, dnsErr(err)
+			return nil, s.dnsErr(err)
 		}
 		for _, a := range addrs {
 			ip := a.IP.String()
@@ -135,7 +137,7 @@ func notFound(err error) bool {
 	return errors.As(err, &de) && de.IsNotFound
 }
 
-func dnsErr(err error) error {
+func (s *dnsSource) dnsErr(err error) error {
 	var de *net.DNSError
 	reason := "dns_error"
 	if errors.As(err, &de) && (de.IsTimeout || de.IsTemporary) || errors.Is(err, context.DeadlineExceeded) {
@@ -144,6 +146,10 @@ func dnsErr(err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) {
 		reason = "dns_unreachable"
+	}
+	if s.server != "" {
+		// Go's resolver names the system's server even when it dialed ours.
+		return &ReasonError{Reason: reason, Err: fmt.Errorf("DNS lookup of %s at %s: %w", s.name, s.server, err)}
 	}
 	return &ReasonError{Reason: reason, Err: fmt.Errorf("DNS lookup: %w", err)}
 }

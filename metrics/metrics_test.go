@@ -174,6 +174,10 @@ func TestStateCollector(t *testing.T) {
 		}
 		return &State{
 			Workers: []WorkerState{{WorkerID: 7, DpRank: 1, IndexedBlocks: 42, ActiveRequests: 3, ActivePrefillTokens: 512, ActiveDecodeBlocks: 2.5}},
+			WorkerGauges: []WorkerGauge{
+				{Name: "engine_requests_waiting", Help: "w", WorkerID: 7, DpRank: 1, Value: 130},
+				{Name: "worker_routable", Help: "r", WorkerID: 7, DpRank: 1, Value: 0},
+			},
 			Counters: []Counter{
 				{Name: "gossip_events_sent", Source: "memberlist", Value: 10},
 				{Name: "kv_events_received", Source: "jetstream", Value: 4},
@@ -194,6 +198,8 @@ func TestStateCollector(t *testing.T) {
 		{"kvrouter_worker_active_requests", w, 3},
 		{"kvrouter_worker_active_prefill_tokens", w, 512},
 		{"kvrouter_worker_active_decode_blocks", w, 2.5},
+		{"kvrouter_engine_requests_waiting", w, 130},
+		{"kvrouter_worker_routable", w, 0},
 		{"kvrouter_gossip_events_sent_total", map[string]string{"source": "memberlist"}, 10},
 		{"kvrouter_kv_events_received_total", map[string]string{"source": "jetstream"}, 4},
 		{"kvrouter_kv_events_received_total", map[string]string{"source": "zmq"}, 7},

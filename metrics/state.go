@@ -18,9 +18,21 @@ type WorkerState struct {
 	ActiveDecodeBlocks  float64
 }
 
+// WorkerGauge is a per-rank figure from outside the actors (what an engine
+// reports about itself, a rank's routability), exported as
+// kvrouter_<Name>{worker_id, dp_rank}.
+type WorkerGauge struct {
+	Name     string
+	Help     string
+	WorkerID uint64
+	DpRank   uint32
+	Value    float64
+}
+
 // State is everything scraped from inside the actors and the I/O parts.
 type State struct {
-	Workers []WorkerState
+	Workers      []WorkerState
+	WorkerGauges []WorkerGauge
 	// Counters are monotonically increasing totals (index counters,
 	// ingestion counters, gossip counters), exported by name under
 	// kvrouter_<name>_total with an optional "source" label.
@@ -79,6 +91,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(w.ActiveRequests), id, rank)
 		ch <- prometheus.MustNewConstMetric(c.prefill, prometheus.GaugeValue, float64(w.ActivePrefillTokens), id, rank)
 		ch <- prometheus.MustNewConstMetric(c.decode, prometheus.GaugeValue, w.ActiveDecodeBlocks, id, rank)
+	}
+	descs := map[string]*prometheus.Desc{}
+	for _, g := range st.WorkerGauges {
+		d := descs[g.Name]
+		if d == nil {
+			d = prometheus.NewDesc("kvrouter_"+g.Name, g.Help, []string{"worker_id", "dp_rank"}, nil)
+			descs[g.Name] = d
+		}
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, g.Value,
+			strconv.FormatUint(g.WorkerID, 10), strconv.FormatUint(uint64(g.DpRank), 10))
 	}
 	sums := map[string]map[string]uint64{}
 	for _, ctr := range st.Counters {

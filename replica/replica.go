@@ -44,6 +44,9 @@ type Replica struct {
 	metrics *metrics.Router
 	bus     *bus
 	cluster *clusterLink
+	// discovery finds engines that never heartbeat and polls engines'
+	// health and load (discovery.go).
+	discovery *discoveryLink
 	http    *http.Server
 	ln      net.Listener
 
@@ -117,6 +120,9 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	}
 	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.base, r.admitHeartbeat); err != nil {
 		return nil, fmt.Errorf("start NATS ingestion: %w", err)
+	}
+	if err = r.startDiscovery(); err != nil {
+		return nil, fmt.Errorf("start discovery: %w", err)
 	}
 	r.stopWarm = make(chan struct{})
 	go r.warmUp()
@@ -274,6 +280,9 @@ func (r *Replica) Shutdown(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("leave cluster: %w", err))
 			}
 		}
+		if r.discovery != nil {
+			r.discovery.Close()
+		}
 		if r.bus != nil {
 			r.bus.Close()
 		}
@@ -303,6 +312,9 @@ func (r *Replica) Kill() {
 		if r.cluster != nil {
 			r.publish.Store(nil)
 			r.cluster.node.Shutdown()
+		}
+		if r.discovery != nil {
+			r.discovery.Close()
 		}
 		if r.bus != nil {
 			r.bus.Close()

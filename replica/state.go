@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/metrics"
 )
 
@@ -21,6 +22,13 @@ func (r *Replica) gatherState(ctx context.Context) (*metrics.State, error) {
 				ActiveRequests: rk.ActiveRequests, ActivePrefillTokens: rk.ActivePrefillTokens,
 				ActiveDecodeBlocks: rk.ActiveDecodeBlocks,
 			})
+			routable := 0.0
+			if rk.State == kv.WorkerActive.String() {
+				routable = 1
+			}
+			out.WorkerGauges = append(out.WorkerGauges, metrics.WorkerGauge{Name: "worker_routable",
+				Help: "1 while a worker rank takes new requests; 0 while it is busy, unhealthy or draining (see /workers).",
+				WorkerID: w.WorkerID, DpRank: rk.DpRank, Value: routable})
 		}
 	}
 	for name, v := range st.IndexCounters {
@@ -39,6 +47,9 @@ func (r *Replica) gatherState(ctx context.Context) (*metrics.State, error) {
 	}
 	if r.cluster != nil {
 		r.cluster.addState(out)
+	}
+	if r.discovery != nil {
+		r.discovery.addState(out)
 	}
 	return out, nil
 }
