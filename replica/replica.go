@@ -44,11 +44,12 @@ type Replica struct {
 	metrics *metrics.Router
 	bus     *bus
 	cluster *clusterLink
+	http    *http.Server
+	ln      net.Listener
+
 	// discovery finds engines that never heartbeat and polls engines'
 	// health and load (discovery.go).
 	discovery *discoveryLink
-	http    *http.Server
-	ln      net.Listener
 
 	// The admin listener (--admin-addr), tokens and worker-address
 	// policy (http.go).

@@ -27,7 +27,7 @@ func (r *Replica) gatherState(ctx context.Context) (*metrics.State, error) {
 				routable = 1
 			}
 			out.WorkerGauges = append(out.WorkerGauges, metrics.WorkerGauge{Name: "worker_routable",
-				Help: "1 while a worker rank takes new requests; 0 while it is busy, unhealthy or draining (see /workers).",
+				Help:     "1 while a worker rank takes new requests; 0 while it is busy, unhealthy or draining (see /workers).",
 				WorkerID: w.WorkerID, DpRank: rk.DpRank, Value: routable})
 		}
 	}
