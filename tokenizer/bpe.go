@@ -23,7 +23,7 @@ import (
 // or to the unknown token.
 type bpe struct {
 	vocab     map[string]uint32 // token → id, added tokens included (as the reference does)
-	merges    map[uint64]merge  // left<<32 | right → merge
+	merges    *pairTable        // left<<32 | right → merge
 	byteLevel bool
 	byteIDs   [256]int32 // byte-level: the initial symbol of each byte (-1: none)
 	rawVocab  map[string]uint32
@@ -74,7 +74,7 @@ func (m *bpe) encodePiece(dst []uint32, piece string) []uint32 {
 			return append(dst, ids...)
 		}
 	}
-	var buf [64]symbol
+	var buf [128]symbol
 	syms := buf[:0]
 	if m.byteLevel {
 		for i := 0; i < len(piece); i++ {
@@ -92,7 +92,7 @@ func (m *bpe) encodePiece(dst []uint32, piece string) []uint32 {
 			i += n
 		}
 	}
-	if len(syms) <= 48 {
+	if len(syms) <= 128 {
 		syms = m.mergeSmall(syms)
 	} else {
 		syms = m.mergeLarge(syms)
@@ -139,7 +139,7 @@ func (m *bpe) lookup(a, b int32) merge {
 	if a < 0 || b < 0 {
 		return merge{rank: noRank}
 	}
-	if mg, ok := m.merges[pairKey(a, b)]; ok {
+	if mg, ok := m.merges.get(pairKey(a, b)); ok {
 		return mg
 	}
 	return merge{rank: noRank}
@@ -151,7 +151,7 @@ func (m *bpe) mergeSmall(syms []symbol) []symbol {
 	if len(syms) < 2 {
 		return syms
 	}
-	var rbuf [64]merge
+	var rbuf [128]merge
 	ranks := rbuf[:len(syms)-1]
 	for k := range ranks {
 		ranks[k] = m.lookup(syms[k].id, syms[k+1].id)

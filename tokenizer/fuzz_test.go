@@ -172,3 +172,32 @@ func BenchmarkSplit(b *testing.B) {
 		})
 	}
 }
+
+// The NFC fast path agrees with golang.org/x/text on any text.
+func FuzzNFC(f *testing.F) {
+	for _, s := range []string{"abc", "你好", "e\u0301", "カ\u3099", "\u302a\u302b", "ｆｕｌｌ", "\xff", "가\u11a8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := nfc(s), norm.NFC.String(s); got != want {
+			t.Fatalf("nfc(%q) = %q, want %q", s, got, want)
+		}
+	})
+}
+
+// decode agrees with the standard decoder on any bytes.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{"a", "é", "你", "🙂", "\xed\xa0\x80", "\xe0\x80\x80", "\xc1\xbf", "\xe4\xbd"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for i := 0; i < len(s); {
+			r, n := decode(s, i)
+			wr, wn := utf8.DecodeRuneInString(s[i:])
+			if r != wr || n != wn {
+				t.Fatalf("decode(%q, %d) = %U %d, want %U %d", s, i, r, n, wr, wn)
+			}
+			i += n
+		}
+	})
+}

@@ -67,7 +67,7 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 			return s
 		}, nil
 	case "NFC":
-		return norm.NFC.String, nil
+		return nfc, nil
 	case "NFD":
 		return norm.NFD.String, nil
 	case "NFKC":

@@ -176,13 +176,13 @@ func FromJSON(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	model.merges = make(map[uint64]merge, len(merges))
+	model.merges = newPairTable(len(merges))
 	for rank, p := range merges {
 		a, okA := vocab[p[0]]
 		b, okB := vocab[p[1]]
 		c, okC := vocab[p[0]+p[1]]
 		if okA && okB && okC {
-			model.merges[pairKey(int32(a), int32(b))] = merge{rank: uint32(rank), id: c}
+			model.merges.put(pairKey(int32(a), int32(b)), merge{rank: uint32(rank), id: c})
 		}
 	}
 	t.model = model

@@ -85,8 +85,17 @@ func class(r rune) uint16 {
 // decode returns the rune at s[i] and its size; a byte that does not
 // start valid UTF-8 is utf8.RuneError of size 1.
 func decode(s string, i int) (rune, int) {
-	if c := s[i]; c < utf8.RuneSelf {
+	c := s[i]
+	if c < utf8.RuneSelf {
 		return rune(c), 1
+	}
+	// Two- and three-byte sequences (Latin, Cyrillic, CJK, kana) inline;
+	// the rest through the standard decoder.
+	if c >= 0xC2 && c < 0xE0 && i+1 < len(s) && s[i+1]&0xC0 == 0x80 {
+		return rune(c&0x1F)<<6 | rune(s[i+1]&0x3F), 2
+	}
+	if c >= 0xE1 && c < 0xF0 && c != 0xED && i+2 < len(s) && s[i+1]&0xC0 == 0x80 && s[i+2]&0xC0 == 0x80 {
+		return rune(c&0x0F)<<12 | rune(s[i+1]&0x3F)<<6 | rune(s[i+2]&0x3F), 3
 	}
 	return utf8.DecodeRuneInString(s[i:])
 }
@@ -96,6 +105,6 @@ func runeClass(s string, i int) (rune, uint16, int) {
 	if c := s[i]; c < utf8.RuneSelf {
 		return rune(c), asciiClass[c], 1
 	}
-	r, n := utf8.DecodeRuneInString(s[i:])
+	r, n := decode(s, i)
 	return r, class(r), n
 }
