@@ -77,12 +77,27 @@ func StartProcessCluster(ctx context.Context, opts ProcessClusterOptions) (_ *Pr
 
 // AddReplica starts one more replica joining the running cluster and
 // waits until it is ready (warm: index replayed, peers' load held).
+// A replica whose port was taken before it could bind it is started again
+// on new ports (the seed with a new NATS port too), up to three times.
 func (c *ProcessCluster) AddReplica(ctx context.Context) (*ReplicaProcess, error) {
-	r, err := c.start()
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		r, err := c.start()
+		if err != nil {
+			return nil, err
+		}
+		err = r.WaitReady(ctx)
+		if !errors.Is(err, ErrPortTaken) || attempt == 3 {
+			return r, err
+		}
+		c.Replicas = c.Replicas[:len(c.Replicas)-1]
+		if len(c.Replicas) == 0 {
+			natsPort, perr := FreeLoopbackPort()
+			if perr != nil {
+				return nil, perr
+			}
+			c.NATSURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+		}
 	}
-	return r, r.WaitReady(ctx)
 }
 
 func (c *ProcessCluster) start() (*ReplicaProcess, error) {

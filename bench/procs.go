@@ -42,7 +42,26 @@ type ReplicaProcess struct {
 	cmd     *exec.Cmd
 	group   *CPUGroup
 	logFile *os.File
+	logPath string
 	exited  chan struct{}
+}
+
+// ErrPortTaken: a child exited because one of its ports was taken between
+// the moment it was found free and the child's bind (another process on a
+// busy machine); starting again on new ports is the cure.
+var ErrPortTaken = errors.New("port taken")
+
+// logTail is the end of the child's log, for errors.
+func (p *ReplicaProcess) logTail() string {
+	if p.logPath == "" {
+		return ""
+	}
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	return strings.Join(lines[max(len(lines)-5, 0):], "\n")
 }
 
 // StartReplicaProcess starts a child replica; it does not wait for it to
@@ -51,7 +70,7 @@ func StartReplicaProcess(name string, o ProcessOptions) (*ReplicaProcess, error)
 	if len(o.Command) == 0 || o.HTTPAddr == "" {
 		return nil, fmt.Errorf("replica %s: command and HTTP address are required", name)
 	}
-	p := &ReplicaProcess{Name: name, BaseURL: "http://" + o.HTTPAddr, exited: make(chan struct{})}
+	p := &ReplicaProcess{Name: name, BaseURL: "http://" + o.HTTPAddr, exited: make(chan struct{}), logPath: o.LogPath}
 	if o.CPU > 0 {
 		// One group per process, even when two clusters name replicas alike.
 		g, err := NewCPUGroup(fmt.Sprintf("kvbench-%d-%d-%s", os.Getpid(), groupSeq.Add(1), name), o.CPU)
@@ -112,7 +131,12 @@ func (p *ReplicaProcess) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("replica %s exited before it was ready: %v", p.Name, p.cmd.ProcessState)
+			tail := p.logTail()
+			err := fmt.Errorf("replica %s exited before it was ready: %v; log:\n%s", p.Name, p.cmd.ProcessState, tail)
+			if strings.Contains(tail, "address already in use") {
+				err = fmt.Errorf("%w: %w", ErrPortTaken, err)
+			}
+			return err
 		case <-ctx.Done():
 			return fmt.Errorf("replica %s not ready: %w", p.Name, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
