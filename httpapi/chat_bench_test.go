@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,10 +55,12 @@ func chatConversations(b *testing.B, n int) []string {
 	return out
 }
 
-// BenchmarkHTTPRouteChat measures /route over HTTP keep-alive (8
-// connections, 64 workers) for ~4k-token chats sent as messages (the
-// router renders Qwen3's template and tokenizes) and the same prompts
-// sent as token ids: decisions/s and latency percentiles per decision.
+// BenchmarkHTTPRouteChat measures /route over HTTP keep-alive (64
+// workers) for ~4k-token chats sent as messages (the router renders
+// Qwen3's template and tokenizes) and the same prompts sent as token ids:
+// decisions/s with 8 clients per core (BenchmarkHTTPRoute's load), and
+// the latency per decision of one client at a time (/sequential: what a
+// chat adds to a decision).
 func BenchmarkHTTPRouteChat(b *testing.B) {
 	models := testModels(b)
 	tok := models.byName["qwen3"].tok
@@ -85,47 +89,67 @@ func BenchmarkHTTPRouteChat(b *testing.B) {
 	s.opts.Models = models
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
-	for _, kind := range []string{"token_ids", "chat"} {
-		b.Run(kind, func(b *testing.B) {
-			prompts := bodies[kind]
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-			var mu sync.Mutex
-			var lat []time.Duration
-			b.SetParallelism(8)
-			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				var local []time.Duration
-				i := 0
-				for pb.Next() {
-					i++
-					t0 := time.Now()
-					resp, err := client.Post(srv.URL+"/route", "application/json", bytes.NewReader(prompts[i%len(prompts)]))
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					_, _ = drain(resp)
-					if resp.StatusCode != 200 {
-						b.Errorf("status %d", resp.StatusCode)
-						return
-					}
-					local = append(local, time.Since(t0))
-				}
-				mu.Lock()
-				lat = append(lat, local...)
-				mu.Unlock()
-			})
-			elapsed := time.Since(start)
-			b.StopTimer()
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			if len(lat) > 0 {
-				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "decisions/s")
-				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
-				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
-				b.ReportMetric(float64(tokens/len(prompts)), "tokens/prompt")
-			}
+	for _, run := range []struct {
+		kind    string
+		clients int
+	}{{"token_ids", 8 * runtime.GOMAXPROCS(0)}, {"chat", 8 * runtime.GOMAXPROCS(0)}, {"token_ids", 1}, {"chat", 1}} {
+		name := run.kind
+		if run.clients == 1 {
+			name += "/sequential" // one client, one request at a time: the latency a chat adds
+		}
+		b.Run(name, func(b *testing.B) {
+			measureRoute(b, srv.URL+"/route", bodies[run.kind], run.clients)
+			b.ReportMetric(float64(tokens/len(bodies[run.kind])), "tokens/prompt")
 		})
+	}
+}
+
+// measureRoute sends b.N /route requests from clients concurrent
+// keep-alive clients and reports decisions/s and latency percentiles.
+func measureRoute(b *testing.B, url string, prompts [][]byte, clients int) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	var next atomic.Int64
+	lat := make([][]time.Duration, clients)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				t0 := time.Now()
+				resp, err := client.Post(url, "application/json", bytes.NewReader(prompts[int(i)%len(prompts)]))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = drain(resp)
+				if resp.StatusCode != 200 {
+					b.Errorf("status %d", resp.StatusCode)
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		}(c)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	if len(all) > 0 {
+		b.ReportMetric(float64(len(all))/elapsed.Seconds(), "decisions/s")
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-us")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-us")
 	}
 }
 
