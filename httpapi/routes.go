@@ -56,7 +56,7 @@ type RouteResult struct {
 
 func (b *RouteBody) toMessage() (*messages.RouteRequest, error) {
 	if b.TokenIDs == nil {
-		return nil, errors.New("token_ids is required")
+		return nil, errors.New("token_ids is required (or prompt or messages, with a tokenizer)")
 	}
 	if len(*b.TokenIDs) == 0 {
 		return nil, errors.New("token_ids must not be empty")
@@ -225,7 +225,7 @@ func (s *Server) decodeTokens(w http.ResponseWriter, r *http.Request) (tokensBod
 		return body, false
 	}
 	if body.TokenIDs == nil || len(*body.TokenIDs) == 0 {
-		writeError(w, http.StatusBadRequest, "token_ids is required and must not be empty")
+		writeError(w, http.StatusBadRequest, "token_ids is required and must not be empty (or prompt or messages, with a tokenizer)")
 		return body, false
 	}
 	return body, true
