@@ -173,3 +173,38 @@ func TestChatWorkloadThroughProxy(t *testing.T) {
 		t.Fatalf("chat workload hit rate %.3f: later turns should reuse earlier turns' blocks", res.HitRate)
 	}
 }
+
+// TestEngineTokenizerMode: with --tokenizer-mode engine the router asks a
+// worker's POST /tokenize (the mock speaks vLLM's API) and routes on the
+// tokens the engine computes.
+func TestEngineTokenizerMode(t *testing.T) {
+	tokDir := needNPM(t, "tokenizers/qwen3")
+	tok, err := tokenizer.Load(tokDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := StartReplica(t, func(c *config.Config) {
+		c.ServedModels = []string{"qwen3"}
+		c.TokenizerMode = "engine"
+	})
+	base := BaseURL(rep)
+	for i := 1; i <= 2; i++ {
+		StartMockWorker(t, rep, uint64(i), func(c *mockengine.ServerConfig) { c.Tokenizer = tok; c.Engine.Speedup = 100 })
+	}
+	testutil.Eventually(t, 10*time.Second, "mock workers registered", func() bool { return len(workers(t, base).Workers) == 2 })
+	msgs := `[{"role":"user","content":"How do engines report cached tokens?"}]`
+	ids, _, err := tok.EncodeChat(tokenizer.Chat{Messages: json.RawMessage(msgs), AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		PromptTokens int `json:"prompt_tokens"`
+	}
+	if code := Post(t, base+"/route", `{"model":"qwen3","update_states":false,"messages":`+msgs+`}`, &out); code != 200 || out.PromptTokens != len(ids) {
+		t.Fatalf("engine-tokenized route: %d, prompt_tokens %d, want %d", code, out.PromptTokens, len(ids))
+	}
+	var errOut map[string]any
+	if code := Post(t, base+"/route", `{"model":"qwen3","messages":[{"role":"user","content":[5]}]}`, &errOut); code != 400 {
+		t.Fatalf("messages the engine refuses: %d %v, want 400", code, errOut)
+	}
+}
