@@ -114,7 +114,11 @@ func (s *schedulerActor) onLoad(ctx actor.Context, m *messages.LoadReply) {
 	if !ok || p.ranksLeft == 0 {
 		return
 	}
-	p.loads[rankOf(m.Worker)] = m
+	w := rankOf(m.Worker)
+	p.loads[w] = m
+	if m.PrefillTokensPerSec > 0 {
+		s.rates[w] = m.PrefillTokensPerSec
+	}
 	p.ranksLeft--
 	s.maybeFinish(ctx, p)
 }

@@ -16,6 +16,9 @@ type rankView struct {
 	// states holds the ranks that are not active (nil when all are), for
 	// scheduling.Constraints.State.
 	states map[kv.WorkerWithDpRank]kv.WorkerState
+	// capacity is each rank's KV cache in blocks (the ttft cost's
+	// headroom); absent when the worker did not announce it.
+	capacity map[kv.WorkerWithDpRank]uint64
 }
 
 func emptyRankView() *rankView {
@@ -34,6 +37,12 @@ func newRankView(t *messages.RankTable, address string) *rankView {
 		v.list = append(v.list, w)
 		v.pids[w] = actor.NewPID(address, e.Pid)
 		v.budgets[w.WorkerID] = e.MaxNumBatchedTokens
+		if e.TotalKvBlocks > 0 {
+			if v.capacity == nil {
+				v.capacity = map[kv.WorkerWithDpRank]uint64{}
+			}
+			v.capacity[w] = e.TotalKvBlocks
+		}
 		if e.State != messages.WorkerState_WORKER_STATE_ACTIVE {
 			if v.states == nil {
 				v.states = map[kv.WorkerWithDpRank]kv.WorkerState{}

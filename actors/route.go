@@ -140,7 +140,15 @@ func (s *schedulerActor) candidates(p *pending) []scheduling.Candidate {
 			c.ActiveBlocks = l.ActiveBlocks
 			c.NewBlocks = l.NewBlocks
 			c.ActiveRequests = int(l.ActiveRequests)
+			c.ActivePrefixBlocks = uint32(uint64(len(p.seqs)) - min(l.NewBlocks, uint64(len(p.seqs))))
+			c.HeadPrefillTokens = l.HeadPrefillTokens
+			c.HeadPrefillElapsed = time.Duration(l.HeadPrefillElapsedNanos)
+			c.PrefillTokensPerSec = l.PrefillTokensPerSec
 		}
+		if c.PrefillTokensPerSec == 0 {
+			c.PrefillTokensPerSec = s.rates[w] // an idle rank is not asked: its last report
+		}
+		c.CapacityBlocks = s.ranks.capacity[w]
 		if !s.cfg.TrackActiveBlocks {
 			c.ActiveBlocks, c.NewBlocks = 0, 0
 		}
@@ -360,6 +368,7 @@ func (s *schedulerActor) potentialLoads(p *pending) *messages.PotentialLoadsRepl
 			Worker:                 rankMsg(c.Worker),
 			PotentialPrefillTokens: c.ActivePrefillTokens + isl - min(cached, isl),
 			PotentialDecodeBlocks:  c.ActiveBlocks + float64(c.NewBlocks),
+			PrefillTokensPerSec:    c.PrefillTokensPerSec,
 			ActiveRequests:         uint32(c.ActiveRequests),
 		})
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // TestScenarios runs the scheduler's rules as data (testdata/scenarios/
@@ -150,6 +151,9 @@ func (s *scenario) run(cmd string, words []string, a map[string]string) {
 		if v, ok := a["budget"]; ok {
 			hb.MaxNumBatchedTokens = s.num(v)
 		}
+		if v, ok := a["kv_blocks"]; ok {
+			hb.TotalKvBlocks = s.num(v)
+		}
 		err := s.router().RegisterWorker(hb, true)
 		if refused := a["refused"] == "true"; refused != errors.Is(err, ErrLimit) || (!refused && err != nil) {
 			s.fail("register: %v, want refused=%v", err, refused)
@@ -279,6 +283,18 @@ func (s *scenario) config(a map[string]string) {
 		case "drain_grace":
 			d := s.dur(v)
 			s.mutations = append(s.mutations, func(c *Config) { c.DrainGrace = d })
+		case "router_cost":
+			m, err := scheduling.ParseCostModel(v)
+			if err != nil {
+				s.fail("%v", err)
+			}
+			s.mutations = append(s.mutations, func(c *Config) { c.Scheduling.RouterCost = m })
+		case "prefill_tokens_per_sec":
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				s.fail("bad float %q", v)
+			}
+			s.mutations = append(s.mutations, func(c *Config) { c.Scheduling.TTFT.PrefillTokensPerSec = f })
 		default:
 			s.fail("unknown config key %q", k)
 		}

@@ -38,6 +38,9 @@ type schedulerActor struct {
 	// table answers a load query with zeros, so it is not asked: with
 	// many workers most decisions then fan out only to the busy ones.
 	remoteBusy map[kv.WorkerWithDpRank]bool
+	// rates is each rank's last reported prefill throughput, for the
+	// idle ranks a decision does not ask (ttft cost).
+	rates map[kv.WorkerWithDpRank]float64
 
 	pending map[uint64]*pending
 	// cancels maps a route call's cancel token to its pending decision.
@@ -55,7 +58,7 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 		return &schedulerActor{
 			cfg: cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
-			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{},
+			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{}, rates: map[kv.WorkerWithDpRank]float64{},
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue: mustQueue(cfg.Scheduling),
 			rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
@@ -100,6 +103,11 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		for w := range s.remoteBusy {
 			if !s.ranks.has(w) {
 				delete(s.remoteBusy, w)
+			}
+		}
+		for w := range s.rates {
+			if !s.ranks.has(w) {
+				delete(s.rates, w)
 			}
 		}
 		s.tryDequeue(ctx)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
 )
 
@@ -19,7 +20,11 @@ type sequenceActor struct {
 	worker  kv.WorkerWithDpRank
 	replica string // requests added locally are owned by this replica
 	seqs    *sequence.ActiveSequences
-	log     *slog.Logger
+	// rate measures the rank's prefill throughput from the completions
+	// this replica sees (its own and, by gossip, its peers'), for the
+	// ttft cost; the rule is scheduling.PrefillRate.
+	rate *scheduling.PrefillRate
+	log  *slog.Logger
 	// Stale expiries go to both request tables: the scheduler's (its own
 	// requests, which it also gossips) and the replication edge's.
 	scheduler, replication *actor.PID
@@ -32,13 +37,14 @@ func newSequenceProps(w kv.WorkerWithDpRank, cfg Config, scheduler, replication 
 	// The tracker lives outside the actor instance so a restart after a
 	// panic keeps the rank's requests instead of silently forgetting them.
 	seqs := sequence.New(cfg.Sequence)
+	rate := &scheduling.PrefillRate{}
 	log := cfg.Logger.With("component", "sequence", "worker", w)
 	// A synchronized dispatcher runs the actor on its sender's goroutine
 	// (the scheduler's or the replication edge's): a decision fans out to
 	// every rank, and a goroutine per rank per decision cost more than the
 	// work.
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &sequenceActor{worker: w, replica: cfg.ReplicaID, seqs: seqs, log: log,
+		return &sequenceActor{worker: w, replica: cfg.ReplicaID, seqs: seqs, rate: rate, log: log,
 			scheduler: scheduler, replication: replication, expiryEvery: cfg.Sequence.SweepInterval(cfg.StaleCheckInterval)}
 	}, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
 }
@@ -54,7 +60,7 @@ func (a *sequenceActor) Receive(ctx actor.Context) {
 			a.applyRemote(ev)
 		}
 	case *messages.MarkPrefillCompleted:
-		a.check("prefill_completed", m.RequestId, a.seqs.MarkPrefillCompleted(m.RequestId))
+		a.prefillCompleted(m.RequestId)
 	case *messages.FreeRequest:
 		a.check("free", m.RequestId, a.seqs.Free(m.RequestId))
 	case *messages.AddOutputBlock:
@@ -87,6 +93,17 @@ func (a *sequenceActor) check(op, id string, err error) {
 	}
 }
 
+// prefillCompleted ends a request's prefill and feeds the time it took
+// (on this replica's clock: a peer's add and completion arrive with the
+// same gossip delay) to the rank's throughput estimate.
+func (a *sequenceActor) prefillCompleted(id string) {
+	tokens, started, ok := a.seqs.PrefillPending(id)
+	a.check("prefill_completed", id, a.seqs.MarkPrefillCompleted(id))
+	if ok && tokens > 0 {
+		a.rate.Observe(tokens, started, time.Now())
+	}
+}
+
 func (a *sequenceActor) add(m *messages.AddRequest, origin string) {
 	err := a.seqs.AddRequest(requestOf(m, origin), time.Now())
 	if err != nil && !errors.Is(err, sequence.ErrDuplicateRequest) {
@@ -114,7 +131,7 @@ func (a *sequenceActor) applyRemote(ev *messages.SequenceEvent) {
 	case *messages.SequenceEvent_Add:
 		a.add(d.Add, ev.Origin)
 	case *messages.SequenceEvent_PrefillCompleted:
-		a.check("prefill_completed", d.PrefillCompleted.RequestId, a.seqs.MarkPrefillCompleted(d.PrefillCompleted.RequestId))
+		a.prefillCompleted(d.PrefillCompleted.RequestId)
 	case *messages.SequenceEvent_Free:
 		a.check("free", d.Free.RequestId, a.seqs.Free(d.Free.RequestId))
 	}
@@ -162,14 +179,20 @@ func (a *sequenceActor) expire(ctx actor.Context, now time.Time) {
 
 func (a *sequenceActor) load(m *messages.LoadQuery) *messages.LoadReply {
 	l := a.seqs.Load()
-	return &messages.LoadReply{
+	reply := &messages.LoadReply{
 		QueryId:             m.QueryId,
 		Worker:              rankMsg(a.worker),
 		ActivePrefillTokens: l.ActivePrefillTokens,
 		ActiveBlocks:        l.ActiveBlocks,
 		NewBlocks:           sequence.CountNewBlocks(a.seqs, m.SequenceHashes, uint64(m.PromptBlocks)),
 		ActiveRequests:      uint32(l.ActiveRequests),
+		PrefillTokensPerSec: a.rate.TokensPerSec(),
 	}
+	if tokens, started, ok := a.seqs.HeadPrefill(); ok {
+		reply.HeadPrefillTokens = tokens
+		reply.HeadPrefillElapsedNanos = int64(a.rate.HeadElapsed(started, time.Now()))
+	}
+	return reply
 }
 
 func (a *sequenceActor) requests(q *messages.ActiveRequestsQuery) *messages.ActiveRequestsReply {

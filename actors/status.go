@@ -20,6 +20,9 @@ type RankStatus struct {
 	ActiveRequests      uint32  `json:"active_requests"`
 	ActivePrefillTokens uint64  `json:"active_prefill_tokens"`
 	ActiveDecodeBlocks  float64 `json:"active_decode_blocks"`
+	// PrefillTokensPerSec is the rank's measured prefill throughput
+	// (scheduling.PrefillRate, read by the ttft cost); 0 until measured.
+	PrefillTokensPerSec float64 `json:"prefill_tokens_per_sec,omitempty"`
 }
 
 // WorkerStatus is one registered worker with its ranks.
@@ -104,6 +107,7 @@ func (r *Router) Status(ctx context.Context) (*Status, error) {
 				rs.ActiveRequests = l.ActiveRequests
 				rs.ActivePrefillTokens = l.PotentialPrefillTokens
 				rs.ActiveDecodeBlocks = l.PotentialDecodeBlocks
+				rs.PrefillTokensPerSec = l.PrefillTokensPerSec
 			}
 			ws.Ranks = append(ws.Ranks, rs)
 		}

@@ -110,9 +110,7 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 	cfg.DataDir = dir
 	cfg.BlockSize = opts.BlockSize
 	cfg.MaxNumBatchedTokens = uint64(opts.Engine.MaxNumBatchedTokens)
-	if cost != "dynamo" {
-		return nil, fmt.Errorf("router cost %q is not available yet", cost)
-	}
+	cfg.RouterCost = cost
 	if opts.Stride > 0 {
 		cfg.RouterActiveSequenceStride = opts.Stride
 	}

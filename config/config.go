@@ -121,6 +121,10 @@ type Config struct {
 	RouterQueuePolicy          string        `flag:"router-queue-policy" help:"fcfs or wspt"`
 	RouterMaxQueueLength       int           `flag:"router-max-queue-length" help:"requests that may wait; more are rejected with 429"`
 	RouterMaxQueueWait         time.Duration `flag:"router-max-queue-wait" help:"longest wait in the queue before 429"`
+	RouterCost                 string        `flag:"router-cost" help:"cost a decision minimises: dynamo (Dynamo's formula, bit for bit) or ttft (predicted time to first token from queued prefill, uncached tokens and each rank's measured prefill throughput, plus the delay a miss imposes on the rank and a KV-capacity wait)"`
+	RouterTTFTUncachedWeight   float64       `flag:"router-ttft-uncached-weight" help:"ttft cost: extra weight of the request's own uncached prefill time, for the requests queued behind it"`
+	RouterTTFTKVHeadroom       float64       `flag:"router-ttft-kv-headroom" help:"ttft cost: fraction of a rank's KV cache active requests may fill before a new request is charged for the wait (0..1]"`
+	RouterPrefillTokensPerSec  float64       `flag:"router-prefill-tokens-per-sec" help:"ttft cost: prefill throughput assumed for a rank until its completions have been measured"`
 	MaxNumBatchedTokens        uint64        `flag:"max-num-batched-tokens" help:"queue-threshold unit for workers that do not announce theirs"`
 	IndexerShards              int           `flag:"indexer-shards" help:"indexer shard actors; 0 = GOMAXPROCS"`
 	MaxWorkers                 int           `flag:"max-workers" help:"most workers the registry holds; more are refused (HTTP 429, counted as worker_rejected{reason=registry_full}); 0 = no bound"`
@@ -221,6 +225,10 @@ func Default() Config {
 		RouterQueuePolicy:          string(sc.RouterQueuePolicy),
 		RouterMaxQueueLength:       sc.MaxQueueLength,
 		RouterMaxQueueWait:         60 * time.Second,
+		RouterCost:                 string(sc.RouterCost),
+		RouterTTFTUncachedWeight:   sc.TTFT.UncachedWeight,
+		RouterTTFTKVHeadroom:       sc.TTFT.KVHeadroom,
+		RouterPrefillTokensPerSec:  sc.TTFT.PrefillTokensPerSec,
 		MaxNumBatchedTokens:        8192,
 		DecisionTimeout:            250 * time.Millisecond,
 		MaxWorkers:                 actors.DefaultMaxWorkers,
@@ -253,6 +261,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateModels()...)
 	errs = append(errs, c.validateNATS()...)
 	if _, err := scheduling.ParseQueuePolicy(c.RouterQueuePolicy); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := scheduling.ParseCostModel(c.RouterCost); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := ParseStaticWorkers(c.StaticWorkers); err != nil {
@@ -320,6 +331,9 @@ func (c *Config) Scheduling() scheduling.Config {
 	sc.RouterQueueThreshold = max(c.RouterQueueThreshold, 0)
 	sc.RouterQueuePolicy = scheduling.QueuePolicy(c.RouterQueuePolicy)
 	sc.MaxQueueLength = c.RouterMaxQueueLength
+	sc.RouterCost = scheduling.CostModel(c.RouterCost)
+	sc.TTFT = scheduling.TTFTConfig{UncachedWeight: c.RouterTTFTUncachedWeight, KVHeadroom: c.RouterTTFTKVHeadroom,
+		PrefillTokensPerSec: c.RouterPrefillTokensPerSec}
 	return sc.Normalized()
 }
 

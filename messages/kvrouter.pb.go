@@ -1337,8 +1337,17 @@ type LoadReply struct {
 	ActiveBlocks        float64                `protobuf:"fixed64,4,opt,name=active_blocks,json=activeBlocks,proto3" json:"active_blocks,omitempty"` // unique active blocks (output blocks fractional)
 	NewBlocks           uint64                 `protobuf:"varint,5,opt,name=new_blocks,json=newBlocks,proto3" json:"new_blocks,omitempty"`           // prospective prompt blocks not already active
 	ActiveRequests      uint32                 `protobuf:"varint,6,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// What the ttft cost (scheduling.TTFTCost) reads besides the above. The
+	// rank's measured prefill throughput (scheduling.PrefillRate, from the
+	// adds and prefill completions this replica saw for the rank, its own
+	// and its peers' as gossip delivered them; 0 = not measured yet), and
+	// the oldest request still in prefill: its tokens and how long it has
+	// been at the head of the rank's prefill queue.
+	PrefillTokensPerSec     float64 `protobuf:"fixed64,7,opt,name=prefill_tokens_per_sec,json=prefillTokensPerSec,proto3" json:"prefill_tokens_per_sec,omitempty"`
+	HeadPrefillTokens       uint64  `protobuf:"varint,8,opt,name=head_prefill_tokens,json=headPrefillTokens,proto3" json:"head_prefill_tokens,omitempty"`
+	HeadPrefillElapsedNanos int64   `protobuf:"varint,9,opt,name=head_prefill_elapsed_nanos,json=headPrefillElapsedNanos,proto3" json:"head_prefill_elapsed_nanos,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *LoadReply) Reset() {
@@ -1409,6 +1418,27 @@ func (x *LoadReply) GetNewBlocks() uint64 {
 func (x *LoadReply) GetActiveRequests() uint32 {
 	if x != nil {
 		return x.ActiveRequests
+	}
+	return 0
+}
+
+func (x *LoadReply) GetPrefillTokensPerSec() float64 {
+	if x != nil {
+		return x.PrefillTokensPerSec
+	}
+	return 0
+}
+
+func (x *LoadReply) GetHeadPrefillTokens() uint64 {
+	if x != nil {
+		return x.HeadPrefillTokens
+	}
+	return 0
+}
+
+func (x *LoadReply) GetHeadPrefillElapsedNanos() int64 {
+	if x != nil {
+		return x.HeadPrefillElapsedNanos
 	}
 	return 0
 }
@@ -2769,6 +2799,7 @@ type PotentialLoad struct {
 	PotentialPrefillTokens uint64                 `protobuf:"varint,2,opt,name=potential_prefill_tokens,json=potentialPrefillTokens,proto3" json:"potential_prefill_tokens,omitempty"`
 	PotentialDecodeBlocks  float64                `protobuf:"fixed64,3,opt,name=potential_decode_blocks,json=potentialDecodeBlocks,proto3" json:"potential_decode_blocks,omitempty"`
 	ActiveRequests         uint32                 `protobuf:"varint,4,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`
+	PrefillTokensPerSec    float64                `protobuf:"fixed64,5,opt,name=prefill_tokens_per_sec,json=prefillTokensPerSec,proto3" json:"prefill_tokens_per_sec,omitempty"` // measured prefill throughput (ttft cost); 0 = not yet
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -2827,6 +2858,13 @@ func (x *PotentialLoad) GetPotentialDecodeBlocks() float64 {
 func (x *PotentialLoad) GetActiveRequests() uint32 {
 	if x != nil {
 		return x.ActiveRequests
+	}
+	return 0
+}
+
+func (x *PotentialLoad) GetPrefillTokensPerSec() float64 {
+	if x != nil {
+		return x.PrefillTokensPerSec
 	}
 	return 0
 }
@@ -3559,6 +3597,7 @@ type RankEntry struct {
 	Pid                 string                 `protobuf:"bytes,2,opt,name=pid,proto3" json:"pid,omitempty"`
 	MaxNumBatchedTokens uint64                 `protobuf:"varint,3,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3" json:"max_num_batched_tokens,omitempty"` // the rank's queue-threshold unit
 	State               WorkerState            `protobuf:"varint,4,opt,name=state,proto3,enum=kvrouter.v1.WorkerState" json:"state,omitempty"`                               // only ACTIVE ranks are routed to
+	TotalKvBlocks       uint64                 `protobuf:"varint,5,opt,name=total_kv_blocks,json=totalKvBlocks,proto3" json:"total_kv_blocks,omitempty"`                     // the rank's KV cache (heartbeat); 0 = unknown
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -3619,6 +3658,13 @@ func (x *RankEntry) GetState() WorkerState {
 		return x.State
 	}
 	return WorkerState_WORKER_STATE_ACTIVE
+}
+
+func (x *RankEntry) GetTotalKvBlocks() uint64 {
+	if x != nil {
+		return x.TotalKvBlocks
+	}
+	return 0
 }
 
 // RankTable is the registry's whole rank set, sorted by worker then dp
@@ -4012,7 +4058,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\tLoadQuery\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12'\n" +
 	"\x0fsequence_hashes\x18\x02 \x03(\x04R\x0esequenceHashes\x12#\n" +
-	"\rprompt_blocks\x18\x03 \x01(\rR\fpromptBlocks\"\xf8\x01\n" +
+	"\rprompt_blocks\x18\x03 \x01(\rR\fpromptBlocks\"\x9a\x03\n" +
 	"\tLoadReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12/\n" +
 	"\x06worker\x18\x02 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x122\n" +
@@ -4020,7 +4066,10 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\ractive_blocks\x18\x04 \x01(\x01R\factiveBlocks\x12\x1d\n" +
 	"\n" +
 	"new_blocks\x18\x05 \x01(\x04R\tnewBlocks\x12'\n" +
-	"\x0factive_requests\x18\x06 \x01(\rR\x0eactiveRequests\"\xdc\x03\n" +
+	"\x0factive_requests\x18\x06 \x01(\rR\x0eactiveRequests\x123\n" +
+	"\x16prefill_tokens_per_sec\x18\a \x01(\x01R\x13prefillTokensPerSec\x12.\n" +
+	"\x13head_prefill_tokens\x18\b \x01(\x04R\x11headPrefillTokens\x12;\n" +
+	"\x1ahead_prefill_elapsed_nanos\x18\t \x01(\x03R\x17headPrefillElapsedNanos\"\xdc\x03\n" +
 	"\x14RouterConfigOverride\x125\n" +
 	"\x14overlap_score_weight\x18\x01 \x01(\x01H\x00R\x12overlapScoreWeight\x88\x01\x01\x122\n" +
 	"\x12router_temperature\x18\x02 \x01(\x01H\x01R\x11routerTemperature\x88\x01\x01\x125\n" +
@@ -4135,12 +4184,13 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\brestarts\x18\x05 \x01(\x04R\brestarts\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xdb\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x90\x02\n" +
 	"\rPotentialLoad\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x128\n" +
 	"\x18potential_prefill_tokens\x18\x02 \x01(\x04R\x16potentialPrefillTokens\x126\n" +
 	"\x17potential_decode_blocks\x18\x03 \x01(\x01R\x15potentialDecodeBlocks\x12'\n" +
-	"\x0factive_requests\x18\x04 \x01(\rR\x0eactiveRequests\"$\n" +
+	"\x0factive_requests\x18\x04 \x01(\rR\x0eactiveRequests\x123\n" +
+	"\x16prefill_tokens_per_sec\x18\x05 \x01(\x01R\x13prefillTokensPerSec\"$\n" +
 	"\n" +
 	"DropOrigin\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\"5\n" +
@@ -4181,12 +4231,13 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x122\n" +
 	"\x06events\x18\x03 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"\t\n" +
 	"\aBarrier\"\v\n" +
-	"\tDumpQuery\"\xb3\x01\n" +
+	"\tDumpQuery\"\xdb\x01\n" +
 	"\tRankEntry\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x123\n" +
 	"\x16max_num_batched_tokens\x18\x03 \x01(\x04R\x13maxNumBatchedTokens\x12.\n" +
-	"\x05state\x18\x04 \x01(\x0e2\x18.kvrouter.v1.WorkerStateR\x05state\"9\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x18.kvrouter.v1.WorkerStateR\x05state\x12&\n" +
+	"\x0ftotal_kv_blocks\x18\x05 \x01(\x04R\rtotalKvBlocks\"9\n" +
 	"\tRankTable\x12,\n" +
 	"\x05ranks\x18\x01 \x03(\v2\x16.kvrouter.v1.RankEntryR\x05ranks\"j\n" +
 	"\x0eRemoteActivity\x12+\n" +

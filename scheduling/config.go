@@ -108,6 +108,12 @@ type Config struct {
 	// DecodeActiveRequestWeight (default 0, ≥0) adds a per-request cost in
 	// blocks, for engines whose decode step time grows with batch size.
 	DecodeActiveRequestWeight float64
+
+	// RouterCost (--router-cost, default dynamo) is the cost decisions
+	// minimise: Dynamo's formula, or the predicted-TTFT cost (TTFTCost)
+	// with the knobs in TTFT.
+	RouterCost CostModel
+	TTFT       TTFTConfig
 }
 
 // DefaultConfig returns Dynamo's defaults.
@@ -126,6 +132,8 @@ func DefaultConfig() Config {
 		RouterQueuePolicy:         PolicyFCFS,
 		MaxQueueLength:            DefaultMaxQueueLength,
 		DecodeActiveRequestWeight: 0,
+		RouterCost:                CostDynamo,
+		TTFT:                      DefaultTTFTConfig(),
 	}
 }
 
@@ -179,6 +187,12 @@ func (c Config) Validate() error {
 	}
 	if _, err := ParseQueuePolicy(string(n.RouterQueuePolicy)); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := ParseCostModel(string(n.RouterCost)); err != nil && n.RouterCost != "" { // "" is dynamo
+		errs = append(errs, err)
+	}
+	if n.RouterCost == CostTTFT {
+		errs = append(errs, n.TTFT.validate()...)
 	}
 	if len(errs) == 0 {
 		return nil

@@ -17,6 +17,7 @@ func TestDefaultConfig(t *testing.T) {
 		OverlapScoreCredit: 1, PrefillLoadScale: 1, HostCacheHitWeight: 0.75, DiskCacheHitWeight: 0.25,
 		TrackPrefillTokens: true, AssumeKVReuse: true, RouterQueueEnabled: true, RouterQueueThreshold: 16,
 		RouterQueuePolicy: PolicyFCFS, MaxQueueLength: 1024,
+		RouterCost: CostDynamo, TTFT: TTFTConfig{UncachedWeight: 2, KVHeadroom: 0.9, PrefillTokensPerSec: 10000},
 	}
 	if c != want {
 		t.Fatalf("DefaultConfig() = %+v, want %+v", c, want)
@@ -30,6 +31,14 @@ func TestValidate(t *testing.T) {
 		ok     bool
 	}{
 		{"credit 0", func(c *Config) { c.OverlapScoreCredit = 0 }, true},
+		{"ttft cost", func(c *Config) { c.RouterCost = CostTTFT }, true},
+		{"empty cost is dynamo", func(c *Config) { c.RouterCost = "" }, true},
+		{"unknown cost", func(c *Config) { c.RouterCost = "fastest" }, false},
+		{"ttft negative uncached weight", func(c *Config) { c.RouterCost = CostTTFT; c.TTFT.UncachedWeight = -1 }, false},
+		{"ttft headroom 0", func(c *Config) { c.RouterCost = CostTTFT; c.TTFT.KVHeadroom = 0 }, false},
+		{"ttft headroom above 1", func(c *Config) { c.RouterCost = CostTTFT; c.TTFT.KVHeadroom = 1.1 }, false},
+		{"ttft prior rate 0", func(c *Config) { c.RouterCost = CostTTFT; c.TTFT.PrefillTokensPerSec = 0 }, false},
+		{"ttft knobs unchecked under dynamo", func(c *Config) { c.TTFT.PrefillTokensPerSec = 0 }, true},
 		{"credit above 1", func(c *Config) { c.OverlapScoreCredit = 1.5 }, false},
 		{"credit negative", func(c *Config) { c.OverlapScoreCredit = -0.1 }, false},
 		{"credit NaN", func(c *Config) { c.OverlapScoreCredit = math.NaN() }, false},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -48,6 +49,24 @@ type Candidate struct {
 	// answer in time): it is then treated as idle, as Dynamo treats a worker
 	// without a load entry.
 	HasLoad bool
+
+	// What the ttft cost (TTFTCost) reads besides the above; Dynamo's
+	// cost ignores them.
+	//
+	// ActivePrefixBlocks is how many of the request's leading blocks are
+	// held by requests in flight on the rank (prompt blocks − NewBlocks).
+	ActivePrefixBlocks uint32
+	// PrefillTokensPerSec is the rank's measured prefill throughput
+	// (PrefillRate), 0 when not measured yet.
+	PrefillTokensPerSec float64
+	// HeadPrefillTokens are the tokens still to prefill of the oldest
+	// request in prefill on the rank, HeadPrefillElapsed how long it has
+	// been at the head of the queue (PrefillRate.HeadElapsed).
+	HeadPrefillTokens  uint64
+	HeadPrefillElapsed time.Duration
+	// CapacityBlocks is the rank's KV cache size in blocks (its
+	// heartbeat's total_kv_blocks), 0 when unknown.
+	CapacityBlocks uint64
 }
 
 func (c Candidate) activePrefill() uint64 {
@@ -72,6 +91,17 @@ type costContext struct {
 	isl              float64
 	requestBlocks    float64
 	minActivePrefill uint64
+	// rates are the candidates' prefill throughputs for the ttft cost
+	// (effectiveRates), by candidate index.
+	rates []float64
+}
+
+// cost is candidate i's cost under the configured model.
+func (cc *costContext) cost(i int, c Candidate) float64 {
+	if cc.cfg.RouterCost == CostTTFT {
+		return TTFTCost(cc.cfg, int(cc.blockSize), int(cc.isl), c, cc.rates[i])
+	}
+	return cc.logit(c)
 }
 
 func newCostContext(cfg Config, blockSize, isl, requestBlocks int) (costContext, error) {
@@ -145,9 +175,10 @@ func Logit(cfg Config, blockSize, isl, requestBlocks int, c Candidate) float64 {
 	return cc.logit(c)
 }
 
-// Costs scores every candidate against the others (the credit decay
-// compares each to the least prefill-loaded candidate). It validates cfg
-// and the inputs.
+// Costs scores every candidate against the others under cfg.RouterCost
+// (Dynamo's credit decay compares each to the least prefill-loaded
+// candidate; the ttft cost resolves rates against the candidates'
+// median). It validates cfg and the inputs.
 func Costs(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) ([]float64, error) {
 	cc, err := prepare(cfg, blockSize, isl, requestBlocks, cands)
 	if err != nil {
@@ -155,7 +186,7 @@ func Costs(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) ([]
 	}
 	costs := make([]float64, len(cands))
 	for i := range cands {
-		costs[i] = cc.logit(cands[i])
+		costs[i] = cc.cost(i, cands[i])
 	}
 	return costs, nil
 }
@@ -177,6 +208,9 @@ func prepare(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) (
 	}
 	if len(cands) > 0 {
 		cc.minActivePrefill = minActive
+	}
+	if cc.cfg.RouterCost == CostTTFT {
+		cc.rates = effectiveRates(cc.cfg.TTFT.PrefillTokensPerSec, cands)
 	}
 	return cc, nil
 }

@@ -28,7 +28,8 @@ type Decision struct {
 	Candidates int
 }
 
-// Select scores cands with Dynamo's cost and picks one. At temperature 0
+// Select scores cands with the configured cost (Dynamo's by default,
+// TTFTCost with RouterCost ttft) and picks one. At temperature 0
 // it takes the minimum, breaking exact ties uniformly at random (reservoir
 // sampling, one draw per tie). Above 0 it samples
 // p_i ∝ exp(−(c_i − c_min) / ((c_max − c_min)·T)), uniform when all costs
@@ -53,7 +54,7 @@ func Select(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate, rn
 	} else {
 		costs := make([]float64, len(cands))
 		for i := range cands {
-			costs[i] = cc.logit(cands[i])
+			costs[i] = cc.cost(i, cands[i])
 		}
 		pick = sampleSoftmax(costs, cc.cfg.RouterTemperature, rng.Float64())
 		cost = costs[pick]
@@ -76,7 +77,7 @@ func Select(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate, rn
 func argminRandomTie(cc *costContext, cands []Candidate, rng *rand.Rand) (int, float64) {
 	best, bestCost, ties := 0, math.Inf(1), 0
 	for i := range cands {
-		cost := cc.logit(cands[i])
+		cost := cc.cost(i, cands[i])
 		switch {
 		case cost < bestCost:
 			best, bestCost, ties = i, cost, 1

@@ -109,6 +109,17 @@ type ActiveSequences struct {
 	prefillTokens   uint64
 	sharedWeight    float64 // Σ weight over blocks
 	exclusiveWeight float64 // Σ exclusiveBlocks·exclusiveWeight over requests
+
+	// prefillOrder lists requests that entered with prefill to do, in the
+	// order they were added: the engine prefills in that order, so the
+	// first one still pending is the head of its queue (HeadPrefill).
+	// Entries of requests done or gone are dropped lazily.
+	prefillOrder []prefillEntry
+}
+
+type prefillEntry struct {
+	id    string
+	state *requestState // the entry is stale if the id now names another request
 }
 
 // New returns an empty tracker. A non-positive ExpiryDuration means
@@ -201,6 +212,9 @@ func (s *ActiveSequences) insert(id string, st *requestState) {
 	s.exclusiveWeight += float64(st.exclusiveBlocks()) * st.exclusiveWeight
 	s.prefillTokens += st.pendingPrefill()
 	s.requests[id] = st
+	if st.pendingPrefill() > 0 {
+		s.prefillOrder = append(s.prefillOrder, prefillEntry{id: id, state: st})
+	}
 }
 
 // MarkPrefillCompleted removes the request's prompt tokens from the prefill
@@ -212,6 +226,7 @@ func (s *ActiveSequences) MarkPrefillCompleted(id string) error {
 	}
 	s.prefillTokens -= st.pendingPrefill()
 	st.prefillDone = true
+	s.compactPrefillOrder()
 	return nil
 }
 
@@ -246,6 +261,7 @@ func (s *ActiveSequences) remove(id string, st *requestState) {
 	}
 	s.exclusiveWeight -= float64(st.exclusiveBlocks()) * st.exclusiveWeight
 	delete(s.requests, id)
+	s.compactPrefillOrder()
 	if len(s.blocks) == 0 {
 		s.sharedWeight = 0 // drop accumulated float rounding
 	}
@@ -283,6 +299,51 @@ func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H, promptBlocks uint
 		}
 	}
 	return promptBlocks - uint64(len(hashes))*stride
+}
+
+// PrefillPending returns the prompt tokens of request id still counted
+// as prefill load (0 once its prefill completed or when untracked) and
+// when it was added; ok is false for an unknown id. The owner reads it
+// before MarkPrefillCompleted to time the prefill.
+func (s *ActiveSequences) PrefillPending(id string) (tokens uint64, started time.Time, ok bool) {
+	st, ok := s.requests[id]
+	if !ok {
+		return 0, time.Time{}, false
+	}
+	return st.pendingPrefill(), st.startedAt, true
+}
+
+// HeadPrefill returns the oldest request (by the order requests were
+// added) still waiting for its prefill: its prompt tokens to prefill and
+// when it was added. ok is false when no request is in prefill. Amortised
+// O(1): finished entries are dropped as they reach the front.
+func (s *ActiveSequences) HeadPrefill() (tokens uint64, started time.Time, ok bool) {
+	for len(s.prefillOrder) > 0 {
+		e := s.prefillOrder[0]
+		if st := s.requests[e.id]; st == e.state && st.pendingPrefill() > 0 {
+			return st.pendingPrefill(), st.startedAt, true
+		}
+		s.prefillOrder[0] = prefillEntry{}
+		s.prefillOrder = s.prefillOrder[1:]
+	}
+	s.prefillOrder = nil // let the backing array go
+	return 0, time.Time{}, false
+}
+
+// compactPrefillOrder drops finished entries when they outnumber the
+// requests (an old request stuck at the front would otherwise keep every
+// later entry alive).
+func (s *ActiveSequences) compactPrefillOrder() {
+	if len(s.prefillOrder) <= 2*len(s.requests)+16 {
+		return
+	}
+	kept := make([]prefillEntry, 0, len(s.requests))
+	for _, e := range s.prefillOrder {
+		if st := s.requests[e.id]; st == e.state && st.pendingPrefill() > 0 {
+			kept = append(kept, e)
+		}
+	}
+	s.prefillOrder = kept
 }
 
 // Load returns the rank's current load in O(1).

@@ -1,0 +1,213 @@
+package scheduling
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// CostModel is the cost a decision minimises (--router-cost).
+type CostModel string
+
+const (
+	// CostDynamo is Dynamo's worker_logit (logit in cost.go), kept bit
+	// for bit: prefill blocks left after cache credit plus decode blocks.
+	// The default.
+	CostDynamo CostModel = "dynamo"
+	// CostTTFT predicts the request's time to first token on each rank
+	// and what its uncached work costs the requests behind it (TTFTCost).
+	CostTTFT CostModel = "ttft"
+)
+
+// ParseCostModel accepts the cost model names.
+func ParseCostModel(s string) (CostModel, error) {
+	switch m := CostModel(s); m {
+	case CostDynamo, CostTTFT:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown router cost %q (want dynamo or ttft): %w", s, ErrInvalidConfig)
+}
+
+// TTFTConfig are the knobs of the ttft cost.
+type TTFTConfig struct {
+	// UncachedWeight (λ, default 2, ≥ 0) weighs the prefill time of the
+	// request's own uncached tokens once more per unit, for the requests
+	// that will queue behind it on that rank: a miss is paid by everyone
+	// who arrives while it computes. 0 is the plain predicted TTFT, which
+	// under load scatters prefixes (each request's TTFT is nearly equal
+	// on the prefix's owner and on an idle rank, and the tie is broken
+	// against the cache).
+	UncachedWeight float64
+	// KVHeadroom (φ, default 0.9, in (0,1]) is the fraction of a rank's
+	// KV cache the active requests may fill before new ones are charged
+	// for the wait: past it the engine has to evict the prefixes it holds
+	// and, full, cannot admit the request until others finish.
+	KVHeadroom float64
+	// PrefillTokensPerSec (default 10,000, > 0) is the prefill throughput
+	// assumed for a rank the router has not measured yet.
+	PrefillTokensPerSec float64
+}
+
+// DefaultTTFTConfig returns the ttft cost's defaults, chosen on the
+// offline fleet replays of kvbench's workloads (README "Routing quality").
+func DefaultTTFTConfig() TTFTConfig {
+	return TTFTConfig{UncachedWeight: 2, KVHeadroom: 0.9, PrefillTokensPerSec: 10000}
+}
+
+func (c TTFTConfig) validate() []error {
+	var errs []error
+	if !nonNegative(c.UncachedWeight) {
+		errs = append(errs, fmt.Errorf("router_ttft_uncached_weight must be ≥ 0, got %v", c.UncachedWeight))
+	}
+	if !(c.KVHeadroom > 0 && c.KVHeadroom <= 1) {
+		errs = append(errs, fmt.Errorf("router_ttft_kv_headroom must be in (0,1], got %v", c.KVHeadroom))
+	}
+	if !(c.PrefillTokensPerSec > 0) || math.IsInf(c.PrefillTokensPerSec, 1) {
+		errs = append(errs, fmt.Errorf("router_prefill_tokens_per_sec must be > 0, got %v", c.PrefillTokensPerSec))
+	}
+	return errs
+}
+
+// RateDeadband is how far (±25%) a rank's measured prefill throughput
+// may stray from the candidates' median and still count as the median.
+// Identical ranks measure slightly different rates from the same noise;
+// treating those as real would trade cache hits for nothing. A rank that
+// is really slower (another GPU, a noisy neighbour) lies outside it.
+const RateDeadband = 0.25
+
+// TTFTCost is the ttft cost of one candidate, in seconds:
+//
+//	cached    = max(credited device + host + disk overlap, blocks active on the rank) × block size
+//	uncached  = isl − cached (≥ 0)
+//	queued    = active prefill tokens − the head request's progress (rate × time at the head, ≤ its tokens)
+//	cost      = (queued + uncached) / rate            predicted TTFT
+//	          + λ · uncached / rate                   the time it takes from requests behind it
+//	          + max(0, active + new blocks − φ·capacity) × block size / rate   waiting for KV
+//
+// Blocks active on the rank are the request's leading blocks held by
+// requests in flight there (prompt blocks − new blocks): ones still
+// being prefilled are cached by the time a request queued behind them is
+// admitted, which is what keeps a burst of one prefix on one rank before
+// its KV events arrive. rate is the rank's measured prefill throughput
+// (the prior until measured; the median when within RateDeadband of it).
+// The decode interference is inside the measured rate: a rank whose steps
+// carry many decodes drains its prefill queue more slowly, and its
+// completions show it.
+func TTFTCost(cfg Config, blockSize, isl int, c Candidate, rate float64) float64 {
+	t := cfg.TTFT
+	bs := float64(blockSize)
+	credited := cfg.OverlapScoreCredit*float64(c.DeviceOverlap) +
+		cfg.HostCacheHitWeight*float64(c.HostOverlap) +
+		cfg.DiskCacheHitWeight*float64(c.DiskOverlap)
+	if c.HasLoad && cfg.OverlapScoreCredit > 0 {
+		credited = max(credited, float64(c.ActivePrefixBlocks))
+	}
+	uncached := max(float64(isl)-credited*bs, 0)
+	queued, over := 0.0, 0.0
+	if c.HasLoad {
+		progress := min(float64(c.HeadPrefillTokens), rate*c.HeadPrefillElapsed.Seconds())
+		queued = max(float64(c.ActivePrefillTokens)-max(progress, 0), 0)
+		if c.CapacityBlocks > 0 {
+			over = max(c.ActiveBlocks+float64(c.NewBlocks)-t.KVHeadroom*float64(c.CapacityBlocks), 0)
+		}
+	} else if c.CapacityBlocks > 0 {
+		over = max(float64(c.NewBlocks)-t.KVHeadroom*float64(c.CapacityBlocks), 0)
+	}
+	return (queued + (1+t.UncachedWeight)*uncached + over*bs) / rate
+}
+
+// effectiveRates resolves each candidate's prefill throughput: its
+// measured one, the prior when unmeasured, the candidates' median when
+// within RateDeadband of it.
+func effectiveRates(prior float64, cands []Candidate) []float64 {
+	rates := make([]float64, len(cands))
+	for i, c := range cands {
+		rates[i] = prior
+		if c.PrefillTokensPerSec > 0 && !math.IsInf(c.PrefillTokensPerSec, 1) {
+			rates[i] = c.PrefillTokensPerSec
+		}
+	}
+	if len(rates) < 2 {
+		return rates
+	}
+	sorted := slices.Clone(rates)
+	slices.Sort(sorted)
+	median := sorted[len(sorted)/2]
+	for i, r := range rates {
+		if math.Abs(r/median-1) <= RateDeadband {
+			rates[i] = median
+		}
+	}
+	return rates
+}
+
+// PrefillRate learns a rank's prefill throughput from the prefill
+// completions the router observes. The rank's prefill is one FCFS server:
+// a completion drained its request's tokens over the time since the later
+// of its arrival and the previous completion. The estimate is the ratio
+// of exponentially weighted sums of tokens and those service times
+// (PrefillRateAlpha per sample), so long prefills weigh more than short
+// ones and a burst of completions in one engine step averages out. It
+// counts the steps' decode work too: that is the throughput a queued
+// request will see. The zero value is ready to use.
+type PrefillRate struct {
+	tokens, seconds float64
+	samples         int
+	lastDone        time.Time
+}
+
+// Estimator constants.
+const (
+	// PrefillRateAlpha is each sample's weight.
+	PrefillRateAlpha = 0.05
+	// PrefillRateMinSamples completions are needed before TokensPerSec
+	// reports anything.
+	PrefillRateMinSamples = 8
+	// maxServiceTime bounds a sample: a longer one is a lost completion
+	// or a stalled engine, not a throughput.
+	maxServiceTime = 10 * time.Minute
+)
+
+// Observe records that a request with tokens uncached prompt tokens,
+// added at added, completed its prefill at done. Zero-token requests and
+// out-of-order or implausible intervals move the clock but add no sample.
+func (p *PrefillRate) Observe(tokens uint64, added, done time.Time) {
+	start := added
+	if p.lastDone.After(start) {
+		start = p.lastDone
+	}
+	if done.After(p.lastDone) {
+		p.lastDone = done
+	}
+	service := done.Sub(start)
+	if tokens == 0 || service <= 0 || service > maxServiceTime {
+		return
+	}
+	p.tokens = (1-PrefillRateAlpha)*p.tokens + PrefillRateAlpha*float64(tokens)
+	p.seconds = (1-PrefillRateAlpha)*p.seconds + PrefillRateAlpha*service.Seconds()
+	p.samples++
+}
+
+// TokensPerSec is the estimate, 0 before PrefillRateMinSamples samples.
+func (p *PrefillRate) TokensPerSec() float64 {
+	if p.samples < PrefillRateMinSamples || !(p.seconds > 0) {
+		return 0
+	}
+	return p.tokens / p.seconds
+}
+
+// LastDone is the latest completion observed: the request at the head of
+// the prefill queue has been served since the later of this and its own
+// arrival.
+func (p *PrefillRate) LastDone() time.Time { return p.lastDone }
+
+// HeadElapsed is how long the oldest request still in prefill, added at
+// added, has been at the head of the queue at now.
+func (p *PrefillRate) HeadElapsed(added, now time.Time) time.Duration {
+	start := added
+	if p.lastDone.After(start) {
+		start = p.lastDone
+	}
+	return max(now.Sub(start), 0)
+}
