@@ -110,6 +110,9 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 	if err != nil {
 		return nil, nil, err
 	}
+	if in.ChatTemplate != "" && !s.opts.TrustRequestChatTemplate {
+		return nil, nil, badInput("chat_template in a request is refused: the router renders the model's own template (as vLLM without --trust-request-chat-template)")
+	}
 	var ids []uint32
 	if in.isChat() {
 		chat := tokenizer.Chat{

@@ -96,7 +96,7 @@ func startModelRig(t *testing.T, models *Models, maxPrompt int, workerURLs ...st
 		return err == nil && len(reg.Workers) == n
 	})
 	s := New(Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20, Proxy: true,
-		Models: models, Log: slog.New(slog.DiscardHandler), Client: http.DefaultClient})
+		Models: models, Log: slog.New(slog.DiscardHandler), Client: http.DefaultClient, TrustRequestChatTemplate: true})
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 	rig := &modelRig{s: s, r: r, url: srv.URL}
@@ -219,6 +219,11 @@ func TestTextErrors(t *testing.T) {
 	_, out := post(t, g.url+"/route", `{"model":"gpt-9","prompt":"hi"}`)
 	if models := fmt.Sprint(out["models"]); models != "[qwen3 qwen3-lora]" {
 		t.Errorf("unknown model answer lists %s, want the served names", models)
+	}
+	// A request's own template is code: refused unless trusted.
+	untrusted := New(Options{Router: g.r, BlockSize: 16, Models: testModels(t), Log: slog.New(slog.DiscardHandler)})
+	if code, out := do(t, untrusted, "POST", "/route", `{"model":"qwen3","messages":[{"role":"user","content":"hi"}],"chat_template":"x"}`); code != 400 || !strings.Contains(fmt.Sprint(out["error"]), "trust-request-chat-template") {
+		t.Errorf("untrusted request template: %d %v", code, out)
 	}
 	// Without models, text is refused with a hint.
 	plain := startModelRig(t, nil, 0)

@@ -47,6 +47,10 @@ type Options struct {
 	// Models are the served models and their tokenizers (text prompts
 	// and chat; nil: token ids only).
 	Models *Models
+	// TrustRequestChatTemplate accepts a chat_template in a request (as
+	// vLLM's --trust-request-chat-template); without it such a request
+	// is refused: a template is code the router would run.
+	TrustRequestChatTemplate bool
 	// Client is the proxy's HTTP client. The default has sane timeouts,
 	// follows no redirects and checks every address it dials against
 	// WorkerPolicy; a client given here is used as is.
