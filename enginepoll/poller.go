@@ -9,6 +9,7 @@
 package enginepoll
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -303,8 +304,10 @@ func (e *engine) run() {
 			return
 		case <-t.C:
 		}
+		start := time.Now()
 		e.poll()
-		t.Reset(e.nextDelay())
+		// Start to start: a slow engine is still polled once an interval.
+		t.Reset(max(e.nextDelay()-time.Since(start), 0))
 	}
 }
 
@@ -412,7 +415,7 @@ func (e *engine) report(prev, next Verdict) {
 }
 
 func (e *engine) health(ctx context.Context) error {
-	if _, err := e.get(ctx, "/health", maxHealthBytes); err != nil {
+	if err := e.get(ctx, "/health", maxHealthBytes, nil); err != nil {
 		return fmt.Errorf("health check: %w", err)
 	}
 	return nil
@@ -421,14 +424,18 @@ func (e *engine) health(ctx context.Context) error {
 // metrics reads the engine's load and applies the busy thresholds; a
 // failure is counted under its reason, which it returns.
 func (e *engine) metrics(ctx context.Context) ([]RankLoad, string, error) {
-	page, err := e.get(ctx, "/metrics", e.p.opts.MaxMetricsBytes)
+	var loads Loads
+	var perr error
+	err := e.get(ctx, "/metrics", e.p.opts.MaxMetricsBytes, func(page []byte) error {
+		loads, perr = ParseMetrics(page)
+		return nil
+	})
 	if err != nil {
 		reason := reasonOf(err)
 		e.p.countMetricsError(reason)
 		return nil, reason, fmt.Errorf("metrics: %w", err)
 	}
-	loads, err := ParseMetrics(page)
-	if err != nil {
+	if err := perr; err != nil {
 		reason := "malformed"
 		if errors.Is(err, ErrNoLoadMetrics) {
 			reason = "no_load_metrics"
@@ -493,29 +500,40 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// get fetches base+path, reading at most limit bytes of a 2xx answer.
-func (e *engine) get(ctx context.Context, path string, limit int64) ([]byte, error) {
+// bufs are the pages being read: a page is parsed and dropped, so a few
+// buffers serve a whole fleet polled in turn (one per engine would keep
+// a page-sized buffer per engine alive).
+var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// get fetches base+path, reading at most limit bytes of a 2xx answer, and
+// hands the body to use (valid only during the call).
+func (e *engine) get(ctx context.Context, path string, limit int64, use func([]byte) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(e.target.URL, "/")+path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if path == "/metrics" {
 		req.Header.Set("Accept", "text/plain;version=0.0.4")
 	}
 	resp, err := e.p.client.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return nil, err
+	buf := bufs.Get().(*bytes.Buffer)
+	defer bufs.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
+		return err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, errStatus{resp.StatusCode}
+		return errStatus{resp.StatusCode}
 	}
-	if int64(len(body)) > limit {
-		return nil, errTooLarge
+	if int64(buf.Len()) > limit {
+		return errTooLarge
 	}
-	return body, nil
+	if use == nil {
+		return nil
+	}
+	return use(buf.Bytes())
 }
