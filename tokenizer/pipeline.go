@@ -338,7 +338,7 @@ func behave(sp splitter, behavior string, invert bool) (preTokenizer, bool, erro
 	return func(s string, _ bool, emit func(string)) {
 		// Pieces are contiguous: merging is extending a byte range.
 		off, ps, pe := 0, -1, -1 // pending piece [ps, pe)
-		pendingMatch := false
+		pendingMatch, prevMatch := false, false
 		flush := func() {
 			if ps >= 0 && pe > ps {
 				emit(s[ps:pe])
@@ -351,19 +351,20 @@ func behave(sp splitter, behavior string, invert bool) (preTokenizer, bool, erro
 			off = end
 			switch b {
 			case "mergedwithprevious":
-				if m && ps >= 0 {
+				// A match joins the piece before it, unless that piece
+				// is a match itself.
+				if m && ps >= 0 && !prevMatch {
 					pe = end
+					prevMatch = true
 					return
 				}
 				flush()
-				ps, pe = start, end
+				ps, pe, prevMatch = start, end, m
 			case "mergedwithnext":
+				// A match joins the piece after it, unless that piece is
+				// a match itself.
 				if m {
-					if ps >= 0 && pendingMatch {
-						flush()
-					} else if ps >= 0 {
-						flush()
-					}
+					flush()
 					ps, pe, pendingMatch = start, end, true
 					return
 				}
