@@ -34,10 +34,11 @@ type Config struct {
 	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the decision path allocates per request and the live heap is mostly the index, so a higher target trades memory for CPU; 0 keeps the runtime's (or GOGC's) setting"`
 
 	// ---- models and tokenization (text and chat prompts) ----
-	ServedModels  []string `flag:"served-model" help:"NAME=PATH: serve model NAME, tokenizing its text and chat prompts with the tokenizer at PATH (tokenizer.json, or a model directory with tokenizer.json, tokenizer_config.json and chat_template.jinja); NAME alone uses --tokenizer; repeatable or comma-separated"`
-	Tokenizer     string   `flag:"tokenizer" help:"tokenizer.json or model directory for text and chat prompts; without --served-model the model is served under the directory's name (and is the default for requests without model)"`
-	ServedLoRAs   []string `flag:"served-lora" help:"ADAPTER=MODEL: a LoRA adapter of served model MODEL: a request naming it uses MODEL's tokenizer and routes with Dynamo's LoRA salt; repeatable or comma-separated"`
-	TokenizerMode string   `flag:"tokenizer-mode" help:"router: tokenize in process; engine: ask a worker's POST /tokenize (vLLM's API; cached per identical input), for templates the router cannot render"`
+	ServedModels             []string `flag:"served-model" help:"NAME=PATH: serve model NAME, tokenizing its text and chat prompts with the tokenizer at PATH (tokenizer.json, or a model directory with tokenizer.json, tokenizer_config.json and chat_template.jinja); NAME alone uses --tokenizer; repeatable or comma-separated"`
+	Tokenizer                string   `flag:"tokenizer" help:"tokenizer.json or model directory for text and chat prompts; without --served-model the model is served under the directory's name (and is the default for requests without model)"`
+	ServedLoRAs              []string `flag:"served-lora" help:"ADAPTER=MODEL: a LoRA adapter of served model MODEL: a request naming it uses MODEL's tokenizer and routes with Dynamo's LoRA salt; repeatable or comma-separated"`
+	TokenizerMode            string   `flag:"tokenizer-mode" help:"router: tokenize in process; engine: ask a worker's POST /tokenize (vLLM's API; cached per identical input), for templates the router cannot render"`
+	TrustRequestChatTemplate bool     `flag:"trust-request-chat-template" help:"accept a chat_template in a request (as vLLM's flag of that name); without it such a request gets 400: a template is code the router would run"`
 
 	// ---- HTTP security and limits ----
 	AdminAddr             string        `flag:"admin-addr" help:"separate listen address for the admin API (POST/DELETE /workers, /debug/pprof; also GET /workers, probes, metrics); when set, admin routes are served only there"`

@@ -102,7 +102,7 @@ func (r *Replica) serveHTTP() error {
 		r.log.Info("serving models", "models", names, "tokenizer_mode", cfg.TokenizerMode)
 	}
 	api := httpapi.New(httpapi.Options{
-		Models: models,
+		Models: models, TrustRequestChatTemplate: cfg.TrustRequestChatTemplate,
 		Router: r.router, Metrics: r.metrics, BlockSize: cfg.BlockSize, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready: r.Ready, Proxy: cfg.Proxy, TrackOutputBlocks: cfg.RouterTrackOutputBlocks,
 		OutputBlockDecayFloor: cfg.ProxyOutputBlockDecayFloor, Pprof: cfg.Pprof, Log: r.base,
