@@ -180,8 +180,18 @@ func BenchmarkApplyRemote(b *testing.B) {
 			}
 		}
 	}
-	if _, err := r.Registry(ctx); err != nil {
+	b.StopTimer()
+	// Every batch freed what it added: nothing may be left on any rank.
+	st, err := r.Status(ctx)
+	if err != nil {
 		b.Fatal(err)
+	}
+	for _, w := range st.Workers {
+		for _, rk := range w.Ranks {
+			if rk.ActiveRequests != 0 {
+				b.Fatalf("worker %d rank %d holds %d requests after every batch freed its own", w.WorkerID, rk.DpRank, rk.ActiveRequests)
+			}
+		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
 }

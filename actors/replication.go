@@ -94,9 +94,10 @@ func changeOf(ev *messages.SequenceEvent) tracking.Change {
 func (a *replicationActor) remoteBatch(ctx actor.Context, evs []*messages.SequenceEvent) {
 	var order []kv.WorkerWithDpRank
 	stride := a.cfg.Sequence.EffectiveStride()
+	registered := a.ranks.has // one method value per batch, not per event
 	for _, ev := range evs {
 		c := changeOf(ev)
-		w, out := a.remote.ApplyRemote(c, a.cfg.ReplicaID, stride, a.ranks.has)
+		w, out := a.remote.ApplyRemote(c, a.cfg.ReplicaID, stride, registered)
 		switch out {
 		case tracking.Apply:
 			if _, seen := a.byRank[w]; !seen {
