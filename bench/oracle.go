@@ -47,19 +47,25 @@ import (
 // every real policy, which also loses blocks to eviction and splits
 // prefixes across workers.
 func OracleHitRate(reqs []Request, blockSize int) (float64, error) {
+	return oracleUnbounded(reqs, blockSize, 0)
+}
+
+func oracleUnbounded(reqs []Request, blockSize, warmup int) (float64, error) {
 	if blockSize <= 0 {
 		return 0, fmt.Errorf("%w: block size must be > 0, got %d", ErrBadWorkload, blockSize)
 	}
 	seen := make(map[kv.SequenceHash]struct{})
 	var hit, total int
-	for _, r := range reqs {
-		total += len(r.Tokens)
+	for i, r := range reqs {
 		seqs := hashing.SequenceHashes(hashing.BlockHashes(r.Tokens, blockSize, hashing.Options{}))
-		for _, s := range seqs {
-			if _, ok := seen[s]; !ok {
-				break // a chain miss: later blocks have an unseen prefix
+		if i >= warmup {
+			total += len(r.Tokens)
+			for _, s := range seqs {
+				if _, ok := seen[s]; !ok {
+					break // a chain miss: later blocks have an unseen prefix
+				}
+				hit += blockSize
 			}
-			hit += blockSize
 		}
 		for _, s := range seqs {
 			seen[s] = struct{}{}
@@ -117,15 +123,25 @@ type Bounds struct {
 
 // OracleBounds computes all three bounds.
 func OracleBounds(reqs []Request, f OracleFleet) (Bounds, error) {
+	return OracleBoundsAfter(reqs, f, 0)
+}
+
+// OracleBoundsAfter computes all three bounds over the requests after the
+// first warmup: those still fill the caches but are not counted, as a
+// sweep leaves its warm-up requests out of the policies' figures.
+func OracleBoundsAfter(reqs []Request, f OracleFleet, warmup int) (Bounds, error) {
+	if warmup < 0 || warmup > len(reqs) {
+		return Bounds{}, fmt.Errorf("%w: warm-up of %d requests in a schedule of %d", ErrBadWorkload, warmup, len(reqs))
+	}
 	var b Bounds
 	var err error
-	if b.Unbounded, err = OracleHitRate(reqs, f.BlockSize); err != nil {
+	if b.Unbounded, err = oracleUnbounded(reqs, f.BlockSize, warmup); err != nil {
 		return Bounds{}, err
 	}
-	if b.Capacity, err = OracleCapacityHitRate(reqs, f); err != nil {
+	if b.Capacity, err = oracleSimulate(reqs, f, false, warmup); err != nil {
 		return Bounds{}, err
 	}
-	if b.Timed, err = OracleTimedHitRate(reqs, f); err != nil {
+	if b.Timed, err = oracleSimulate(reqs, f, true, warmup); err != nil {
 		return Bounds{}, err
 	}
 	return b, nil
@@ -138,16 +154,16 @@ func OracleBounds(reqs []Request, f OracleFleet) (Bounds, error) {
 // with more free blocks, then the staler one). Requests are taken in
 // order (a schedule is sorted by arrival).
 func OracleCapacityHitRate(reqs []Request, f OracleFleet) (float64, error) {
-	return oracleSimulate(reqs, f, false)
+	return oracleSimulate(reqs, f, false, 0)
 }
 
 // OracleTimedHitRate is oracle_timed: oracle_capacity where a cached block
 // only counts once the idle-speed prefill that stores it reached it.
 func OracleTimedHitRate(reqs []Request, f OracleFleet) (float64, error) {
-	return oracleSimulate(reqs, f, true)
+	return oracleSimulate(reqs, f, true, 0)
 }
 
-func oracleSimulate(reqs []Request, f OracleFleet, timed bool) (float64, error) {
+func oracleSimulate(reqs []Request, f OracleFleet, timed bool, warmup int) (float64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
@@ -157,8 +173,7 @@ func oracleSimulate(reqs []Request, f OracleFleet, timed bool) (float64, error) 
 	}
 	var hit, total int
 	var ready []time.Duration
-	for _, r := range reqs {
-		total += len(r.Tokens)
+	for i, r := range reqs {
 		seqs := hashing.SequenceHashes(hashing.BlockHashes(r.Tokens, f.BlockSize, hashing.Options{}))
 		maxHit := min(len(seqs), max(len(r.Tokens)-1, 0)/f.BlockSize)
 		now := r.Arrival
@@ -183,7 +198,10 @@ func oracleSimulate(reqs []Request, f OracleFleet, timed bool) (float64, error) 
 				best, bestMatch, bestScore = i, m, score
 			}
 		}
-		hit += bestMatch * f.BlockSize
+		if i >= warmup {
+			hit += bestMatch * f.BlockSize
+			total += len(r.Tokens)
+		}
 		ready = f.readyTimes(ready[:0], r.Arrival, len(r.Tokens), bestMatch, len(seqs), timed)
 		ranks[best].store(seqs, bestMatch, ready, r.Arrival)
 	}

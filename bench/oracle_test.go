@@ -166,3 +166,23 @@ func TestOracleBoundsValidate(t *testing.T) {
 		}
 	}
 }
+
+// Warm-up requests fill the caches but are not counted.
+func TestOracleBoundsAfterWarmup(t *testing.T) {
+	f := OracleFleet{Ranks: 2, BlockSize: 4, CacheBlocks: 100, PrefillTokensPerSec: 1000, MaxBatchedTokens: 8192, Speedup: 1}
+	p := blocks(1, 1, 2, 3) // 13 tokens, 12 hittable
+	reqs := []Request{at(0, p), at(100, p), at(200, blocks(1, 5))}
+	b, err := OracleBoundsAfter(reqs, f, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 12.0 / (13 + 5)
+	if math.Abs(b.Unbounded-want) > 1e-12 || math.Abs(b.Capacity-want) > 1e-12 || math.Abs(b.Timed-want) > 1e-12 {
+		t.Fatalf("bounds %+v, want %v each", b, want)
+	}
+	for _, bad := range []int{-1, 4} {
+		if _, err := OracleBoundsAfter(reqs, f, bad); !errors.Is(err, ErrBadWorkload) {
+			t.Errorf("warm-up %d: %v", bad, err)
+		}
+	}
+}

@@ -41,6 +41,11 @@ type SweepConfig struct {
 	// oracles (OracleBounds); with no ranks only oracle_unbounded is
 	// computed.
 	Oracle OracleFleet
+	// Warmup is how many leading requests of each point only warm the
+	// caches: they are sent, but left out of the point's figures and of
+	// its oracles (production fleets run warm; a short run starting cold
+	// measures mostly first-time misses).
+	Warmup int
 	// RequestTimeout bounds one request, queueing included.
 	RequestTimeout time.Duration
 	Seed           uint64
@@ -53,6 +58,9 @@ type SweepConfig struct {
 func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet FleetFactory) (*Report, error) {
 	if len(cfg.QPS) == 0 || len(cfg.Policies) == 0 {
 		return nil, errors.New("sweep needs at least one QPS point and one policy")
+	}
+	if cfg.Warmup < 0 {
+		return nil, fmt.Errorf("%w: warm-up must be >= 0 requests, got %d", ErrBadWorkload, cfg.Warmup)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -96,11 +104,14 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 // bounds computes the oracles of one schedule (only the unbounded one
 // when the fleet is not described).
 func (cfg SweepConfig) bounds(reqs []Request) (Bounds, error) {
+	if cfg.Warmup >= len(reqs) && len(reqs) > 0 {
+		return Bounds{}, fmt.Errorf("%w: a warm-up of %d requests leaves none of %d to measure", ErrBadWorkload, cfg.Warmup, len(reqs))
+	}
 	if cfg.Oracle.Ranks == 0 {
-		hit, err := OracleHitRate(reqs, cfg.BlockSize)
+		hit, err := oracleUnbounded(reqs, cfg.BlockSize, cfg.Warmup)
 		return Bounds{Unbounded: hit}, err
 	}
-	return OracleBounds(reqs, cfg.Oracle)
+	return OracleBoundsAfter(reqs, cfg.Oracle, cfg.Warmup)
 }
 
 func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, reqs []Request, newFleet FleetFactory) (Point, error) {
@@ -128,7 +139,8 @@ func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, r
 		timeout = 2 * time.Minute
 	}
 	sampler := startLoadSampler(ctx, client.HTTP, fleet.WorkerURLs(), cfg.BlockSize)
-	pt := Summarize(policy, qps, Run(ctx, reqs, d, client, timeout))
+	results := Run(ctx, reqs, d, client, timeout)
+	pt := Summarize(policy, qps, results[min(cfg.Warmup, len(results)):])
 	pt.LoadSpread = sampler.stop()
 	return pt, nil
 }

@@ -5,45 +5,52 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/mockengine"
 )
 
-// demoPreset is the README's demo: 8 mock workers behind one router and a
-// shared-prefix workload of 8 system prompts (3,000 tokens) with 16
-// questions (150 tokens) each. Each worker's cache (800 blocks, 12,800
-// tokens) holds about 4 system prompts: enough when each prompt stays on
-// one worker, too few when round-robin sends all 8 everywhere. Prefill
-// runs at 10,000 tokens/s, so a miss costs ~0.33 s and a hit ~25 ms, and
-// round-robin saturates near 30 QPS; at 40 and 64 QPS it queues while
-// KV routing still keeps up. A short cold-miss window (the first request of a prompt is
-// invisible to the router until its prefill publishes the blocks) keeps
-// the router's duplicate placements few against 10 s of traffic. The values come from replaying this workload
-// through mockengine.Rank offline with perfect affinity vs round-robin.
-func demoPreset(f *sweepFlags) {
+// demoPreset is the README's demo: 8 mock workers with the
+// h100-llama3-8b preset (a cache of 434k tokens and 32.6k tokens/s of
+// prefill each, derived from public numbers) behind one router, and
+// llm-d's shared-prefix shape sized to that cache: 64 system prompts of
+// 7,000 tokens (448k tokens, more than one worker holds) with 5 questions
+// of 1,000 tokens each. Kept one prompt per worker, the prefixes fit 8
+// times over; sent everywhere (round-robin), every worker thrashes. A
+// miss costs 0.25 s of prefill and a hit 31 ms, so round-robin needs
+// ~40 QPS of the fleet's prefill while KV routing needs ~5: at 8 QPS no
+// one queues, at 40 and 64 round-robin does. 360 requests per point, the
+// first 120 of which warm the caches and are not measured (a production
+// fleet runs warm; measured cold, each point would mostly count the
+// first miss of every prompt). Values chosen by replaying the workload
+// through mockengine.Rank offline for every policy.
+func demoPreset(f *sweepFlags) error {
 	w := &f.workload
 	w.Kind = bench.WorkloadSharedPrefix
-	w.SharedPrefix = bench.SharedPrefixConfig{Groups: 8, PromptsPerGroup: 16, SystemTokens: 3000, QuestionTokens: 150, OutputTokens: 32}
-	w.Duration = 8 * time.Second
-	w.Requests = 0
+	w.SharedPrefix = bench.SharedPrefixConfig{Groups: 64, PromptsPerGroup: 5, SystemTokens: 7000, QuestionTokens: 1000, OutputTokens: 64}
+	w.Duration = 0
+	w.Requests = 360
 	w.Seed = 1
+	f.warmup = 120
 	f.qps = "8,40,64"
-	f.policies = "kvrouter,round_robin,random,least_loaded,oracle"
+	f.policies = "kvrouter,kvrouter_ttft,round_robin,least_loaded,oracle"
 	f.out = "out/demo"
 	f.fleet.Workers = 8
 	f.fleet.BlockSize = 16
 	f.fleet.Engine.Speedup = 1
-	f.fleet.Engine.PrefillTokensPerSec = 10000
-	f.fleet.Engine.TotalKVBlocks = 800
+	return nil
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f sweepFlags
 	fs := flag.NewFlagSet("kvbench demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f.register(fs)
-	demoPreset(&f)
+	if err := f.registerPreset(fs, args, mockengine.PresetH100Llama3_8B); err != nil {
+		return err
+	}
+	if err := demoPreset(&f); err != nil {
+		return err
+	}
 	// Flags given on the command line still override the preset.
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -55,7 +62,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	f.finish()
-	fmt.Fprintf(stdout, "kvbench demo: embedded NATS, 1 router, %d mock workers, shared-prefix sweep at qps %s (%s per point)\n",
-		f.fleet.Workers, f.qps, f.workload.Duration)
+	fmt.Fprintf(stdout, "kvbench demo: embedded NATS, 1 router, %d mock workers (%s), shared-prefix sweep at qps %s (%d requests per point, the first %d warming the caches)\n",
+		f.fleet.Workers, f.fleet.Preset, f.qps, f.workload.Requests, f.warmup)
 	return execute(ctx, &f, stdout, stderr)
 }

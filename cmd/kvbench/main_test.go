@@ -111,15 +111,26 @@ func TestDemoPresetYieldsToFlags(t *testing.T) {
 	var f sweepFlags
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	f.register(fs)
-	demoPreset(&f)
-	if f.fleet.Workers != 8 || f.qps != "8,40,64" || f.out != "out/demo" {
-		t.Fatalf("preset not applied: workers %d qps %s out %s", f.fleet.Workers, f.qps, f.out)
-	}
-	if err := fs.Parse([]string{"--workers", "3", "--qps", "5"}); err != nil {
+	if err := demoPreset(&f); err != nil {
 		t.Fatal(err)
 	}
-	if f.fleet.Workers != 3 || f.qps != "5" || f.workload.SharedPrefix.Groups != 8 {
-		t.Errorf("after flags: workers %d qps %s groups %d; want 3, 5 and the preset's 8", f.fleet.Workers, f.qps, f.workload.SharedPrefix.Groups)
+	if f.fleet.Workers != 8 || f.qps != "8,40,64" || f.out != "out/demo" || f.warmup != 120 {
+		t.Fatalf("preset not applied: workers %d qps %s out %s warm-up %d", f.fleet.Workers, f.qps, f.out, f.warmup)
+	}
+	if err := fs.Parse([]string{"--workers", "3", "--qps", "5", "--warmup", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.fleet.Workers != 3 || f.qps != "5" || f.workload.SharedPrefix.Groups != 64 || f.warmup != 0 {
+		t.Errorf("after flags: workers %d qps %s groups %d warm-up %d; want 3, 5, the preset's 64 and 0",
+			f.fleet.Workers, f.qps, f.workload.SharedPrefix.Groups, f.warmup)
+	}
+	var d sweepFlags
+	dfs := flag.NewFlagSet("t", flag.ContinueOnError)
+	if err := d.registerPreset(dfs, nil, mockengine.PresetH100Llama3_8B); err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := mockengine.Preset(mockengine.PresetH100Llama3_8B); d.fleet.Engine.TotalKVBlocks != want.TotalKVBlocks {
+		t.Errorf("the demo's fleet is not the h100 preset: %+v", d.fleet.Engine)
 	}
 }
 

@@ -24,6 +24,7 @@ type sweepFlags struct {
 	fleet    bench.FleetOptions
 	out      string
 	timeout  time.Duration
+	warmup   int
 	logLevel string
 }
 
@@ -48,6 +49,7 @@ func (f *sweepFlags) registerRest(fs *flag.FlagSet) {
 	fs.StringVar(&f.policies, "policies", "kvrouter,kvrouter_ttft,round_robin,random,least_loaded,oracle", "comma-separated policies: kvrouter (Dynamo's cost), kvrouter_ttft (--router-cost ttft), round_robin, random, least_loaded, oracle (the hit-rate bounds only)")
 	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
 	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")
+	fs.IntVar(&f.warmup, "warmup", 0, "leading requests of each point that only warm the caches: sent, but left out of its figures and oracles")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded fleet and the sweep")
 }
 
@@ -145,7 +147,7 @@ func execute(ctx context.Context, f *sweepFlags, stdout, stderr io.Writer) error
 	}
 	cfg := bench.SweepConfig{
 		Workload: f.workload.Kind, QPS: qps, Policies: policies, BlockSize: f.fleet.BlockSize, Oracle: f.fleet.OracleFleet(),
-		RequestTimeout: f.timeout, Seed: f.workload.Seed, Model: f.fleet.Engine.ModelName, Logger: log,
+		RequestTimeout: f.timeout, Seed: f.workload.Seed, Model: f.fleet.Engine.ModelName, Logger: log, Warmup: f.warmup,
 	}
 	start := time.Now()
 	rep, err := bench.Sweep(ctx, cfg, schedule, factory)
