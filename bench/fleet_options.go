@@ -31,6 +31,10 @@ type FleetOptions struct {
 	// Preset names the mock-engine preset Engine was derived from ("" for
 	// the mock engine's defaults), for reports.
 	Preset string
+	// Discovery is how the router finds the workers: "" (heartbeats and
+	// KV events on NATS) or DiscoveryDNS (plain engines on their own
+	// loopback addresses, found by resolving a name, KV events on ZMQ).
+	Discovery string
 	Logger *slog.Logger
 }
 
@@ -71,6 +75,7 @@ func (o *FleetOptions) register(fs *flag.FlagSet) {
 		o.BlockSize = o.Engine.BlockSize
 	}
 	fs.IntVar(&o.Workers, "workers", 8, "mock workers in the fleet")
+	fs.StringVar(&o.Discovery, "discovery", "", "how the router finds the workers: empty = NATS heartbeats and events; dns = plain engines (no heartbeats, KV events on ZMQ) on 127.0.0.2, 127.0.0.3, ... found by resolving a name at a DNS server on loopback (--discover dns://...)")
 	fs.IntVar(&o.Replicas, "replicas", 1, "router replicas (a memberlist cluster when > 1; requests spread over them round-robin)")
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "KV block size of the router and the workers")
 	fs.IntVar(&o.Stride, "router-active-sequence-stride", 0, "router replicas: one sequence hash per N blocks in the active-sequence tracker and its gossip (0 = the router's default)")
@@ -92,6 +97,9 @@ func (o FleetOptions) Validate() error {
 	}
 	if o.Replicas < 0 {
 		return fmt.Errorf("replicas must be >= 0, got %d", o.Replicas)
+	}
+	if o.Discovery != "" && o.Discovery != DiscoveryDNS {
+		return fmt.Errorf("discovery %q: want empty or %s", o.Discovery, DiscoveryDNS)
 	}
 	e := o.Engine
 	e.BlockSize = o.BlockSize

@@ -25,6 +25,7 @@ type routedFleet struct {
 	replicas []*replica.Replica
 	conn     *nats.Conn // the workers' publishing connection
 	ws       *workerSet
+	dns      *dnsWorkers // with --discovery dns
 	dir      string
 }
 
@@ -46,6 +47,9 @@ func (f *routedFleet) Close(ctx context.Context) error {
 	}
 	if f.conn != nil {
 		f.conn.Close()
+	}
+	if f.dns != nil {
+		f.dns.close()
 	}
 	for _, r := range f.replicas {
 		errs = append(errs, r.Shutdown(ctx))
@@ -117,6 +121,15 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 	if opts.BatchInterval > 0 {
 		cfg.ClusterBatchInterval = opts.BatchInterval
 	}
+	if opts.Discovery == DiscoveryDNS {
+		// The engines first: the router's first lookup finds them all.
+		var uri string
+		if f.ws, f.dns, uri, err = startDNSWorkers(ctx, opts); err != nil {
+			return nil, err
+		}
+		cfg.Discover = []string{uri}
+		cfg.DiscoverInterval = time.Second
+	}
 	for i := range max(opts.Replicas, 1) {
 		rc := cfg
 		rc.ReplicaID = fmt.Sprintf("bench-%d", i)
@@ -132,14 +145,16 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 		}
 		f.replicas = append(f.replicas, r)
 	}
-	conn, err := natsbus.Connect(ctx, cfg.NATSURL, "kvbench-workers", opts.Logger)
-	if err != nil {
-		return nil, fmt.Errorf("workers' NATS connection: %w", err)
-	}
-	f.conn = conn
-	pub := mockengine.NewNATSPublisher(conn, cfg.KVEventsSubject, cfg.WorkersSubject)
-	if f.ws, err = startWorkers(ctx, opts, pub); err != nil {
-		return nil, err
+	if f.ws == nil {
+		conn, err := natsbus.Connect(ctx, cfg.NATSURL, "kvbench-workers", opts.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("workers' NATS connection: %w", err)
+		}
+		f.conn = conn
+		pub := mockengine.NewNATSPublisher(conn, cfg.KVEventsSubject, cfg.WorkersSubject)
+		if f.ws, err = startWorkers(ctx, opts, pub); err != nil {
+			return nil, err
+		}
 	}
 	if err := f.waitRegistered(ctx, opts.Workers); err != nil {
 		return nil, err
@@ -148,7 +163,7 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 }
 
 // waitRegistered waits until the router is ready and lists every worker
-// (their first heartbeat arrived).
+// (their first heartbeat arrived, or discovery found them).
 func (f *routedFleet) waitRegistered(ctx context.Context, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()

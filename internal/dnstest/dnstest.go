@@ -1,5 +1,5 @@
 // Package dnstest is a small authoritative DNS server on loopback whose
-// records a test changes while it runs (github.com/miekg/dns): A, AAAA
+// records a test (or kvbench's DNS-discovered fleet) changes while it runs (github.com/miekg/dns): A, AAAA
 // and SRV records, NXDOMAIN for unknown names, and Stop to make it
 // unreachable. Go's resolver talks to it over real UDP.
 package dnstest
@@ -27,9 +27,20 @@ type Server struct {
 // Start serves on a random loopback UDP port; the test's cleanup stops it.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	s, err := New("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// New serves on a UDP address (outside tests: kvbench's DNS-discovered
+// fleet); Stop ends it.
+func New(addr string) (*Server, error) {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{ips: map[string][]net.IP{}, srvs: map[string][]*dns.SRV{}, addr: pc.LocalAddr().String()}
 	s.srv = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(s.serve)}
@@ -37,8 +48,7 @@ func Start(t testing.TB) *Server {
 	s.srv.NotifyStartedFunc = func() { close(started) }
 	go func() { _ = s.srv.ActivateAndServe() }()
 	<-started
-	t.Cleanup(s.Stop)
-	return s
+	return s, nil
 }
 
 // Addr is the server's host:port.
