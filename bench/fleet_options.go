@@ -31,11 +31,12 @@ type FleetOptions struct {
 	// Preset names the mock-engine preset Engine was derived from ("" for
 	// the mock engine's defaults), for reports.
 	Preset string
+	Logger *slog.Logger
+
 	// Discovery is how the router finds the workers: "" (heartbeats and
 	// KV events on NATS) or DiscoveryDNS (plain engines on their own
 	// loopback addresses, found by resolving a name, KV events on ZMQ).
 	Discovery string
-	Logger *slog.Logger
 }
 
 // Register binds the fleet's flags, defaulting to the mock engine's
