@@ -75,7 +75,16 @@ func (s *scope) lookup(name string) any {
 	return Undefined{}
 }
 
-func (s *scope) child() *scope { return &scope{vars: map[string]any{}, parent: s, r: s.r} }
+// child is a nested scope; its map is made on the first set (most loop
+// iterations only bind the loop variables).
+func (s *scope) child() *scope { return &scope{parent: s, r: s.r} }
+
+func (s *scope) set(name string, v any) {
+	if s.vars == nil {
+		s.vars = make(map[string]any, 4)
+	}
+	s.vars[name] = v
+}
 
 // Render renders the template with the given variables (template values:
 // see FromJSON and FromGo) on top of the globals (range, namespace,
@@ -86,7 +95,7 @@ func (t *Template) Render(vars map[string]any) (string, error) {
 	globals := &scope{vars: globalFuncs(), r: r}
 	sc := globals.child()
 	for k, v := range vars {
-		sc.vars[k] = FromGo(v)
+		sc.set(k, FromGo(v))
 	}
 	if err := sc.exec(t.body, &b); err != nil {
 		if errors.Is(err, errBreak) || errors.Is(err, errContinue) {
@@ -141,7 +150,7 @@ func (s *scope) exec(nodes []node, out *strings.Builder) error {
 				return err
 			}
 		case *macroNode:
-			s.vars[n.name] = s.macro(n.params, n.body, nil)
+			s.set(n.name, s.macro(n.params, n.body, nil))
 		case *callBlockNode:
 			call, ok := n.call.(*callExpr)
 			if !ok {
@@ -149,7 +158,7 @@ func (s *scope) exec(nodes []node, out *strings.Builder) error {
 			}
 			caller := s.macro(nil, n.body, nil)
 			c := s.child()
-			c.vars["caller"] = caller
+			c.set("caller", caller)
 			v, err := c.eval(call)
 			if err != nil {
 				return err
@@ -197,7 +206,7 @@ func (s *scope) execSet(n *setNode) error {
 		return nil
 	}
 	if len(n.names) == 1 {
-		s.vars[n.names[0]] = v
+		s.set(n.names[0], v)
 		return nil
 	}
 	items, err := iterate(v)
@@ -208,7 +217,7 @@ func (s *scope) execSet(n *setNode) error {
 		return errorf("cannot unpack %d values into %d names", len(items), len(n.names))
 	}
 	for i, name := range n.names {
-		s.vars[name] = items[i]
+		s.set(name, items[i])
 	}
 	return nil
 }
@@ -224,7 +233,7 @@ func (s *scope) execFor(n *forNode, out *strings.Builder) error {
 	}
 	bind := func(c *scope, item any) error {
 		if len(n.vars) == 1 {
-			c.vars[n.vars[0]] = item
+			c.set(n.vars[0], item)
 			return nil
 		}
 		parts, err := iterate(item)
@@ -232,7 +241,7 @@ func (s *scope) execFor(n *forNode, out *strings.Builder) error {
 			return errorf("for: cannot unpack %s into %d names", typeName(item), len(n.vars))
 		}
 		for i, v := range n.vars {
-			c.vars[v] = parts[i]
+			c.set(v, parts[i])
 		}
 		return nil
 	}
@@ -261,30 +270,8 @@ func (s *scope) execFor(n *forNode, out *strings.Builder) error {
 	}
 	for i, item := range items {
 		c := s.child()
-		loop := NewDict()
-		loop.Set("index", int64(i+1))
-		loop.Set("index0", int64(i))
-		loop.Set("revindex", int64(len(items)-i))
-		loop.Set("revindex0", int64(len(items)-i-1))
-		loop.Set("first", i == 0)
-		loop.Set("last", i == len(items)-1)
-		loop.Set("length", int64(len(items)))
-		loop.Set("depth", int64(1))
-		loop.Set("depth0", int64(0))
-		if i > 0 {
-			loop.Set("previtem", items[i-1])
-		}
-		if i+1 < len(items) {
-			loop.Set("nextitem", items[i+1])
-		}
-		idx := i
-		loop.Set("cycle", Func(func(args []any, _ *Dict) (any, error) {
-			if len(args) == 0 {
-				return Undefined{}, nil
-			}
-			return args[idx%len(args)], nil
-		}))
-		c.vars["loop"] = loop
+		loop := &loopInfo{i: i, items: items}
+		c.set("loop", loop)
 		if err := bind(c, item); err != nil {
 			return err
 		}
@@ -312,24 +299,25 @@ func (s *scope) macro(params []param, body []node, _ any) Func {
 		for i, p := range params {
 			switch {
 			case i < len(args):
-				c.vars[p.name] = args[i]
+				c.set(p.name, args[i])
 			case kwargs != nil && hasKey(kwargs, p.name):
-				c.vars[p.name], _ = kwargs.Get(p.name)
+				v, _ := kwargs.Get(p.name)
+				c.set(p.name, v)
 			case p.def != nil:
 				v, err := c.eval(p.def)
 				if err != nil {
 					return nil, err
 				}
-				c.vars[p.name] = v
+				c.set(p.name, v)
 			default:
-				c.vars[p.name] = Undefined{}
+				c.set(p.name, Undefined{})
 			}
 		}
 		varargs := &List{}
 		if len(args) > len(params) {
 			varargs.Items = args[len(params):]
 		}
-		c.vars["varargs"] = varargs
+		c.set("varargs", varargs)
 		var b strings.Builder
 		if err := c.exec(body, &b); err != nil {
 			return nil, err
@@ -502,6 +490,8 @@ func getAttr(obj any, name string) (any, error) {
 			return m, nil
 		}
 		return Undefined{}, nil
+	case *loopInfo:
+		return o.attr(name), nil
 	case string:
 		if m := stringMethod(o, name); m != nil {
 			return m, nil
@@ -938,4 +928,51 @@ func contains(haystack, needle any) (bool, error) {
 		return false, errorf("argument of type %s is not iterable", typeName(haystack))
 	}
 	return false, errorf("argument of type %s is not iterable", typeName(haystack))
+}
+
+// loopInfo is a for loop's `loop` variable.
+type loopInfo struct {
+	i     int
+	items []any
+}
+
+func (l *loopInfo) attr(name string) any {
+	n := len(l.items)
+	switch name {
+	case "index":
+		return int64(l.i + 1)
+	case "index0":
+		return int64(l.i)
+	case "revindex":
+		return int64(n - l.i)
+	case "revindex0":
+		return int64(n - l.i - 1)
+	case "first":
+		return l.i == 0
+	case "last":
+		return l.i == n-1
+	case "length":
+		return int64(n)
+	case "depth":
+		return int64(1)
+	case "depth0":
+		return int64(0)
+	case "previtem":
+		if l.i > 0 {
+			return l.items[l.i-1]
+		}
+	case "nextitem":
+		if l.i+1 < n {
+			return l.items[l.i+1]
+		}
+	case "cycle":
+		i := l.i
+		return Func(func(args []any, _ *Dict) (any, error) {
+			if len(args) == 0 {
+				return Undefined{}, nil
+			}
+			return args[i%len(args)], nil
+		})
+	}
+	return Undefined{}
 }
