@@ -147,17 +147,23 @@ func selectLines(page []byte) []byte {
 	return out
 }
 
+// isLoadLine reports whether a line (past "# HELP "/"# TYPE ") is about
+// a load metric: its name, up to '{' or a blank, is one of loadNames.
 func isLoadLine(s []byte) bool {
 	if len(s) < 6 || (s[0] != 'v' && s[0] != 's') {
 		return false
 	}
-	for _, n := range loadNames {
-		if len(s) > len(n) && string(s[:len(n)]) == n {
-			switch s[len(n)] {
-			case '{', ' ', '\t':
-				return true
-			}
-		}
+	end := bytes.IndexAny(s, "{ \t")
+	if end < 0 {
+		return false
 	}
-	return false
+	return loadNameSet[string(s[:end])] // no allocation: a map index by a converted []byte
 }
+
+var loadNameSet = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range loadNames {
+		m[n] = true
+	}
+	return m
+}()
