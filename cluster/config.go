@@ -149,6 +149,13 @@ type Config struct {
 	// OwnedRequests).
 	SinkTimeout time.Duration
 
+	// RegistryDigest, when set, returns this replica's worker-registry
+	// digest: it rides on every anti-entropy digest and peers compare it
+	// with theirs (registry.go). It must not block. RegistryDivergence is
+	// how long a difference lasts before it is logged (0: 30 s).
+	RegistryDigest     func() uint64
+	RegistryDivergence time.Duration
+
 	// LeaveSettle is how long Leave waits after the leave broadcast went
 	// out, so it spreads before the process stops answering probes.
 	LeaveSettle time.Duration

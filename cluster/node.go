@@ -41,6 +41,8 @@ type Node struct {
 	ml   *memberlist.Memberlist
 
 	synced syncedSet // peers whose requests we hold as they see them
+	// registry compares peers' worker registries with ours (registry.go).
+	registry registryAgreement
 
 	// pubMu orders Publish: Seq stamping, the ledger and the append to
 	// pending happen together, so pending is in Seq order.
@@ -339,7 +341,11 @@ func (n *Node) lastSeq() uint64 {
 func (n *Node) ownDigest() digestMsg {
 	n.pubMu.Lock()
 	defer n.pubMu.Unlock()
-	return digestMsg{Origin: n.cfg.ReplicaID, Seq: n.seq, Digest: n.ledger.digest}
+	d := digestMsg{Origin: n.cfg.ReplicaID, Seq: n.seq, Digest: n.ledger.digest}
+	if n.cfg.RegistryDigest != nil {
+		d.Registry, d.HasRegistry = n.cfg.RegistryDigest(), true
+	}
+	return d
 }
 
 // Stats returns the Node's counters.

@@ -247,6 +247,7 @@ func (r *receiver) handleDigest(d digestMsg, now time.Time) {
 		return
 	}
 	r.n.stats.digestsReceived.Add(1)
+	r.n.checkRegistry(d, now)
 	st := r.state(d.Origin)
 	if st == nil || st.repair != nil {
 		return

@@ -43,6 +43,11 @@ type digestMsg struct {
 	Origin string
 	Seq    uint64
 	Digest Digest
+	// Registry is the origin's worker-registry digest (registry.go), sent
+	// only when HasRegistry (Config.RegistryDigest set): a digest frame
+	// without it is what older replicas send and expect.
+	Registry    uint64
+	HasRegistry bool
 }
 
 // stateRequest asks the receiving origin to send its full state back to
@@ -84,7 +89,11 @@ func encodeDigest(d digestMsg) []byte {
 	b = appendString(b, d.Origin)
 	b = binary.AppendUvarint(b, d.Seq)
 	b = binary.AppendUvarint(b, uint64(max(d.Digest.Count, 0)))
-	return binary.BigEndian.AppendUint64(b, d.Digest.Hash)
+	b = binary.BigEndian.AppendUint64(b, d.Digest.Hash)
+	if d.HasRegistry {
+		b = binary.BigEndian.AppendUint64(b, d.Registry)
+	}
+	return b
 }
 
 func encodeStateRequest(r stateRequest) []byte {
@@ -213,6 +222,9 @@ func decodeFrame(buf []byte) (frame, error) {
 			r.err = fmt.Errorf("%w: digest count %d", ErrMalformed, count)
 		}
 		f.digest.Digest.Count = int(count)
+		if r.err == nil && len(r.buf) == 8 {
+			f.digest.Registry, f.digest.HasRegistry = r.uint64(), true
+		}
 		if err := r.done(); err != nil {
 			return frame{}, fmt.Errorf("digest: %w", err)
 		}

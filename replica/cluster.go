@@ -45,6 +45,10 @@ func (r *Replica) joinCluster(ctx context.Context) error {
 	cc.HTTPAddr, cc.Version, cc.Logger = r.HTTPAddrOrConfig(), Version, r.base
 	cc.KeyFile, cc.Label, cc.Insecure = r.cfg.ClusterKeyFile, r.cfg.ClusterLabel, r.cfg.ClusterInsecure
 	cc.TLSCertFile, cc.TLSKeyFile, cc.TLSCAFile = r.cfg.ClusterTLSCert, r.cfg.ClusterTLSKey, r.cfg.ClusterTLSCA
+	if r.discovery != nil && len(r.cfg.Discover) > 0 {
+		// Peers compare their discovered fleets (cluster/registry.go).
+		cc.RegistryDigest = r.discovery.digest.Load
+	}
 	node, err := cluster.Start(ctx, cc, routerSink{r.router})
 	if err != nil {
 		return fmt.Errorf("join cluster: %w", err)
@@ -118,6 +122,9 @@ func (c *clusterLink) addState(st *metrics.State) {
 	} {
 		st.Counters = append(st.Counters, metrics.Counter{Name: name, Source: "memberlist", Value: v})
 	}
+	mismatches, diverged := c.node.RegistryAgreement()
+	st.Counters = append(st.Counters, metrics.Counter{Name: "registry_digest_mismatches", Source: "memberlist", Value: mismatches})
+	st.Gauges["registry_diverged_peers"] = float64(len(diverged))
 }
 
 // Members lists the cluster's live replicas (nil without a cluster).

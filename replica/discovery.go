@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/kvrouter/config"
@@ -26,6 +27,9 @@ type discoveryLink struct {
 	mgr    *discovery.Manager
 	poller *enginepoll.Poller // nil with --engine-poll=off
 	log    *slog.Logger
+	// digest is the registry's digest as last listed, for the cluster's
+	// comparison with peers (cluster.Config.RegistryDigest).
+	digest atomic.Uint64
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -54,16 +58,19 @@ func (r *Replica) startDiscovery() error {
 	return nil
 }
 
-// targets keeps the poller's engines in step with the registry: the
+// targets keeps the poller's engines in step with the registry — the
 // discovered workers (or, with --engine-poll=all, every worker with a
-// URL) that are not draining.
+// URL) that are not draining — and the registry digest peers compare.
 func (l *discoveryLink) targets() {
 	defer close(l.done)
-	if l.poller == nil {
+	if l.poller == nil && len(l.r.cfg.Discover) == 0 {
 		<-l.stop
 		return
 	}
-	every := min(l.r.cfg.EnginePollInterval, time.Second)
+	every := time.Second
+	if l.poller != nil {
+		every = min(l.r.cfg.EnginePollInterval, time.Second)
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	all := l.r.cfg.EnginePoll == config.EnginePollAll
@@ -77,6 +84,10 @@ func (l *discoveryLink) targets() {
 		reg, err := l.r.router.Registry(ctx)
 		cancel()
 		if err != nil {
+			continue
+		}
+		l.digest.Store(reg.Digest)
+		if l.poller == nil {
 			continue
 		}
 		discovered := map[kv.WorkerID]bool{}

@@ -22,6 +22,7 @@ import (
 	"github.com/kvrouter/kvrouter/discovery"
 	"github.com/kvrouter/kvrouter/internal/dnstest"
 	"github.com/kvrouter/kvrouter/internal/testutil"
+	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/replica"
 	"github.com/kvrouter/kvrouter/zmqevents"
@@ -345,6 +346,19 @@ func TestReplicasAgreeOnDiscoveredFleet(t *testing.T) {
 	dns.SetIPs("engines.test", "127.0.0.3")
 	want = []uint64{fleet.id("127.0.0.3")}
 	testutil.EventuallyNil(t, 10*time.Second, check) // after the drain grace
+
+	// The cluster's anti-entropy digests carry the registry digest: a
+	// worker only one replica has is seen by its peer.
+	if err := first.Router().RegisterWorker(&messages.WorkerHeartbeat{WorkerId: 77, Url: "http://127.0.0.9:1"}, true); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		_, m := Get(t, BaseURL(second)+"/metrics")
+		if metricSum(m, "kvrouter_registry_digest_mismatches_total") < 1 {
+			return fmt.Errorf("registries differ and the peer did not notice:\n%s", grepLines(m, "kvrouter_registry"))
+		}
+		return nil
+	})
 }
 
 // allowAllReviews answers the router's SelfSubjectAccessReviews as an API
