@@ -300,3 +300,27 @@ func TestInferencePoolMissingAndAlpha(t *testing.T) {
 		t.Fatalf("v1alpha2 pool: %+v", recs[0])
 	}
 }
+
+// A kubeconfig that cannot be used is a counted error, retried, never a
+// crash.
+func TestPodSourceBadKubeconfig(t *testing.T) {
+	s, err := Parse("k8s://inference?selector=app%3Dvllm", Options{Interval: 20 * time.Millisecond, Kubeconfig: "/nonexistent/kubeconfig"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	updates := make(chan Update, 10)
+	go s.Run(ctx, func(u Update) {
+		select {
+		case updates <- u:
+		default:
+		}
+	})
+	u := await(t, updates, "kubeconfig error", func(u Update) bool { return u.Err != nil })
+	var re *ReasonError
+	if !errors.As(u.Err, &re) || re.Reason != "kube_error" || !strings.Contains(u.Err.Error(), "/nonexistent/kubeconfig") {
+		t.Fatalf("bad kubeconfig: %v", u.Err)
+	}
+	await(t, updates, "retried", func(u Update) bool { return u.Err != nil })
+}

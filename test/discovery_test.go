@@ -425,3 +425,37 @@ func TestKubernetesDiscovery(t *testing.T) {
 		return nil
 	})
 }
+
+// --engine-poll all: a static worker (no discovery) is polled too, and
+// stops taking routes while its /health fails.
+func TestEnginePollAllStaticWorkers(t *testing.T) {
+	fleet := newPlainFleet(t)
+	e := fleet.start("127.0.0.2", mockengine.MetricsVLLM)
+	rep := StartReplica(t, func(c *config.Config) {
+		c.StaticWorkers = []string{fmt.Sprintf("5=http://127.0.0.2:%d", fleet.httpPort)}
+		c.EnginePoll = config.EnginePollAll
+		c.EnginePollInterval = 100 * time.Millisecond
+		c.EnginePollMaxBackoff = 200 * time.Millisecond
+	})
+	base := BaseURL(rep)
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if code, r := routeTo(t, base, 5); code != http.StatusOK {
+			return fmt.Errorf("static worker: %d %s", code, r.Error)
+		}
+		return nil
+	})
+	e.srv.SetHealthy(false)
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if _, r := routeTo(t, base, 5); !strings.Contains(r.Error, "unhealthy") {
+			return fmt.Errorf("static worker with a failing /health: %q", r.Error)
+		}
+		return nil
+	})
+	e.srv.SetHealthy(true)
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if code, r := routeTo(t, base, 5); code != http.StatusOK {
+			return fmt.Errorf("recovered static worker: %d %s", code, r.Error)
+		}
+		return nil
+	})
+}
