@@ -44,6 +44,7 @@ type Manager struct {
 	errs    *errorLog
 
 	events chan any // Update or healthEvent
+	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -75,15 +76,15 @@ func NewManager(fleet Fleet, sources []Source, log *slog.Logger) *Manager {
 		log = slog.Default()
 	}
 	log = log.With("component", "discovery")
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{fleet: fleet, sources: sources, log: log, errs: newErrorLog(log),
-		events: make(chan any, 1024), rec: NewReconciler(), pending: map[kv.WorkerID]Record{},
+		events: make(chan any, 1024), ctx: ctx, cancel: cancel, rec: NewReconciler(), pending: map[kv.WorkerID]Record{},
 		notReady: map[kv.WorkerID]bool{}, pollBad: map[kv.WorkerID]string{}, told: map[kv.WorkerID]bool{}}
 }
 
 // Start runs the sources and the apply loop until Close.
 func (m *Manager) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
+	ctx := m.ctx
 	m.wg.Go(func() { m.loop(ctx) })
 	for _, s := range m.sources {
 		m.log.Info("discovery source started", "source", s.Name())
@@ -100,23 +101,32 @@ func (m *Manager) Start() {
 
 // Close stops the sources and the apply loop. What was registered stays.
 func (m *Manager) Close() {
-	if m.cancel != nil {
-		m.cancel()
-	}
+	m.cancel()
 	m.wg.Wait()
 }
 
 // Health hands over an engine poller's verdict (it may block briefly
-// while the apply loop is busy).
+// while the apply loop is busy; after Close it is dropped).
 func (m *Manager) Health(id kv.WorkerID, h Health) {
-	m.events <- healthEvent{id, h}
+	select {
+	case m.events <- healthEvent{id, h}:
+	case <-m.ctx.Done():
+	}
 }
 
-// Flush waits until everything handed to the manager before was applied.
+// Flush waits until everything handed to the manager before was applied
+// (or the manager is closed).
 func (m *Manager) Flush() {
 	done := make(chan struct{})
-	m.events <- done
-	<-done
+	select {
+	case m.events <- done:
+	case <-m.ctx.Done():
+		return
+	}
+	select {
+	case <-done:
+	case <-m.ctx.Done():
+	}
 }
 
 // Engines lists the engines the sources see, sorted by id.

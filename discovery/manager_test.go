@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -137,5 +138,26 @@ func TestManagerSourceErrors(t *testing.T) {
 	s := m.Stats()
 	if s.Errors["dns_unreachable"] != 3 || s.Errors["forbidden"] != 1 || s.Drained != 0 || len(m.Engines()) != 1 {
 		t.Fatalf("stats %+v, engines %v", s, m.Engines())
+	}
+}
+
+// After Close, verdicts and flushes return at once: an engine poller
+// stopping later never blocks on a stopped manager.
+func TestManagerClosed(t *testing.T) {
+	m := NewManager(&fleet{}, nil, slog.New(slog.DiscardHandler))
+	m.Start()
+	m.Close()
+	done := make(chan struct{})
+	go func() {
+		for range 2000 { // more than the events buffer
+			m.Health(1, Health{Healthy: false})
+		}
+		m.Flush()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Health blocked after Close")
 	}
 }

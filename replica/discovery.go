@@ -107,13 +107,15 @@ func (l *discoveryLink) targets() {
 	}
 }
 
+// Close stops the poller first (its verdicts go to the manager), then the
+// targets loop and the sources.
 func (l *discoveryLink) Close() {
-	l.mgr.Close()
 	close(l.stop)
 	<-l.done
 	if l.poller != nil {
 		l.poller.Close()
 	}
+	l.mgr.Close()
 }
 
 // addState exports the discovery and polling counters and each engine's
