@@ -39,6 +39,11 @@ type Node struct {
 	log  *slog.Logger
 	meta []byte
 	ml   *memberlist.Memberlist
+	// localAddr is memberlist's own address, read once at start: the
+	// local node's entry can vanish from memberlist's node map while it
+	// shuts down, and LocalNode then dereferences nil (seen from the
+	// rejoin loop racing a shutdown).
+	localAddr string
 
 	synced syncedSet // peers whose requests we hold as they see them
 	// registry compares peers' worker registries with ours (registry.go).
@@ -163,6 +168,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		return nil, fmt.Errorf("cluster: start memberlist: %w", err)
 	}
 	n.ml = ml
+	n.localAddr = ml.LocalNode().Address()
 	n.wg.Add(1)
 	go n.acceptStreams()
 
@@ -277,7 +283,7 @@ func (n *Node) ID() string { return n.cfg.ReplicaID }
 
 // LocalAddr is the address peers reach this replica at ("ip:port"), with
 // the port memberlist picked when BindPort was 0.
-func (n *Node) LocalAddr() string { return n.ml.LocalNode().Address() }
+func (n *Node) LocalAddr() string { return n.localAddr }
 
 // Publish sends one of this replica's own sequence changes to every peer.
 // It never blocks: it stamps a copy of ev with Origin = ReplicaID and the
