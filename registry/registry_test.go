@@ -250,15 +250,18 @@ func TestDigest(t *testing.T) {
 	if a.Digest() != b.Digest() {
 		t.Fatal("health and busy changed the digest")
 	}
-	for name, change := range map[string]func(){
-		"drain":   func() { b.SetDraining(2, true, t0) },
-		"reshape": func() { mustUpsert(t, b, 1, Shape{DpSize: 3}, "y", false, t0) },
-		"remove":  func() { b.Remove(2) },
+	for _, c := range []struct {
+		name   string
+		change func()
+	}{
+		{"drain", func() { b.SetDraining(2, true, t0) }},
+		{"reshape", func() { mustUpsert(t, b, 1, Shape{DpSize: 3}, "y", false, t0) }},
+		{"remove", func() { b.Remove(2) }},
 	} {
 		before := b.Digest()
-		change()
+		c.change()
 		if b.Digest() == before {
-			t.Fatalf("%s did not change the digest", name)
+			t.Fatalf("%s did not change the digest", c.name)
 		}
 	}
 }
