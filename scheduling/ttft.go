@@ -117,25 +117,31 @@ func TTFTCost(cfg Config, blockSize, isl int, c Candidate, rate float64) float64
 	return (queued + (1+t.UncachedWeight)*uncached + over*bs) / rate
 }
 
-// effectiveRates resolves each candidate's prefill throughput: its
-// measured one, the prior when unmeasured, the candidates' median when
-// within RateDeadband of it.
+// effectiveRates resolves each candidate's prefill throughput: the
+// median of the measured candidates when its own measurement is within
+// RateDeadband of it or missing, its own when further off; the prior
+// when no candidate is measured. (An unmeasured rank is not assumed to
+// run at the prior while its peers are measured: the prior is a guess,
+// and a rank that looked slow only because it had not been measured yet
+// would be starved of the requests that would measure it.)
 func effectiveRates(prior float64, cands []Candidate) []float64 {
 	rates := make([]float64, len(cands))
-	for i, c := range cands {
-		rates[i] = prior
-		if c.PrefillTokensPerSec > 0 && !math.IsInf(c.PrefillTokensPerSec, 1) {
-			rates[i] = c.PrefillTokensPerSec
+	var measured []float64
+	for _, c := range cands {
+		if r := c.PrefillTokensPerSec; r > 0 && !math.IsInf(r, 1) {
+			measured = append(measured, r)
 		}
 	}
-	if len(rates) < 2 {
-		return rates
+	median := prior
+	if len(measured) > 0 {
+		slices.Sort(measured)
+		median = measured[len(measured)/2]
 	}
-	sorted := slices.Clone(rates)
-	slices.Sort(sorted)
-	median := sorted[len(sorted)/2]
-	for i, r := range rates {
-		if math.Abs(r/median-1) <= RateDeadband {
+	for i, c := range cands {
+		r := c.PrefillTokensPerSec
+		if r > 0 && !math.IsInf(r, 1) && math.Abs(r/median-1) > RateDeadband {
+			rates[i] = r
+		} else {
 			rates[i] = median
 		}
 	}

@@ -89,11 +89,12 @@ func TestEffectiveRates(t *testing.T) {
 		rates []float64
 		want  []float64
 	}{
-		{"unmeasured ranks take the prior", []float64{0, 0}, []float64{100, 100}},
-		{"noise within ±25% of the median reads as the median", []float64{90, 110, 100, 0}, []float64{100, 100, 100, 100}},
+		{"nothing measured: the prior", []float64{0, 0}, []float64{100, 100}},
+		{"noise within ±25% of the median reads as the median", []float64{90, 110, 100}, []float64{100, 100, 100}},
+		{"an unmeasured rank runs at its measured peers' median, not the prior", []float64{300, 320, 0}, []float64{320, 320, 320}},
 		{"a really slower rank keeps its rate", []float64{100, 105, 40}, []float64{100, 100, 40}},
 		{"one candidate keeps its own", []float64{57}, []float64{57}},
-		{"an infinite rate is not a measurement", []float64{math.Inf(1), 100}, []float64{100, 100}},
+		{"an infinite rate is not a measurement", []float64{math.Inf(1), 300}, []float64{300, 300}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
