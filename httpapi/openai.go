@@ -279,13 +279,8 @@ func (s *Server) completionTokens(ctx context.Context, body []byte, fields map[s
 
 // serveChat is POST /v1/chat/completions through the proxy.
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBodyOrFail(w, r, s.opts.MaxBodyBytes, nil)
+	body, fields, ok := s.readJSONObject(w, r)
 	if !ok {
-		return
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
 		return
 	}
 	var in textInput

@@ -67,17 +67,27 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	s.serveChat(w, r)
 }
 
-func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	if s.refuseLoop(w, r) {
-		return
-	}
+// readJSONObject reads a proxied request's body and its top-level fields
+// (answering 400/413 itself when it cannot).
+func (s *Server) readJSONObject(w http.ResponseWriter, r *http.Request) ([]byte, map[string]json.RawMessage, bool) {
 	body, ok := readBodyOrFail(w, r, s.opts.MaxBodyBytes, nil)
 	if !ok {
-		return
+		return nil, nil, false
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
 		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
+		return nil, nil, false
+	}
+	return body, fields, true
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	if s.refuseLoop(w, r) {
+		return
+	}
+	body, fields, ok := s.readJSONObject(w, r)
+	if !ok {
 		return
 	}
 	tokens, lora, err := s.completionTokens(r.Context(), body, fields)
