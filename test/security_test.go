@@ -296,6 +296,10 @@ func TestHTTPTimeoutsCloseSlowConnections(t *testing.T) {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 	}
+	// Our pooled keep-alive connections idled past the server's idle
+	// timeout meanwhile and were closed by it; a POST is not retried on a
+	// dead pooled connection, so start afresh.
+	sendClient.CloseIdleConnections()
 	if code, body, _ := send(t, "POST", base+"/route", "", route); code != http.StatusOK {
 		t.Fatalf("route after the closures: %d %s", code, body)
 	}
