@@ -44,6 +44,9 @@ type pending struct {
 	eligible []kv.WorkerWithDpRank
 	hashed   time.Time
 	scored   time.Time
+	// loadSeq is the scheduler's routedSeq when the loads were asked for:
+	// decisions recorded after it are not in them.
+	loadSeq uint64
 
 	// Backpressure.
 	queued     bool
@@ -80,6 +83,7 @@ func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
 func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 	p.loads = make(map[kv.WorkerWithDpRank]*messages.LoadReply, len(p.eligible))
 	p.ranksLeft = 0
+	p.loadSeq = s.routedSeq
 	p.sampled = s.sampledHashes(p)
 	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(len(p.seqs))}
 	for _, w := range p.eligible {
@@ -114,11 +118,7 @@ func (s *schedulerActor) onLoad(ctx actor.Context, m *messages.LoadReply) {
 	if !ok || p.ranksLeft == 0 {
 		return
 	}
-	w := rankOf(m.Worker)
-	p.loads[w] = m
-	if m.PrefillTokensPerSec > 0 {
-		s.rates[w] = m.PrefillTokensPerSec
-	}
+	p.loads[rankOf(m.Worker)] = m
 	p.ranksLeft--
 	s.maybeFinish(ctx, p)
 }

@@ -145,9 +145,6 @@ func (s *schedulerActor) candidates(p *pending) []scheduling.Candidate {
 			c.HeadPrefillElapsed = time.Duration(l.HeadPrefillElapsedNanos)
 			c.PrefillTokensPerSec = l.PrefillTokensPerSec
 		}
-		if c.PrefillTokensPerSec == 0 {
-			c.PrefillTokensPerSec = s.rates[w] // an idle rank is not asked: its last report
-		}
 		c.CapacityBlocks = s.ranks.capacity[w]
 		if !s.cfg.TrackActiveBlocks {
 			c.ActiveBlocks, c.NewBlocks = 0, 0
@@ -167,6 +164,14 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	}
 	cfg := s.cfg.Scheduling.WithOverride(overrideOf(p.req.RouterConfigOverride))
 	cands := s.candidates(p)
+	if recent := s.routedSince(p.loadSeq); len(recent) > 0 {
+		scheduling.AddRouted(cands, p.sampled, uint64(len(p.seqs)), s.cfg.Sequence.EffectiveStride(), recent)
+		if !s.cfg.TrackActiveBlocks {
+			for i := range cands {
+				cands[i].ActiveBlocks, cands[i].NewBlocks = 0, 0
+			}
+		}
+	}
 	for _, c := range cands {
 		_, cached := scheduling.CacheHitEstimate(cfg, s.cfg.BlockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
 		p.bestCached = max(p.bestCached, cached)
@@ -185,7 +190,13 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		return
 	}
 	if p.req.UpdateStates {
-		s.record(ctx, p, d, cfg)
+		var newBlocks uint64
+		for _, c := range cands {
+			if c.Worker == d.Worker {
+				newBlocks = c.NewBlocks
+			}
+		}
+		s.record(ctx, p, d, cfg, newBlocks)
 		s.obs.Decision("routed", d.OverlapBlocks, len(p.local))
 	} else {
 		s.obs.Decision("query", d.OverlapBlocks, len(p.local))
@@ -198,7 +209,7 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 
 // record adds the routed request to its worker's active sequences (and,
 // in approximate mode, predicts its blocks as cached there), and gossips.
-func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Decision, cfg scheduling.Config) {
+func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Decision, cfg scheduling.Config, newBlocks uint64) {
 	isl := uint64(len(p.req.TokenIds))
 	cached := d.CachedTokens
 	if o := p.overlaps[d.Worker]; o != nil && o.Predicted {
@@ -214,6 +225,11 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		TrackPrefillTokens: cfg.TrackPrefillTokens, Isl: isl,
 	}
 	s.local.Track(p.req.RequestId, tracking.Entry{Rank: d.Worker, Origin: s.cfg.ReplicaID, Token: p.req.CancelToken})
+	routed := scheduling.Routed{Worker: d.Worker, NewBlocks: newBlocks, Hashes: p.sampled}
+	if cfg.TrackPrefillTokens {
+		routed.PrefillTokens = prefill
+	}
+	s.noteRouted(routed)
 	if pid, ok := s.ranks.pids[d.Worker]; ok {
 		ctx.Send(pid, add)
 	}

@@ -38,9 +38,12 @@ type schedulerActor struct {
 	// table answers a load query with zeros, so it is not asked: with
 	// many workers most decisions then fan out only to the busy ones.
 	remoteBusy map[kv.WorkerWithDpRank]bool
-	// rates is each rank's last reported prefill throughput, for the
-	// idle ranks a decision does not ask (ttft cost).
-	rates map[kv.WorkerWithDpRank]float64
+	// routed are the last decisions this replica recorded, numbered by
+	// routedSeq: a decision still collecting loads when they were
+	// recorded adds them to its candidates (scheduling.AddRouted), as a
+	// sequential scheduler would have seen them.
+	routed    []routedEntry
+	routedSeq uint64
 
 	pending map[uint64]*pending
 	// cancels maps a route call's cancel token to its pending decision.
@@ -58,7 +61,7 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 		return &schedulerActor{
 			cfg: cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
-			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{}, rates: map[kv.WorkerWithDpRank]float64{},
+			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{},
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue: mustQueue(cfg.Scheduling),
 			rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
@@ -103,11 +106,6 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		for w := range s.remoteBusy {
 			if !s.ranks.has(w) {
 				delete(s.remoteBusy, w)
-			}
-		}
-		for w := range s.rates {
-			if !s.ranks.has(w) {
-				delete(s.rates, w)
 			}
 		}
 		s.tryDequeue(ctx)
@@ -222,4 +220,39 @@ func mustQueue(cfg scheduling.Config) *scheduling.Queue[uint64] {
 		panic(fmt.Sprintf("queue config passed validation but was refused: %v", err))
 	}
 	return q
+}
+
+// maxRouted bounds the recorded decisions kept for the decisions in
+// flight: a burst of more concurrent decisions sees only the last ones.
+const maxRouted = 256
+
+type routedEntry struct {
+	seq uint64 // for reading; the ring's index is derived from it
+	scheduling.Routed
+}
+
+// noteRouted keeps a recorded decision for the decisions in flight (a
+// ring: decision seq lives at index (seq−1) % maxRouted).
+func (s *schedulerActor) noteRouted(r scheduling.Routed) {
+	s.routedSeq++
+	e := routedEntry{seq: s.routedSeq, Routed: r}
+	if len(s.routed) < maxRouted {
+		s.routed = append(s.routed, e)
+		return
+	}
+	s.routed[(s.routedSeq-1)%maxRouted] = e
+}
+
+// routedSince lists the decisions recorded after seq, oldest first (only
+// the last maxRouted are kept).
+func (s *schedulerActor) routedSince(seq uint64) []scheduling.Routed {
+	if seq >= s.routedSeq {
+		return nil
+	}
+	first := max(seq+1, s.routedSeq-uint64(len(s.routed))+1)
+	out := make([]scheduling.Routed, 0, s.routedSeq-first+1)
+	for n := first; n <= s.routedSeq; n++ {
+		out = append(out, s.routed[(n-1)%maxRouted].Routed)
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +98,42 @@ func rankStatus(st *Status, worker uint64) RankStatus {
 		}
 	}
 	return RankStatus{}
+}
+
+// Requests arriving together are decided concurrently (each fans out
+// before the others are recorded); each decision still sees the ones
+// recorded before it, as a sequential scheduler would: a burst of eight
+// cold prompts spreads over eight idle ranks instead of colliding on the
+// one they all see as cheapest.
+func TestBurstDecisionsSeeEachOther(t *testing.T) {
+	for _, cost := range []scheduling.CostModel{scheduling.CostTTFT, scheduling.CostDynamo} {
+		t.Run(string(cost), func(t *testing.T) {
+			r := startRouter(t, func(c *Config) { c.Scheduling.RouterCost = cost })
+			register(t, r, 1, 2, 3, 4, 5, 6, 7, 8)
+			ctx := ctxT(t)
+			var wg sync.WaitGroup
+			workers := make([]uint64, 8)
+			start := make(chan struct{})
+			for i := range workers {
+				wg.Go(func() {
+					<-start
+					reply, err := r.Route(ctx, &messages.RouteRequest{RequestId: fmt.Sprint("b", i), TokenIds: prompt(2048, uint32(1000+i)), UpdateStates: true})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					workers[i] = reply.Worker.WorkerId
+				})
+			}
+			close(start)
+			wg.Wait()
+			seen := map[uint64]bool{}
+			for _, w := range workers {
+				seen[w] = true
+			}
+			if len(seen) != 8 {
+				t.Fatalf("8 cold prompts went to %d ranks: %v", len(seen), workers)
+			}
+		})
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/kvrouter/kvrouter/kv"
 )
 
 // CostModel is the cost a decision minimises (--router-cost).
@@ -117,18 +119,18 @@ func TTFTCost(cfg Config, blockSize, isl int, c Candidate, rate float64) float64
 	return (queued + (1+t.UncachedWeight)*uncached + over*bs) / rate
 }
 
-// effectiveRates resolves each candidate's prefill throughput: the
-// median of the measured candidates when its own measurement is within
-// RateDeadband of it or missing, its own when further off; the prior
-// when no candidate is measured. (An unmeasured rank is not assumed to
-// run at the prior while its peers are measured: the prior is a guess,
-// and a rank that looked slow only because it had not been measured yet
-// would be starved of the requests that would measure it.)
+// effectiveRates resolves each candidate's prefill throughput: its own
+// measurement when it is further than RateDeadband from the median of
+// the busy candidates' measurements, else that median; the prior when no
+// busy candidate is measured. A rank with nothing in flight runs at the
+// median whatever it measured before: neither a guess (the prior) nor an
+// old slow spell may make a rank look slow while it is idle, because an
+// idle rank would then get no request that could measure it again.
 func effectiveRates(prior float64, cands []Candidate) []float64 {
 	rates := make([]float64, len(cands))
 	var measured []float64
 	for _, c := range cands {
-		if r := c.PrefillTokensPerSec; r > 0 && !math.IsInf(r, 1) {
+		if r, ok := c.measuredRate(); ok {
 			measured = append(measured, r)
 		}
 	}
@@ -138,14 +140,19 @@ func effectiveRates(prior float64, cands []Candidate) []float64 {
 		median = measured[len(measured)/2]
 	}
 	for i, c := range cands {
-		r := c.PrefillTokensPerSec
-		if r > 0 && !math.IsInf(r, 1) && math.Abs(r/median-1) > RateDeadband {
+		rates[i] = median
+		if r, ok := c.measuredRate(); ok && math.Abs(r/median-1) > RateDeadband {
 			rates[i] = r
-		} else {
-			rates[i] = median
 		}
 	}
 	return rates
+}
+
+// measuredRate is the candidate's measured prefill throughput, if it has
+// one and requests in flight.
+func (c Candidate) measuredRate() (float64, bool) {
+	r := c.PrefillTokensPerSec
+	return r, c.HasLoad && c.ActiveRequests > 0 && r > 0 && !math.IsInf(r, 1)
 }
 
 // PrefillRate learns a rank's prefill throughput from the prefill
@@ -216,4 +223,59 @@ func (p *PrefillRate) HeadElapsed(added, now time.Time) time.Duration {
 		start = p.lastDone
 	}
 	return max(now.Sub(start), 0)
+}
+
+// Routed is a decision recorded while another was still collecting its
+// loads: the later decision's loads do not show it yet. A burst of
+// requests arriving together is decided concurrently (each fans out to
+// the ranks before the others are recorded), and without this every
+// request of the burst would see the same idle rank as the cheapest.
+type Routed struct {
+	Worker kv.WorkerWithDpRank
+	// PrefillTokens and NewBlocks are what the decision added to its
+	// rank's prefill load and active blocks; Hashes its prompt's sequence
+	// hashes, sampled as the load queries sample them (one per stride
+	// blocks).
+	PrefillTokens uint64
+	NewBlocks     uint64
+	Hashes        []uint64
+}
+
+// AddRouted folds routed decisions that cands' loads do not include into
+// them, for a request whose sampled sequence hashes are hashes and whose
+// prompt has promptBlocks blocks (stride blocks per hash): each routed
+// decision adds its prefill tokens, one request and its new blocks to its
+// rank, and the prefix it shares with the request counts as in flight
+// there (ActivePrefixBlocks, NewBlocks), as the rank's tracker reports
+// once it has the decision. Both costs read the result: a sequential
+// scheduler (Dynamo's) sees each decision before taking the next.
+func AddRouted(cands []Candidate, hashes []uint64, promptBlocks uint64, stride int, routed []Routed) {
+	stride = max(stride, 1)
+	for _, r := range routed {
+		for i := range cands {
+			c := &cands[i]
+			if c.Worker != r.Worker {
+				continue
+			}
+			if !c.HasLoad {
+				c.HasLoad, c.NewBlocks = true, promptBlocks
+			}
+			c.ActivePrefillTokens += r.PrefillTokens
+			c.ActiveRequests++
+			c.ActiveBlocks += float64(r.NewBlocks)
+			// A trailing group shorter than the stride has no sampled
+			// hash and counts as the request's own (CountNewBlocks).
+			shared := min(uint64(commonPrefix(hashes, r.Hashes)*stride), promptBlocks)
+			c.ActivePrefixBlocks = max(c.ActivePrefixBlocks, uint32(shared))
+			c.NewBlocks = min(c.NewBlocks, promptBlocks-shared)
+		}
+	}
+}
+
+func commonPrefix(a, b []uint64) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

@@ -96,11 +96,21 @@ func TestEffectiveRates(t *testing.T) {
 		{"one candidate keeps its own", []float64{57}, []float64{57}},
 		{"an infinite rate is not a measurement", []float64{math.Inf(1), 300}, []float64{300, 300}},
 	}
+	idle := []Candidate{
+		{PrefillTokensPerSec: 300, HasLoad: true, ActiveRequests: 2},
+		{PrefillTokensPerSec: 310, HasLoad: true, ActiveRequests: 1},
+		{PrefillTokensPerSec: 50, HasLoad: true},     // measured slow once, idle now
+		{PrefillTokensPerSec: 50},                    // not asked (idle)
+		{PrefillTokensPerSec: 40, ActiveRequests: 3}, // no load reply: treated as idle
+	}
+	if got := effectiveRates(100, idle); got[2] != 310 || got[3] != 310 || got[4] != 310 || got[0] != 310 {
+		t.Fatalf("idle ranks: %v, want all at the busy ones' median 310", got)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cands := make([]Candidate, len(tt.rates))
 			for i, r := range tt.rates {
-				cands[i].PrefillTokensPerSec = r
+				cands[i] = Candidate{PrefillTokensPerSec: r, HasLoad: true, ActiveRequests: 1}
 			}
 			got := effectiveRates(100, cands)
 			for i := range got {
@@ -206,5 +216,32 @@ func TestSelectByCostModel(t *testing.T) {
 	cfg.RouterTemperature = 0.5
 	if _, err := Select(cfg, 16, 1600, 100, cands, rng); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// AddRouted shows a rank what decisions recorded after its loads were
+// read added to it, as its tracker will once it has them.
+func TestAddRouted(t *testing.T) {
+	req := []uint64{1, 2, 3, 4} // 4 sampled hashes, stride 2: 8 blocks (+1 trailing)
+	cands := []Candidate{
+		{Worker: rank(1), HasLoad: true, ActivePrefillTokens: 100, ActiveBlocks: 10, NewBlocks: 9, ActiveRequests: 1},
+		{Worker: rank(2), HasLoad: true, NewBlocks: 9},
+		{Worker: rank(3), NewBlocks: 5}, // no load reply yet
+	}
+	AddRouted(cands, req, 9, 2, []Routed{
+		{Worker: rank(1), PrefillTokens: 500, NewBlocks: 6, Hashes: []uint64{1, 2, 9}}, // shares 2 hashes = 4 blocks
+		{Worker: rank(1), PrefillTokens: 50, NewBlocks: 1, Hashes: []uint64{1, 2, 3, 4, 5}},
+		{Worker: rank(3), PrefillTokens: 7, NewBlocks: 3, Hashes: []uint64{8}},
+		{Worker: rank(4), PrefillTokens: 1000, NewBlocks: 9, Hashes: req}, // not a candidate
+	})
+	c1, c2, c3 := cands[0], cands[1], cands[2]
+	if c1.ActivePrefillTokens != 650 || c1.ActiveRequests != 3 || c1.ActiveBlocks != 17 || c1.ActivePrefixBlocks != 8 || c1.NewBlocks != 1 {
+		t.Errorf("rank 1: %+v", c1)
+	}
+	if c2.ActivePrefillTokens != 0 || c2.ActiveRequests != 0 || c2.NewBlocks != 9 {
+		t.Errorf("rank 2 got what it was not routed: %+v", c2)
+	}
+	if !c3.HasLoad || c3.ActivePrefillTokens != 7 || c3.ActiveRequests != 1 || c3.ActivePrefixBlocks != 0 || c3.NewBlocks != 9 || c3.ActiveBlocks != 3 {
+		t.Errorf("rank 3 (idle until now): %+v", c3)
 	}
 }

@@ -1,0 +1,267 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/hashing"
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/mockengine"
+	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/sequence"
+)
+
+// An offline replay runs a workload through mock engine ranks in model
+// time (no HTTP, no real clock, no other load on the machine) with the
+// router's own rules: scheduling.Select on candidates built from what the
+// router would know — each rank's KV events (zero delay), its
+// sequence.ActiveSequences, its scheduling.PrefillRate fed by prefill
+// completions. It is how the ttft cost's defaults were chosen; the
+// tables in the README come from kvbench's real runs.
+//
+//	KVBENCH_OFFLINE=shared-prefix QPS=8,40,64 go test ./bench -run TestOfflineReplay -v
+//
+// Workloads: shared-prefix (the demo's shape), multi-turn (30
+// conversations of 5 turns), mooncake (the first 1,500 trace requests);
+// the first requests warm the caches as in the README's runs (120, 150
+// and 300). SEED picks the schedule.
+
+// offlineRank is one engine rank and the router's view of it.
+type offlineRank struct {
+	engine   *mockengine.Rank
+	index    map[kv.SequenceHash]struct{} // stored blocks, from the rank's events
+	seqs     *sequence.ActiveSequences
+	rate     scheduling.PrefillRate
+	inFlight *mockengine.Batch
+}
+
+type offlineResult struct {
+	hit           float64
+	p50, p90, p99 float64 // TTFT, ms of model time
+}
+
+// offlineReplay routes reqs over ranks engines of config cfg with the scheduling
+// config sc, or round-robin / least-loaded when policy says so; the
+// first warmup requests are not counted.
+func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Request, warmup int, policy string, sc scheduling.Config) offlineResult {
+	t.Helper()
+	base := time.Unix(0, 0)
+	rs := make([]*offlineRank, ranks)
+	for i := range rs {
+		rr := &offlineRank{index: map[kv.SequenceHash]struct{}{}, seqs: sequence.New(sequence.DefaultConfig())}
+		c := cfg
+		c.WorkerID = kv.WorkerID(i + 1)
+		engine, err := mockengine.NewRank(c, 0, func(ev kv.Event) {
+			switch ev.Kind {
+			case kv.EventStored:
+				for _, b := range ev.Blocks {
+					rr.index[kv.SequenceHash(b.BlockHash)] = struct{}{}
+				}
+			case kv.EventRemoved:
+				for _, h := range ev.Removed {
+					delete(rr.index, kv.SequenceHash(h))
+				}
+			case kv.EventCleared:
+				clear(rr.index)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rr.engine = engine
+		rs[i] = rr
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	index := make(map[string]int, len(reqs))
+	arrival := make(map[string]time.Duration, len(reqs))
+	var ttfts []float64
+	var prompt, cached, next, rrNext int
+	for {
+		stepRank, stepEnd := -1, time.Duration(0)
+		for i, r := range rs {
+			if r.inFlight != nil && (stepRank < 0 || r.engine.Now()+r.inFlight.Duration < stepEnd) {
+				stepRank, stepEnd = i, r.engine.Now()+r.inFlight.Duration
+			}
+		}
+		switch {
+		case next < len(reqs) && (stepRank < 0 || modelTime(reqs[next].Arrival, cfg) <= stepEnd):
+			rq := reqs[next]
+			now := modelTime(rq.Arrival, cfg)
+			index[rq.ID], arrival[rq.ID] = next, now
+			next++
+			seqs := hashing.SequenceHashes(hashing.BlockHashes(rq.Tokens, cfg.BlockSize, hashing.Options{}))
+			cands := make([]scheduling.Candidate, ranks)
+			for i, r := range rs {
+				cands[i] = r.candidate(i, seqs, base.Add(now), uint64(cfg.TotalKVBlocks))
+			}
+			var pick int
+			switch policy {
+			case PolicyRoundRobin:
+				pick, rrNext = rrNext%ranks, rrNext+1
+			case PolicyLeastLoaded:
+				for k := 1; k <= ranks; k++ {
+					i := (rrNext + k) % ranks
+					if k == 1 || cands[i].ActiveRequests < cands[pick].ActiveRequests {
+						pick = i
+					}
+				}
+				rrNext = pick
+			default:
+				d, err := scheduling.Select(sc, cfg.BlockSize, len(rq.Tokens), len(seqs), cands, rng)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pick = int(d.Worker.WorkerID) - 1
+			}
+			r := rs[pick]
+			uncached := uint64(len(rq.Tokens)) - min(uint64(cands[pick].DeviceOverlap)*uint64(cfg.BlockSize), uint64(len(rq.Tokens)))
+			if err := r.seqs.AddRequest(sequence.Request{ID: rq.ID, SequenceHashes: seqs, PromptBlocks: uint64(len(seqs)),
+				ISL: uint64(len(rq.Tokens)), PrefillTokens: uncached, TrackPrefill: true}, base.Add(now)); err != nil {
+				t.Fatal(err)
+			}
+			r.engine.AdvanceTo(now)
+			if err := r.engine.Add(mockengine.Request{ID: rq.ID, Prompt: rq.Tokens, MaxTokens: rq.MaxTokens}); err != nil {
+				t.Fatal(err)
+			}
+		case stepRank >= 0:
+			r := rs[stepRank]
+			outs, err := r.engine.Complete(r.inFlight)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.inFlight = nil
+			for _, o := range outs {
+				if o.Index == 0 {
+					if index[o.RequestID] >= warmup {
+						ttfts = append(ttfts, float64(o.At-arrival[o.RequestID])/float64(time.Millisecond))
+						prompt += o.PromptTokens
+						cached += o.CachedTokens
+					}
+					if tokens, started, ok := r.seqs.PrefillPending(o.RequestID); ok && tokens > 0 {
+						r.rate.Observe(tokens, started, base.Add(o.At))
+					}
+					_ = r.seqs.MarkPrefillCompleted(o.RequestID)
+				}
+				if o.Finished {
+					_ = r.seqs.Free(o.RequestID)
+				}
+			}
+		default:
+			slices.Sort(ttfts)
+			return offlineResult{hit: float64(cached) / float64(max(prompt, 1)),
+				p50: Percentile(ttfts, 50), p90: Percentile(ttfts, 90), p99: Percentile(ttfts, 99)}
+		}
+		for _, r := range rs {
+			if r.inFlight == nil {
+				b, err := r.engine.Schedule()
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.inFlight = b
+			}
+		}
+	}
+}
+
+// candidate is what the router's actors would hand scheduling.Select
+// for this rank (route.go candidates).
+func (r *offlineRank) candidate(i int, seqs []kv.SequenceHash, now time.Time, capacity uint64) scheduling.Candidate {
+	overlap := 0
+	for _, h := range seqs {
+		if _, ok := r.index[h]; !ok {
+			break
+		}
+		overlap++
+	}
+	l := r.seqs.Load()
+	c := scheduling.Candidate{
+		Worker: kv.WorkerWithDpRank{WorkerID: kv.WorkerID(i + 1)}, DeviceOverlap: uint32(overlap), HasLoad: true,
+		ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks, ActiveRequests: l.ActiveRequests,
+		NewBlocks: r.seqs.NewBlocks(seqs, uint64(len(seqs))), PrefillTokensPerSec: r.rate.TokensPerSec(), CapacityBlocks: capacity,
+	}
+	c.ActivePrefixBlocks = uint32(uint64(len(seqs)) - c.NewBlocks)
+	if tokens, started, ok := r.seqs.HeadPrefill(); ok {
+		c.HeadPrefillTokens, c.HeadPrefillElapsed = tokens, r.rate.HeadElapsed(started, now)
+	}
+	return c
+}
+
+func modelTime(arrival time.Duration, cfg mockengine.Config) time.Duration {
+	return time.Duration(float64(arrival) * cfg.Speedup)
+}
+
+func TestOfflineReplay(t *testing.T) {
+	workload := os.Getenv("KVBENCH_OFFLINE")
+	if workload == "" {
+		t.Skip("set KVBENCH_OFFLINE=shared-prefix|multi-turn|mooncake (and QPS, SEED) to replay")
+	}
+	cfg, err := mockengine.Preset(mockengine.PresetH100Llama3_8B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := uint64(1)
+	if v := os.Getenv("SEED"); v != "" {
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var schedule func(qps float64) ([]Request, error)
+	var warmup int // as the README's kvbench runs
+	switch workload {
+	case WorkloadSharedPrefix:
+		p, err := SharedPrefixPrompts(SharedPrefixConfig{Groups: 64, PromptsPerGroup: 5, SystemTokens: 7000, QuestionTokens: 1000, OutputTokens: 64}, 360, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schedule, warmup = func(q float64) ([]Request, error) { return PoissonSchedule(p, q, seed) }, 120
+	case WorkloadMultiTurn:
+		p, err := MultiTurnPrompts(MultiTurnConfig{Conversations: 30, Turns: 5, SystemTokens: 6000, UserTokens: 200, OutputTokens: 100}, 600, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schedule, warmup = func(q float64) ([]Request, error) { return PoissonSchedule(p, q, seed) }, 150
+	case WorkloadMooncake:
+		recs, err := LoadTrace("", 1500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schedule, warmup = func(q float64) ([]Request, error) { return TraceRequests(recs, q/TraceQPS(recs)) }, 300
+	default:
+		t.Fatalf("unknown workload %q", workload)
+	}
+	dynamo, ttft := scheduling.DefaultConfig(), scheduling.DefaultConfig()
+	ttft.RouterCost = scheduling.CostTTFT
+	const ranks = 8
+	for _, qs := range strings.Split(os.Getenv("QPS"), ",") {
+		q, err := strconv.ParseFloat(qs, 64)
+		if err != nil {
+			t.Fatalf("QPS %q: %v", qs, err)
+		}
+		reqs, err := schedule(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := OracleBoundsAfter(reqs, OracleFleet{Ranks: ranks, BlockSize: cfg.BlockSize, CacheBlocks: cfg.TotalKVBlocks,
+			PrefillTokensPerSec: cfg.PrefillTokensPerSec, StepBaseTime: cfg.StepBaseTime, MaxBatchedTokens: cfg.MaxNumBatchedTokens,
+			Speedup: cfg.Speedup}, warmup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("%s at %v QPS (model time), %d requests (%d warm-up): oracle unbounded %.3f capacity %.3f timed %.3f\n",
+			workload, q, len(reqs), warmup, b.Unbounded, b.Capacity, b.Timed)
+		for _, p := range []struct {
+			name string
+			sc   scheduling.Config
+		}{{PolicyRoundRobin, dynamo}, {PolicyLeastLoaded, dynamo}, {PolicyKVRouter, dynamo}, {PolicyKVRouterTTFT, ttft}} {
+			r := offlineReplay(t, cfg, ranks, reqs, warmup, p.name, p.sc)
+			fmt.Printf("  %-14s hit %.3f (%.2f of timed)  TTFT p50 %6.0f  p90 %6.0f  p99 %6.0f ms\n",
+				p.name, r.hit, r.hit/b.Timed, r.p50, r.p90, r.p99)
+		}
+	}
+}
