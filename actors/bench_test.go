@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/hashing"
+	"github.com/kvrouter/kvrouter/index"
 	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
@@ -194,4 +196,40 @@ func BenchmarkApplyRemote(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
+}
+
+// BenchmarkDecisionBound is the irreducible work of the decisions above
+// (issue 17's bound): hash one of the same 4k-token prompts (block and
+// sequence hashes) and walk an index holding the same 64 workers'
+// 2k-token prefixes, on one goroutine with no actors. A decision's CPU
+// time divided by this one's says what the actors, the load fan-out, the
+// selection and the bookkeeping cost on top.
+func BenchmarkDecisionBound(b *testing.B) {
+	x := index.New()
+	prompts := make([][]uint32, 8)
+	for g := range prompts {
+		prompts[g] = prompt(4096, uint32(g))
+	}
+	for id := uint64(1); id <= 64; id++ {
+		tokens := prompts[id%8][:2048]
+		local := hashing.BlockHashes(tokens, testBlockSize, hashing.Options{})
+		seq := hashing.SequenceHashes(local)
+		ev := &kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: kv.WorkerID(id)}, Kind: kv.EventStored}
+		for i := range local {
+			ev.Blocks = append(ev.Blocks, kv.StoredBlock{BlockHash: kv.ExternalBlockHash(seq[i]), TokensHash: local[i]})
+		}
+		if err := x.Apply(ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := 0
+	for b.Loop() {
+		local := hashing.BlockHashes(prompts[n%8], testBlockSize, hashing.Options{})
+		_ = hashing.SequenceHashes(local)
+		m := x.FindMatches(local)
+		if got := m[kv.WorkerWithDpRank{WorkerID: kv.WorkerID(8 + n%8)}].Device; got != 128 {
+			b.Fatalf("prompt %d: worker %d overlap %d, want 128", n%8, 8+n%8, got)
+		}
+		n++
+	}
 }
