@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/index"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
@@ -30,6 +31,10 @@ type IndexConfig struct {
 	// a publisher must not grow the index with workers nobody routes to.
 	HoldBlocks int
 	HoldAge    time.Duration
+	// SharedStores are the worker ids declared as the fleet's shared KV
+	// store: their events index into the shared tier (any medium), are
+	// admitted without registering, and the ids are refused as workers.
+	SharedStores index.SharedStores
 }
 
 // Config is what one replica's actors need. The service's config maps

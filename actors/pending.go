@@ -30,9 +30,12 @@ type pending struct {
 	shardsLeft int
 	ranksLeft  int
 	overlaps   map[kv.WorkerWithDpRank]*messages.WorkerOverlap
-	loads      map[kv.WorkerWithDpRank]*messages.LoadReply
-	requests   []*messages.SequenceEvent
-	seq        uint64 // own gossip seq when a requests query started
+	// shared is the prompt's longest shared-tier prefix: the max of the
+	// shards' answers (each sees the stores it owns).
+	shared   uint32
+	loads    map[kv.WorkerWithDpRank]*messages.LoadReply
+	requests []*messages.SequenceEvent
+	seq      uint64 // own gossip seq when a requests query started
 
 	// Route and load queries.
 	req   *messages.RouteRequest
@@ -72,6 +75,7 @@ func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
 		hashes[i] = uint64(h)
 	}
 	p.overlaps = make(map[kv.WorkerWithDpRank]*messages.WorkerOverlap)
+	p.shared = 0
 	p.shardsLeft = len(s.shards)
 	q := &messages.ScoreRequest{QueryId: p.id, LocalHashes: hashes}
 	for _, sh := range s.shards {
@@ -109,6 +113,7 @@ func (s *schedulerActor) onOverlap(ctx actor.Context, m *messages.OverlapReply) 
 	for _, o := range m.Overlaps {
 		p.overlaps[rankOf(o.Worker)] = o
 	}
+	p.shared = max(p.shared, m.SharedBlocks)
 	p.shardsLeft--
 	s.maybeFinish(ctx, p)
 }
@@ -166,7 +171,7 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 		return
 	case kindOverlaps:
 		s.release(p)
-		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local))}
+		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local)), SharedBlocks: p.shared}
 		for _, w := range s.ranks.list {
 			if o, ok := p.overlaps[w]; ok {
 				reply.Overlaps = append(reply.Overlaps, o)

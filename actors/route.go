@@ -123,6 +123,8 @@ func overrideOf(o *messages.RouterConfigOverride) *scheduling.Override {
 		PrefillLoadScale:   o.PrefillLoadScale,
 		TrackPrefillTokens: o.TrackPrefillTokens,
 		AssumeKVReuse:      o.AssumeKvReuse,
+
+		SharedCacheMultiplier: o.SharedCacheMultiplier,
 	}
 }
 
@@ -130,7 +132,7 @@ func overrideOf(o *messages.RouterConfigOverride) *scheduling.Override {
 func (s *schedulerActor) candidates(p *pending) []scheduling.Candidate {
 	cands := make([]scheduling.Candidate, 0, len(p.eligible))
 	for _, w := range p.eligible {
-		c := scheduling.Candidate{Worker: w, NewBlocks: uint64(len(p.seqs))}
+		c := scheduling.Candidate{Worker: w, NewBlocks: uint64(len(p.seqs)), SharedOverlap: p.shared}
 		if o := p.overlaps[w]; o != nil {
 			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.DeviceBlocks, o.HostBlocks, o.DiskBlocks
 		}

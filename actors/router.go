@@ -158,6 +158,7 @@ func (r *Router) ApplyEvent(ev *kv.Event) {
 	if r.stopped.Load() {
 		return
 	}
+	ev = r.cfg.Index.SharedStores.Classify(ev)
 	i := shardOf(ev.Worker.WorkerID, len(r.shards))
 	if !r.shardBacklogs[i].wait(1, r.cfg.BackpressureWait) {
 		r.cfg.Observer.BacklogDropped("shard")
@@ -175,6 +176,10 @@ const registerTimeout = 5 * time.Second
 // route right after a registration sees the worker. A registry at its
 // limits refuses new workers with ErrLimit.
 func (r *Router) RegisterWorker(hb *messages.WorkerHeartbeat, static bool) error {
+	if r.cfg.Index.SharedStores.Holds(kv.WorkerID(hb.GetWorkerId())) {
+		return fmt.Errorf("register worker %d: it is declared a shared cache store (shared-cache-workers), which is never a routing candidate: %w",
+			hb.GetWorkerId(), ErrBadRequest)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), registerTimeout)
 	defer cancel()
 	_, err := r.ask(ctx, r.registry, &messages.WorkerUp{Worker: hb, Static: static, SeenUnixNano: time.Now().UnixNano()})

@@ -186,6 +186,9 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 		}
 	}
 	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id}
+	if a.st.idx != nil {
+		reply.SharedBlocks = a.st.idx.SharedPrefix(local)
+	}
 	reply.Overlaps = make([]*messages.WorkerOverlap, 0, len(matches))
 	for w, t := range matches {
 		reply.Overlaps = append(reply.Overlaps, &messages.WorkerOverlap{

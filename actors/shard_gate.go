@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/holdback"
+	"github.com/kvrouter/kvrouter/index"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 )
@@ -13,6 +14,7 @@ import (
 // registry's RankTable, and the holdback buffer of the others' events.
 type eventGate struct {
 	workers map[kv.WorkerID]bool
+	stores  index.SharedStores
 	held    *holdback.Buffer
 	obs     Observer
 }
@@ -22,13 +24,16 @@ func newEventGate(cfg IndexConfig, obs Observer) (*eventGate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("unregistered-worker event hold: %w", err)
 	}
-	return &eventGate{workers: map[kv.WorkerID]bool{}, held: held, obs: obs}, nil
+	return &eventGate{workers: map[kv.WorkerID]bool{}, stores: cfg.SharedStores, held: held, obs: obs}, nil
 }
 
-// admit says whether ev's worker is registered; if not, the event is held
-// or, past the bound, dropped and counted.
+// admit says whether ev's worker is registered or a declared shared
+// store (which never registers: the operator vouched for it); if not, the
+// event is held or, past the bound, dropped and counted. Shared-tier
+// events of other publishers wait like their device events, so an
+// unregistered publisher cannot grow the shared tier either.
 func (g *eventGate) admit(ev kv.Event) bool {
-	if g.workers[ev.Worker.WorkerID] {
+	if g.workers[ev.Worker.WorkerID] || g.stores.Holds(ev.Worker.WorkerID) {
 		return true
 	}
 	if err := g.held.Hold(ev, time.Now()); err != nil {

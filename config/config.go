@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/discovery"
+	"github.com/kvrouter/kvrouter/index"
 	"github.com/kvrouter/kvrouter/natsbus"
 	"github.com/kvrouter/kvrouter/netpolicy"
 	"github.com/kvrouter/kvrouter/scheduling"
@@ -107,6 +108,8 @@ type Config struct {
 	PrefillLoadScale           float64       `flag:"prefill-load-scale" help:"scale of adjusted prefill blocks in the cost"`
 	HostCacheHitWeight         float64       `flag:"host-cache-hit-weight" help:"credit per host-pinned cached block"`
 	DiskCacheHitWeight         float64       `flag:"disk-cache-hit-weight" help:"credit per disk cached block"`
+	SharedCacheMultiplier      float64       `flag:"shared-cache-multiplier" help:"Dynamo's shared_cache_multiplier: credit per block of the prompt's shared-tier prefix (KV events with medium/storage_tier shared, or from --shared-cache-workers) beyond a worker's own device prefix, given to every worker; 0 = off (Dynamo's default; its CLI uses 0.5 with a shared cache)"`
+	SharedCacheWorkers         []string      `flag:"shared-cache-workers" help:"comma-separated worker ids that are the fleet's shared KV store (an LMCache or Mooncake store publishing KV events as a worker): all their events index into the shared tier, they need no registration and are refused as routing candidates"`
 	RouterTemperature          float64       `flag:"router-temperature" help:"softmax temperature; 0 = argmin"`
 	UseKVEvents                bool          `flag:"use-kv-events" help:"index workers' KV events; false = approximate mode from routing decisions"`
 	RouterTrackActiveBlocks    bool          `flag:"router-track-active-blocks" help:"count active (decode) blocks per worker"`
@@ -211,6 +214,7 @@ func Default() Config {
 		PrefillLoadScale:           sc.PrefillLoadScale,
 		HostCacheHitWeight:         sc.HostCacheHitWeight,
 		DiskCacheHitWeight:         sc.DiskCacheHitWeight,
+		SharedCacheMultiplier:      sc.SharedCacheMultiplier,
 		RouterTemperature:          sc.RouterTemperature,
 		UseKVEvents:                true,
 		RouterTrackActiveBlocks:    true,
@@ -270,6 +274,9 @@ func (c *Config) Validate() error {
 	if _, err := ParseStaticWorkers(c.StaticWorkers); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := index.ParseSharedStores(c.SharedCacheWorkers); err != nil {
+		errs = append(errs, fmt.Errorf("shared-cache-workers: %w", err))
+	}
 	if _, err := ParseZMQEndpoints(c.ZMQEndpoints); err != nil {
 		errs = append(errs, err)
 	}
@@ -325,6 +332,7 @@ func (c *Config) Scheduling() scheduling.Config {
 	sc.PrefillLoadScale = c.PrefillLoadScale
 	sc.HostCacheHitWeight = c.HostCacheHitWeight
 	sc.DiskCacheHitWeight = c.DiskCacheHitWeight
+	sc.SharedCacheMultiplier = c.SharedCacheMultiplier
 	sc.RouterTemperature = c.RouterTemperature
 	sc.TrackPrefillTokens = c.RouterTrackPrefillTokens
 	sc.AssumeKVReuse = c.RouterAssumeKVReuse
@@ -353,6 +361,8 @@ func (c *Config) Actors() actors.Config {
 		HoldBlocks:       c.UnregisteredHoldBlocks,
 		HoldAge:          c.UnregisteredHoldAge,
 	}
+	// A malformed list is Validate's error; here it declares no store.
+	ac.Index.SharedStores, _ = index.ParseSharedStores(c.SharedCacheWorkers)
 	ac.Scheduling = c.Scheduling()
 	ac.TrackActiveBlocks = c.RouterTrackActiveBlocks
 	ac.Sequence = sequence.Config{

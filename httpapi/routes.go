@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // WorkerRef names a worker rank in JSON.
@@ -24,6 +25,9 @@ type ConfigOverride struct {
 	PrefillLoadScale   *float64 `json:"prefill_load_scale"`
 	TrackPrefillTokens *bool    `json:"track_prefill_tokens"`
 	AssumeKVReuse      *bool    `json:"assume_kv_reuse"`
+	// SharedCacheMultiplier is Dynamo's RouterConfigOverride
+	// shared_cache_multiplier.
+	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier"`
 }
 
 // RouteBody is POST /route.
@@ -78,6 +82,7 @@ func (b *RouteBody) toMessage() (*messages.RouteRequest, error) {
 			OverlapScoreWeight: o.OverlapScoreWeight, RouterTemperature: o.RouterTemperature,
 			OverlapScoreCredit: o.OverlapScoreCredit, PrefillLoadScale: o.PrefillLoadScale,
 			TrackPrefillTokens: o.TrackPrefillTokens, AssumeKvReuse: o.AssumeKVReuse,
+			SharedCacheMultiplier: o.SharedCacheMultiplier,
 		}
 		if err := validateOverride(o); err != nil {
 			return nil, err
@@ -98,6 +103,7 @@ func validateOverride(o *ConfigOverride) error {
 		check("router_temperature", o.RouterTemperature, 0, 1e9),
 		check("overlap_score_credit", o.OverlapScoreCredit, 0, 1),
 		check("prefill_load_scale", o.PrefillLoadScale, 0, 1e9),
+		check("shared_cache_multiplier", o.SharedCacheMultiplier, 0, 1e9),
 	)
 }
 
@@ -241,6 +247,12 @@ type OverlapRow struct {
 	Credit       float64 `json:"credit"`
 	CachedTokens uint64  `json:"cached_tokens"`
 	TreeSize     uint64  `json:"tree_size"`
+	// SharedBeyondDeviceBlocks is the prompt's shared-tier prefix beyond
+	// this rank's device prefix, SharedCreditBlocks what the cost credits
+	// for it (× shared_cache_multiplier): Dynamo's
+	// shared_beyond_device_blocks and shared_credit_blocks.
+	SharedBeyondDeviceBlocks uint32  `json:"shared_beyond_device_blocks"`
+	SharedCreditBlocks       float64 `json:"shared_credit_blocks"`
 }
 
 func (s *Server) overlapScores(w http.ResponseWriter, r *http.Request) {
@@ -261,9 +273,11 @@ func (s *Server) overlapScores(w http.ResponseWriter, r *http.Request) {
 			WorkerID: o.Worker.GetWorkerId(), DpRank: o.Worker.GetDpRank(),
 			DeviceBlocks: o.DeviceBlocks, HostBlocks: o.HostBlocks, DiskBlocks: o.DiskBlocks,
 			Credit: credit, CachedTokens: cached, TreeSize: o.TreeSize,
+			SharedBeyondDeviceBlocks: scheduling.SharedBeyondDevice(o.DeviceBlocks, reply.SharedBlocks),
+			SharedCreditBlocks:       scheduling.SharedCredit(cfg.SharedCacheMultiplier, o.DeviceBlocks, reply.SharedBlocks),
 		})
 	}
-	res := map[string]any{"request_blocks": reply.RequestBlocks, "scores": rows}
+	res := map[string]any{"request_blocks": reply.RequestBlocks, "shared_blocks": reply.SharedBlocks, "scores": rows}
 	if body.promptTokens > 0 {
 		res["prompt_tokens"] = body.promptTokens
 	}

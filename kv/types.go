@@ -54,10 +54,16 @@ const (
 	TierHostPinned
 	TierDisk
 	TierExternal
+	// TierShared holds blocks in a fleet-wide cache (LMCache, Mooncake
+	// store, HiCache L3) that any worker can load: they belong to no
+	// worker, so they never count in a worker's own overlap; every worker
+	// is credited shared_cache_multiplier per shared block beyond its
+	// device prefix (scheduling.SharedCredit).
+	TierShared
 	NumTiers
 )
 
-var tierNames = [...]string{"device", "host_pinned", "disk", "external"}
+var tierNames = [...]string{"device", "host_pinned", "disk", "external", "shared"}
 
 func (t StorageTier) String() string {
 	if int(t) < len(tierNames) {
@@ -78,6 +84,8 @@ func ParseStorageTier(s string) (StorageTier, error) {
 		return TierDisk, nil
 	case "external", "External":
 		return TierExternal, nil
+	case "shared", "Shared", "SHARED":
+		return TierShared, nil
 	}
 	return 0, fmt.Errorf("unknown storage tier %q", s)
 }

@@ -31,6 +31,9 @@ const (
 	StorageTier_STORAGE_TIER_HOST_PINNED StorageTier = 1
 	StorageTier_STORAGE_TIER_DISK        StorageTier = 2
 	StorageTier_STORAGE_TIER_EXTERNAL    StorageTier = 3
+	// A fleet-wide cache (LMCache, Mooncake store, HiCache L3): blocks any
+	// worker can load, credited by shared_cache_multiplier.
+	StorageTier_STORAGE_TIER_SHARED StorageTier = 4
 )
 
 // Enum value maps for StorageTier.
@@ -40,12 +43,14 @@ var (
 		1: "STORAGE_TIER_HOST_PINNED",
 		2: "STORAGE_TIER_DISK",
 		3: "STORAGE_TIER_EXTERNAL",
+		4: "STORAGE_TIER_SHARED",
 	}
 	StorageTier_value = map[string]int32{
 		"STORAGE_TIER_DEVICE":      0,
 		"STORAGE_TIER_HOST_PINNED": 1,
 		"STORAGE_TIER_DISK":        2,
 		"STORAGE_TIER_EXTERNAL":    3,
+		"STORAGE_TIER_SHARED":      4,
 	}
 )
 
@@ -937,10 +942,14 @@ func (x *WorkerOverlap) GetConfirmedDeviceBlocks() uint32 {
 
 // OverlapReply is a shard's answer to a ScoreRequest.
 type OverlapReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	QueryId       uint64                 `protobuf:"varint,1,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
-	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	Overlaps      []*WorkerOverlap       `protobuf:"bytes,3,rep,name=overlaps,proto3" json:"overlaps,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	QueryId  uint64                 `protobuf:"varint,1,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
+	Shard    uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Overlaps []*WorkerOverlap       `protobuf:"bytes,3,rep,name=overlaps,proto3" json:"overlaps,omitempty"`
+	// shared_blocks is the prompt's longest prefix held in the shared tier
+	// by the stores (and workers) this shard owns; the scheduler takes the
+	// max over shards.
+	SharedBlocks  uint32 `protobuf:"varint,4,opt,name=shared_blocks,json=sharedBlocks,proto3" json:"shared_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -994,6 +1003,13 @@ func (x *OverlapReply) GetOverlaps() []*WorkerOverlap {
 		return x.Overlaps
 	}
 	return nil
+}
+
+func (x *OverlapReply) GetSharedBlocks() uint32 {
+	if x != nil {
+		return x.SharedBlocks
+	}
+	return 0
 }
 
 // AddRequest records a routing decision on a worker's active sequences.
@@ -1444,15 +1460,16 @@ func (x *LoadReply) GetHeadPrefillElapsedNanos() int64 {
 }
 
 type RouterConfigOverride struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	OverlapScoreWeight *float64               `protobuf:"fixed64,1,opt,name=overlap_score_weight,json=overlapScoreWeight,proto3,oneof" json:"overlap_score_weight,omitempty"`
-	RouterTemperature  *float64               `protobuf:"fixed64,2,opt,name=router_temperature,json=routerTemperature,proto3,oneof" json:"router_temperature,omitempty"`
-	OverlapScoreCredit *float64               `protobuf:"fixed64,3,opt,name=overlap_score_credit,json=overlapScoreCredit,proto3,oneof" json:"overlap_score_credit,omitempty"`
-	PrefillLoadScale   *float64               `protobuf:"fixed64,4,opt,name=prefill_load_scale,json=prefillLoadScale,proto3,oneof" json:"prefill_load_scale,omitempty"`
-	TrackPrefillTokens *bool                  `protobuf:"varint,5,opt,name=track_prefill_tokens,json=trackPrefillTokens,proto3,oneof" json:"track_prefill_tokens,omitempty"`
-	AssumeKvReuse      *bool                  `protobuf:"varint,6,opt,name=assume_kv_reuse,json=assumeKvReuse,proto3,oneof" json:"assume_kv_reuse,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	OverlapScoreWeight    *float64               `protobuf:"fixed64,1,opt,name=overlap_score_weight,json=overlapScoreWeight,proto3,oneof" json:"overlap_score_weight,omitempty"`
+	RouterTemperature     *float64               `protobuf:"fixed64,2,opt,name=router_temperature,json=routerTemperature,proto3,oneof" json:"router_temperature,omitempty"`
+	OverlapScoreCredit    *float64               `protobuf:"fixed64,3,opt,name=overlap_score_credit,json=overlapScoreCredit,proto3,oneof" json:"overlap_score_credit,omitempty"`
+	PrefillLoadScale      *float64               `protobuf:"fixed64,4,opt,name=prefill_load_scale,json=prefillLoadScale,proto3,oneof" json:"prefill_load_scale,omitempty"`
+	TrackPrefillTokens    *bool                  `protobuf:"varint,5,opt,name=track_prefill_tokens,json=trackPrefillTokens,proto3,oneof" json:"track_prefill_tokens,omitempty"`
+	AssumeKvReuse         *bool                  `protobuf:"varint,6,opt,name=assume_kv_reuse,json=assumeKvReuse,proto3,oneof" json:"assume_kv_reuse,omitempty"`
+	SharedCacheMultiplier *float64               `protobuf:"fixed64,7,opt,name=shared_cache_multiplier,json=sharedCacheMultiplier,proto3,oneof" json:"shared_cache_multiplier,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RouterConfigOverride) Reset() {
@@ -1525,6 +1542,13 @@ func (x *RouterConfigOverride) GetAssumeKvReuse() bool {
 		return *x.AssumeKvReuse
 	}
 	return false
+}
+
+func (x *RouterConfigOverride) GetSharedCacheMultiplier() float64 {
+	if x != nil && x.SharedCacheMultiplier != nil {
+		return *x.SharedCacheMultiplier
+	}
+	return 0
 }
 
 type RouteRequest struct {
@@ -3190,6 +3214,8 @@ type OverlapScoresReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Overlaps      []*WorkerOverlap       `protobuf:"bytes,1,rep,name=overlaps,proto3" json:"overlaps,omitempty"`
 	RequestBlocks uint32                 `protobuf:"varint,2,opt,name=request_blocks,json=requestBlocks,proto3" json:"request_blocks,omitempty"`
+	// shared_blocks is the prompt's longest prefix in the shared tier.
+	SharedBlocks  uint32 `protobuf:"varint,3,opt,name=shared_blocks,json=sharedBlocks,proto3" json:"shared_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3234,6 +3260,13 @@ func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
 func (x *OverlapScoresReply) GetRequestBlocks() uint32 {
 	if x != nil {
 		return x.RequestBlocks
+	}
+	return 0
+}
+
+func (x *OverlapScoresReply) GetSharedBlocks() uint32 {
+	if x != nil {
+		return x.SharedBlocks
 	}
 	return 0
 }
@@ -4025,11 +4058,12 @@ const file_kvrouter_proto_rawDesc = "" +
 	"diskBlocks\x12\x1b\n" +
 	"\ttree_size\x18\x05 \x01(\x04R\btreeSize\x12\x1c\n" +
 	"\tpredicted\x18\x06 \x01(\bR\tpredicted\x126\n" +
-	"\x17confirmed_device_blocks\x18\a \x01(\rR\x15confirmedDeviceBlocks\"w\n" +
+	"\x17confirmed_device_blocks\x18\a \x01(\rR\x15confirmedDeviceBlocks\"\x9c\x01\n" +
 	"\fOverlapReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x126\n" +
-	"\boverlaps\x18\x03 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\"\x8f\x03\n" +
+	"\boverlaps\x18\x03 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\x12#\n" +
+	"\rshared_blocks\x18\x04 \x01(\rR\fsharedBlocks\"\x8f\x03\n" +
 	"\n" +
 	"AddRequest\x12\x1d\n" +
 	"\n" +
@@ -4069,20 +4103,22 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x0factive_requests\x18\x06 \x01(\rR\x0eactiveRequests\x123\n" +
 	"\x16prefill_tokens_per_sec\x18\a \x01(\x01R\x13prefillTokensPerSec\x12.\n" +
 	"\x13head_prefill_tokens\x18\b \x01(\x04R\x11headPrefillTokens\x12;\n" +
-	"\x1ahead_prefill_elapsed_nanos\x18\t \x01(\x03R\x17headPrefillElapsedNanos\"\xdc\x03\n" +
+	"\x1ahead_prefill_elapsed_nanos\x18\t \x01(\x03R\x17headPrefillElapsedNanos\"\xb5\x04\n" +
 	"\x14RouterConfigOverride\x125\n" +
 	"\x14overlap_score_weight\x18\x01 \x01(\x01H\x00R\x12overlapScoreWeight\x88\x01\x01\x122\n" +
 	"\x12router_temperature\x18\x02 \x01(\x01H\x01R\x11routerTemperature\x88\x01\x01\x125\n" +
 	"\x14overlap_score_credit\x18\x03 \x01(\x01H\x02R\x12overlapScoreCredit\x88\x01\x01\x121\n" +
 	"\x12prefill_load_scale\x18\x04 \x01(\x01H\x03R\x10prefillLoadScale\x88\x01\x01\x125\n" +
 	"\x14track_prefill_tokens\x18\x05 \x01(\bH\x04R\x12trackPrefillTokens\x88\x01\x01\x12+\n" +
-	"\x0fassume_kv_reuse\x18\x06 \x01(\bH\x05R\rassumeKvReuse\x88\x01\x01B\x17\n" +
+	"\x0fassume_kv_reuse\x18\x06 \x01(\bH\x05R\rassumeKvReuse\x88\x01\x01\x12;\n" +
+	"\x17shared_cache_multiplier\x18\a \x01(\x01H\x06R\x15sharedCacheMultiplier\x88\x01\x01B\x17\n" +
 	"\x15_overlap_score_weightB\x15\n" +
 	"\x13_router_temperatureB\x17\n" +
 	"\x15_overlap_score_creditB\x15\n" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
-	"\x10_assume_kv_reuse\"\xcf\x03\n" +
+	"\x10_assume_kv_reuseB\x1a\n" +
+	"\x18_shared_cache_multiplier\"\xcf\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -4210,10 +4246,11 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x06events\x18\x02 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"N\n" +
 	"\x12OverlapScoresQuery\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
-	"\tlora_name\x18\x02 \x01(\tR\bloraName\"s\n" +
+	"\tlora_name\x18\x02 \x01(\tR\bloraName\"\x98\x01\n" +
 	"\x12OverlapScoresReply\x126\n" +
 	"\boverlaps\x18\x01 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\x12%\n" +
-	"\x0erequest_blocks\x18\x02 \x01(\rR\rrequestBlocks\"O\n" +
+	"\x0erequest_blocks\x18\x02 \x01(\rR\rrequestBlocks\x12#\n" +
+	"\rshared_blocks\x18\x03 \x01(\rR\fsharedBlocks\"O\n" +
 	"\x13PotentialLoadsQuery\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
 	"\tlora_name\x18\x02 \x01(\tR\bloraName\"G\n" +
@@ -4253,12 +4290,13 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\fTrackedReply\x12)\n" +
 	"\x10tracked_requests\x18\x01 \x01(\x04R\x0ftrackedRequests\x12\x1f\n" +
 	"\vqueue_depth\x18\x02 \x01(\rR\n" +
-	"queueDepth*v\n" +
+	"queueDepth*\x8f\x01\n" +
 	"\vStorageTier\x12\x17\n" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
 	"\x11STORAGE_TIER_DISK\x10\x02\x12\x19\n" +
-	"\x15STORAGE_TIER_EXTERNAL\x10\x03*t\n" +
+	"\x15STORAGE_TIER_EXTERNAL\x10\x03\x12\x17\n" +
+	"\x13STORAGE_TIER_SHARED\x10\x04*t\n" +
 	"\vWorkerState\x12\x17\n" +
 	"\x13WORKER_STATE_ACTIVE\x10\x00\x12\x15\n" +
 	"\x11WORKER_STATE_BUSY\x10\x01\x12\x1a\n" +

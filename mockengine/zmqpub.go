@@ -259,6 +259,8 @@ func mediumOfTier(t kv.StorageTier) string {
 		return "CPU"
 	case kv.TierDisk, kv.TierExternal:
 		return "DISK"
+	case kv.TierShared:
+		return "SHARED"
 	}
 	return "GPU"
 }

@@ -80,6 +80,12 @@ type Config struct {
 	// they must be copied back, so they save less than a device hit.
 	HostCacheHitWeight float64
 	DiskCacheHitWeight float64
+	// SharedCacheMultiplier (Dynamo's shared_cache_multiplier, default 0
+	// = off, ≥0) credits every candidate with this many prefill blocks per
+	// block of the prompt's shared-tier prefix beyond its own device
+	// prefix (SharedCredit). Dynamo's CLI sets 0.5 when a shared cache is
+	// configured.
+	SharedCacheMultiplier float64
 
 	// RouterTemperature (default 0, ≥0): 0 picks the cheapest worker, ties
 	// broken uniformly at random; above 0 samples a softmax over min-max
@@ -172,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if !inRange(n.DiskCacheHitWeight, 0, 1) {
 		errs = append(errs, fmt.Errorf("disk_cache_hit_weight must be in [0,1], got %v", n.DiskCacheHitWeight))
+	}
+	if !nonNegative(n.SharedCacheMultiplier) {
+		errs = append(errs, fmt.Errorf("shared_cache_multiplier must be ≥ 0, got %v", n.SharedCacheMultiplier))
 	}
 	if !nonNegative(n.RouterTemperature) {
 		errs = append(errs, fmt.Errorf("router_temperature must be ≥ 0, got %v", n.RouterTemperature))

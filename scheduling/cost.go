@@ -39,7 +39,11 @@ type Candidate struct {
 	// DeviceOverlap is the prefix depth cached on the GPU; HostOverlap and
 	// DiskOverlap are the blocks continuing that prefix in lower tiers.
 	DeviceOverlap, HostOverlap, DiskOverlap uint32
-	ActivePrefillTokens                     uint64
+	// SharedOverlap is the request's prefix depth in the shared tier (the
+	// same for every candidate: any worker can load it); the cost credits
+	// the part beyond DeviceOverlap (SharedCredit).
+	SharedOverlap       uint32
+	ActivePrefillTokens uint64
 	// ActiveBlocks are the blocks the rank holds for active requests.
 	ActiveBlocks float64
 	// NewBlocks are this request's prompt blocks not already active there.
@@ -132,6 +136,7 @@ func newCostContext(cfg Config, blockSize, isl, requestBlocks int) (costContext,
 //	raw_prefill   = track_prefill ? (active_prefill + isl) / block_size : 0
 //	decay         = 1 / (1 + credit_decay · max(0, active_prefill − min_active_prefill)/block_size / request_blocks)
 //	credit        = overlap_score_credit·decay·device + host_w·host + disk_w·disk
+//	              + shared_cache_multiplier·max(0, shared − device)      (SharedCredit)
 //	adjusted      = max(raw_prefill − credit, 0)
 //	decode        = active_blocks + new_blocks
 //	cost          = prefill_load_scale·adjusted + decode + decode_active_request_weight·active_requests
@@ -150,7 +155,8 @@ func (cc *costContext) logit(c Candidate) float64 {
 	}
 	credit := cfg.OverlapScoreCredit*decay*float64(c.DeviceOverlap) +
 		cfg.HostCacheHitWeight*float64(c.HostOverlap) +
-		cfg.DiskCacheHitWeight*float64(c.DiskOverlap)
+		cfg.DiskCacheHitWeight*float64(c.DiskOverlap) +
+		SharedCredit(cfg.SharedCacheMultiplier, c.DeviceOverlap, c.SharedOverlap)
 	adjusted := max(rawPrefill-credit, 0)
 
 	decode := float64(c.NewBlocks)

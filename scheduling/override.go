@@ -14,6 +14,8 @@ type Override struct {
 	PrefillLoadScale   *float64
 	TrackPrefillTokens *bool
 	AssumeKVReuse      *bool
+	// SharedCacheMultiplier is RouterConfigOverride.shared_cache_multiplier.
+	SharedCacheMultiplier *float64
 }
 
 // Validate checks the override's own ranges (Dynamo validates the credit
@@ -62,6 +64,9 @@ func (c Config) WithOverride(o *Override) Config {
 	}
 	if o.AssumeKVReuse != nil {
 		c.AssumeKVReuse = *o.AssumeKVReuse
+	}
+	if o.SharedCacheMultiplier != nil {
+		c.SharedCacheMultiplier = *o.SharedCacheMultiplier
 	}
 	return c
 }

@@ -80,7 +80,7 @@ const RateDeadband = 0.25
 
 // TTFTCost is the ttft cost of one candidate, in seconds:
 //
-//	cached    = max(credited device + host + disk overlap, blocks active on the rank) × block size
+//	cached    = max(credited device + host + disk + shared overlap, blocks active on the rank) × block size
 //	uncached  = isl − cached (≥ 0)
 //	queued    = active prefill tokens − the head request's progress (rate × time at the head, ≤ its tokens)
 //	cost      = (queued + uncached) / rate            predicted TTFT
@@ -101,7 +101,8 @@ func TTFTCost(cfg Config, blockSize, isl int, c Candidate, rate float64) float64
 	bs := float64(blockSize)
 	credited := cfg.OverlapScoreCredit*float64(c.DeviceOverlap) +
 		cfg.HostCacheHitWeight*float64(c.HostOverlap) +
-		cfg.DiskCacheHitWeight*float64(c.DiskOverlap)
+		cfg.DiskCacheHitWeight*float64(c.DiskOverlap) +
+		SharedCredit(cfg.SharedCacheMultiplier, c.DeviceOverlap, c.SharedOverlap)
 	if c.HasLoad && cfg.OverlapScoreCredit > 0 {
 		credited = max(credited, float64(c.ActivePrefixBlocks))
 	}

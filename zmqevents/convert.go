@@ -9,14 +9,17 @@ import (
 )
 
 // TierOfMedium maps vLLM's medium to a storage tier: GPU (or none) is the
-// device, CPU is pinned host memory, anything else (disk, LMCache
-// backends) is treated as disk.
+// device, CPU is pinned host memory, "shared" is the fleet-wide cache
+// (kv.TierShared), anything else (disk, LMCache backends) is treated as
+// disk.
 func TierOfMedium(medium string) kv.StorageTier {
 	switch strings.ToLower(medium) {
 	case "", "gpu", "device", "cuda":
 		return kv.TierDevice
 	case "cpu", "host", "host_pinned":
 		return kv.TierHostPinned
+	case "shared":
+		return kv.TierShared
 	}
 	return kv.TierDisk
 }
