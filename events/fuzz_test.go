@@ -15,6 +15,10 @@ var jsonSeeds = []string{
 	`{"worker_id":1,"event":{"data":{"stored":{"blocks":[]}}}}`,
 	`{"worker_id":-1,"dp_rank":2,"x":[1.5,{"y":"\u00e9"}],"event":{"data":{"cleared":{}}}}`,
 	`{"worker_id":1,"event":{"data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[{"block_hash":-9223372036854775808,"tokens_hash":2,"mm_extra_info":null}]}}}}`,
+	`{"worker_id":900,"storage_tier":"shared","event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":2}]}}}}`,
+	`{"worker_id":900,"storage_tier":"SHARED","event":{"data":{"removed":{"block_hashes":[1]}}}}`,
+	`{"worker_id":1,"storage_tier":"tape","event":{"data":"cleared"}}`,
+	`{"worker_id":1,"storage_tier":7,"event":{"data":"cleared"}}`,
 	`{`, ``, `null`,
 }
 

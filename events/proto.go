@@ -47,7 +47,9 @@ func FromProto(m *messages.KvEvent) (kv.Event, error) {
 	}
 	ev.Worker = kv.WorkerWithDpRank{WorkerID: kv.WorkerID(m.Worker.WorkerId), DpRank: m.Worker.DpRank}
 	ev.EventID = m.EventId
-	if m.Tier < 0 || kv.StorageTier(m.Tier) >= kv.NumTiers {
+	// Compared as the wire's int32: converting first would wrap 256 to
+	// the device tier.
+	if m.Tier < 0 || int64(m.Tier) >= int64(kv.NumTiers) {
 		return ev, malformed("protobuf event: unknown storage tier %d", m.Tier)
 	}
 	ev.Tier = kv.StorageTier(m.Tier)
