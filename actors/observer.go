@@ -25,6 +25,11 @@ type Observer interface {
 	// was at its bound ("shard", "replication").
 	BacklogDropped(queue string)
 	QueueDepth(n int)
+	// SharedCache records a routed decision's shared-tier prefix against
+	// the prompt's blocks, and how many of those shared blocks lie beyond
+	// the chosen worker's (rounded effective) overlap: Dynamo's
+	// router_shared_cache_hit_rate and router_shared_cache_beyond_blocks.
+	SharedCache(sharedBlocks, beyondBlocks uint32, requestBlocks int)
 }
 
 // NopObserver discards everything.
@@ -40,3 +45,4 @@ func (NopObserver) WorkerRejected(string)               {}
 func (NopObserver) StrideMismatch()                     {}
 func (NopObserver) BacklogDropped(string)               {}
 func (NopObserver) QueueDepth(int)                      {}
+func (NopObserver) SharedCache(uint32, uint32, int)     {}

@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -200,6 +201,11 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		}
 		s.record(ctx, p, d, cfg, newBlocks)
 		s.obs.Decision("routed", d.OverlapBlocks, len(p.local))
+		if p.shared > 0 || cfg.SharedCacheMultiplier > 0 {
+			// As Dynamo's find_best_match: hits_beyond(effective overlap
+			// rounded) of the chosen worker.
+			s.obs.SharedCache(p.shared, scheduling.SharedBeyondDevice(uint32(math.Round(d.EffectiveOverlapBlocks)), p.shared), len(p.local))
+		}
 	} else {
 		s.obs.Decision("query", d.OverlapBlocks, len(p.local))
 	}

@@ -28,6 +28,8 @@ type Router struct {
 	strideMismatch  prometheus.Counter
 	backlogDropped  *prometheus.CounterVec
 	queueDepth      prometheus.Gauge
+	sharedHitRate   prometheus.Histogram
+	sharedBeyond    prometheus.Histogram
 	HTTPRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
@@ -80,6 +82,14 @@ func New() *Router {
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvrouter_queue_depth", Help: "Requests waiting because every eligible worker is over the queue threshold.",
 		}),
+		sharedHitRate: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvrouter_shared_cache_hit_rate", Help: "Shared-tier prefix blocks / prompt blocks of routed requests (Dynamo's router_shared_cache_hit_rate), when the shared tier is in use.",
+			Buckets: prometheus.LinearBuckets(0, 0.1, 11),
+		}),
+		sharedBeyond: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvrouter_shared_cache_beyond_blocks", Help: "Shared-tier blocks beyond the chosen worker's rounded effective overlap (Dynamo's router_shared_cache_beyond_blocks): blocks it loads from the shared cache.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint and status code.",
 		}, []string{"endpoint", "code"}),
@@ -93,6 +103,7 @@ func New() *Router {
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
+		m.sharedHitRate, m.sharedBeyond,
 		m.HTTPRequests, m.ProxyRequests, m.ProxyTTFT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -121,6 +132,13 @@ func (m *Router) WorkerRejected(reason string)   { m.workerRejected.WithLabelVal
 func (m *Router) StrideMismatch()                { m.strideMismatch.Inc() }
 func (m *Router) BacklogDropped(queue string)    { m.backlogDropped.WithLabelValues(queue).Inc() }
 func (m *Router) QueueDepth(n int)               { m.queueDepth.Set(float64(n)) }
+
+func (m *Router) SharedCache(shared, beyond uint32, requestBlocks int) {
+	if requestBlocks > 0 {
+		m.sharedHitRate.Observe(float64(shared) / float64(requestBlocks))
+	}
+	m.sharedBeyond.Observe(float64(beyond))
+}
 
 func (m *Router) ShardRestarted(_ uint32, intact bool) {
 	if intact {

@@ -141,6 +141,20 @@ func TestSharedCacheTierChangesRoute(t *testing.T) {
 		return nil
 	})
 	wantRoute("after a bad tier", nil, 1, 2)
+	// A routed request on worker 1 (effective overlap 2) loads 6 blocks
+	// from the shared tier: Dynamo's shared-cache metrics. The pinned
+	// request before counted 0 shared blocks.
+	var routed routeReply
+	if code := Post(t, base+"/route", map[string]any{"token_ids": prompt, "request_id": "r1"}, &routed); code != http.StatusOK || routed.WorkerID != 1 {
+		t.Fatalf("routed: %d %+v", code, routed)
+	}
+	_, m := Get(t, base+"/metrics")
+	if c, b := metricSum(m, "kvrouter_shared_cache_beyond_blocks_count"), metricSum(m, "kvrouter_shared_cache_beyond_blocks_sum"); c != 2 || b != 6 {
+		t.Fatalf("shared beyond blocks: count %v sum %v, want 2 and 6", c, b)
+	}
+	if r := metricSum(m, "kvrouter_shared_cache_hit_rate_sum"); r != 0.8 {
+		t.Fatalf("shared hit rate sum %v, want 0.8 (8 of 10 blocks, and 0 of 3)", r)
+	}
 	var bad map[string]any
 	if code := Post(t, base+"/route", map[string]any{"token_ids": prompt,
 		"router_config_override": map[string]any{"shared_cache_multiplier": -1}}, &bad); code != http.StatusBadRequest ||
