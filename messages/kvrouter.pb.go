@@ -1564,7 +1564,10 @@ type RouteRequest struct {
 	RouterConfigOverride *RouterConfigOverride  `protobuf:"bytes,9,opt,name=router_config_override,json=routerConfigOverride,proto3" json:"router_config_override,omitempty"`
 	// cancel_token (set by the façade, unique per call) lets a CancelRoute
 	// find this decision once its client has gone.
-	CancelToken   uint64 `protobuf:"varint,10,opt,name=cancel_token,json=cancelToken,proto3" json:"cancel_token,omitempty"`
+	CancelToken uint64 `protobuf:"varint,10,opt,name=cancel_token,json=cancelToken,proto3" json:"cancel_token,omitempty"`
+	// session_id (x-session-id or the body's session_id) makes the request
+	// sticky: routed to the session's bound rank while that rank is fit.
+	SessionId     string `protobuf:"bytes,11,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1667,6 +1670,13 @@ func (x *RouteRequest) GetCancelToken() uint64 {
 		return x.CancelToken
 	}
 	return 0
+}
+
+func (x *RouteRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // CancelRoute says the client of a route call left before its answer: a
@@ -1795,6 +1805,8 @@ type SequenceEvent struct {
 	//	*SequenceEvent_Add
 	//	*SequenceEvent_PrefillCompleted
 	//	*SequenceEvent_Free
+	//	*SequenceEvent_SessionBound
+	//	*SequenceEvent_SessionEnded
 	Data          isSequenceEvent_Data `protobuf_oneof:"data"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1878,6 +1890,24 @@ func (x *SequenceEvent) GetFree() *FreeRequest {
 	return nil
 }
 
+func (x *SequenceEvent) GetSessionBound() *SessionBound {
+	if x != nil {
+		if x, ok := x.Data.(*SequenceEvent_SessionBound); ok {
+			return x.SessionBound
+		}
+	}
+	return nil
+}
+
+func (x *SequenceEvent) GetSessionEnded() *SessionEnded {
+	if x != nil {
+		if x, ok := x.Data.(*SequenceEvent_SessionEnded); ok {
+			return x.SessionEnded
+		}
+	}
+	return nil
+}
+
 type isSequenceEvent_Data interface {
 	isSequenceEvent_Data()
 }
@@ -1894,11 +1924,226 @@ type SequenceEvent_Free struct {
 	Free *FreeRequest `protobuf:"bytes,5,opt,name=free,proto3,oneof"`
 }
 
+type SequenceEvent_SessionBound struct {
+	SessionBound *SessionBound `protobuf:"bytes,6,opt,name=session_bound,json=sessionBound,proto3,oneof"`
+}
+
+type SequenceEvent_SessionEnded struct {
+	SessionEnded *SessionEnded `protobuf:"bytes,7,opt,name=session_ended,json=sessionEnded,proto3,oneof"`
+}
+
 func (*SequenceEvent_Add) isSequenceEvent_Data() {}
 
 func (*SequenceEvent_PrefillCompleted) isSequenceEvent_Data() {}
 
 func (*SequenceEvent_Free) isSequenceEvent_Data() {}
+
+func (*SequenceEvent_SessionBound) isSequenceEvent_Data() {}
+
+func (*SequenceEvent_SessionEnded) isSequenceEvent_Data() {}
+
+// SessionBound is a sticky session's binding as one replica wrote it: a
+// first bind, a move, or a use announced so peers keep the session alive.
+// Replicas keep the write with the newest (stamp, writer) version.
+type SessionBound struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	SessionId        string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Worker           *WorkerRank            `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Stamp            int64                  `protobuf:"varint,3,opt,name=stamp,proto3" json:"stamp,omitempty"`  // writer's clock, unix ns, above the version replaced
+	Writer           string                 `protobuf:"bytes,4,opt,name=writer,proto3" json:"writer,omitempty"` // replica id; breaks stamp ties
+	LastUsedUnixNano int64                  `protobuf:"varint,5,opt,name=last_used_unix_nano,json=lastUsedUnixNano,proto3" json:"last_used_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SessionBound) Reset() {
+	*x = SessionBound{}
+	mi := &file_kvrouter_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionBound) ProtoMessage() {}
+
+func (x *SessionBound) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionBound.ProtoReflect.Descriptor instead.
+func (*SessionBound) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SessionBound) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionBound) GetWorker() *WorkerRank {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *SessionBound) GetStamp() int64 {
+	if x != nil {
+		return x.Stamp
+	}
+	return 0
+}
+
+func (x *SessionBound) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
+}
+
+func (x *SessionBound) GetLastUsedUnixNano() int64 {
+	if x != nil {
+		return x.LastUsedUnixNano
+	}
+	return 0
+}
+
+// SessionEnded is an explicit end (DELETE /sessions/{id}): a tombstone
+// with its own version, kept for one TTL so older binds cannot revive it.
+type SessionEnded struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	SessionId        string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Stamp            int64                  `protobuf:"varint,2,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Writer           string                 `protobuf:"bytes,3,opt,name=writer,proto3" json:"writer,omitempty"`
+	LastUsedUnixNano int64                  `protobuf:"varint,4,opt,name=last_used_unix_nano,json=lastUsedUnixNano,proto3" json:"last_used_unix_nano,omitempty"`
+	Worker           *WorkerRank            `protobuf:"bytes,5,opt,name=worker,proto3" json:"worker,omitempty"` // the rank it was bound to
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SessionEnded) Reset() {
+	*x = SessionEnded{}
+	mi := &file_kvrouter_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionEnded) ProtoMessage() {}
+
+func (x *SessionEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
+func (*SessionEnded) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SessionEnded) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionEnded) GetStamp() int64 {
+	if x != nil {
+		return x.Stamp
+	}
+	return 0
+}
+
+func (x *SessionEnded) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
+}
+
+func (x *SessionEnded) GetLastUsedUnixNano() int64 {
+	if x != nil {
+		return x.LastUsedUnixNano
+	}
+	return 0
+}
+
+func (x *SessionEnded) GetWorker() *WorkerRank {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+// SessionTable is a replica's whole session table (anti-entropy), most
+// recently used first; entries are SessionBound or SessionEnded events.
+type SessionTable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*SequenceEvent       `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionTable) Reset() {
+	*x = SessionTable{}
+	mi := &file_kvrouter_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionTable) ProtoMessage() {}
+
+func (x *SessionTable) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionTable.ProtoReflect.Descriptor instead.
+func (*SessionTable) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SessionTable) GetEntries() []*SequenceEvent {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
 
 type SequenceEventBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1909,7 +2154,7 @@ type SequenceEventBatch struct {
 
 func (x *SequenceEventBatch) Reset() {
 	*x = SequenceEventBatch{}
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2166,7 @@ func (x *SequenceEventBatch) String() string {
 func (*SequenceEventBatch) ProtoMessage() {}
 
 func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2179,7 @@ func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEventBatch.ProtoReflect.Descriptor instead.
 func (*SequenceEventBatch) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{24}
+	return file_kvrouter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SequenceEventBatch) GetEvents() []*SequenceEvent {
@@ -1962,7 +2207,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2219,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2232,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{25}
+	return file_kvrouter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WorkerHeartbeat) GetWorkerId() uint64 {
@@ -2073,7 +2318,7 @@ type WorkerUp struct {
 
 func (x *WorkerUp) Reset() {
 	*x = WorkerUp{}
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2330,7 @@ func (x *WorkerUp) String() string {
 func (*WorkerUp) ProtoMessage() {}
 
 func (x *WorkerUp) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2343,7 @@ func (x *WorkerUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUp.ProtoReflect.Descriptor instead.
 func (*WorkerUp) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{26}
+	return file_kvrouter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkerUp) GetWorker() *WorkerHeartbeat {
@@ -2134,7 +2379,7 @@ type RoutingDecision struct {
 
 func (x *RoutingDecision) Reset() {
 	*x = RoutingDecision{}
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2391,7 @@ func (x *RoutingDecision) String() string {
 func (*RoutingDecision) ProtoMessage() {}
 
 func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2404,7 @@ func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingDecision.ProtoReflect.Descriptor instead.
 func (*RoutingDecision) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{27}
+	return file_kvrouter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RoutingDecision) GetWorker() *WorkerRank {
@@ -2188,7 +2433,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2445,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2458,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{28}
+	return file_kvrouter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Tick) GetUnixNano() int64 {
@@ -2235,7 +2480,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2247,7 +2492,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2260,7 +2505,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{29}
+	return file_kvrouter_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RouteError) GetCode() RouteErrorCode {
@@ -2309,7 +2554,7 @@ type RequestLifecycle struct {
 
 func (x *RequestLifecycle) Reset() {
 	*x = RequestLifecycle{}
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2566,7 @@ func (x *RequestLifecycle) String() string {
 func (*RequestLifecycle) ProtoMessage() {}
 
 func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2579,7 @@ func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLifecycle.ProtoReflect.Descriptor instead.
 func (*RequestLifecycle) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{30}
+	return file_kvrouter_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RequestLifecycle) GetRequestId() string {
@@ -2411,7 +2656,7 @@ type LifecycleReply struct {
 
 func (x *LifecycleReply) Reset() {
 	*x = LifecycleReply{}
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2668,7 @@ func (x *LifecycleReply) String() string {
 func (*LifecycleReply) ProtoMessage() {}
 
 func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2681,7 @@ func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
 func (*LifecycleReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{31}
+	return file_kvrouter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LifecycleReply) GetRequestId() string {
@@ -2461,7 +2706,7 @@ type RegistryQuery struct {
 
 func (x *RegistryQuery) Reset() {
 	*x = RegistryQuery{}
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2718,7 @@ func (x *RegistryQuery) String() string {
 func (*RegistryQuery) ProtoMessage() {}
 
 func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2731,7 @@ func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
 func (*RegistryQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+	return file_kvrouter_proto_rawDescGZIP(), []int{35}
 }
 
 type RegisteredWorker struct {
@@ -2504,7 +2749,7 @@ type RegisteredWorker struct {
 
 func (x *RegisteredWorker) Reset() {
 	*x = RegisteredWorker{}
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2761,7 @@ func (x *RegisteredWorker) String() string {
 func (*RegisteredWorker) ProtoMessage() {}
 
 func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2774,7 @@ func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
 func (*RegisteredWorker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+	return file_kvrouter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
@@ -2593,7 +2838,7 @@ type RegistryReply struct {
 
 func (x *RegistryReply) Reset() {
 	*x = RegistryReply{}
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2850,7 @@ func (x *RegistryReply) String() string {
 func (*RegistryReply) ProtoMessage() {}
 
 func (x *RegistryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2863,7 @@ func (x *RegistryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
 func (*RegistryReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{34}
+	return file_kvrouter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
@@ -2657,7 +2902,7 @@ type ShardStatsQuery struct {
 
 func (x *ShardStatsQuery) Reset() {
 	*x = ShardStatsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2914,7 @@ func (x *ShardStatsQuery) String() string {
 func (*ShardStatsQuery) ProtoMessage() {}
 
 func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2927,7 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{35}
+	return file_kvrouter_proto_rawDescGZIP(), []int{38}
 }
 
 type WorkerBlocks struct {
@@ -2695,7 +2940,7 @@ type WorkerBlocks struct {
 
 func (x *WorkerBlocks) Reset() {
 	*x = WorkerBlocks{}
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2952,7 @@ func (x *WorkerBlocks) String() string {
 func (*WorkerBlocks) ProtoMessage() {}
 
 func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2965,7 @@ func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
 func (*WorkerBlocks) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{36}
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WorkerBlocks) GetWorker() *WorkerRank {
@@ -2752,7 +2997,7 @@ type ShardStatsReply struct {
 
 func (x *ShardStatsReply) Reset() {
 	*x = ShardStatsReply{}
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +3009,7 @@ func (x *ShardStatsReply) String() string {
 func (*ShardStatsReply) ProtoMessage() {}
 
 func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3022,7 @@ func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
 func (*ShardStatsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{37}
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ShardStatsReply) GetShard() uint32 {
@@ -2830,7 +3075,7 @@ type PotentialLoad struct {
 
 func (x *PotentialLoad) Reset() {
 	*x = PotentialLoad{}
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3087,7 @@ func (x *PotentialLoad) String() string {
 func (*PotentialLoad) ProtoMessage() {}
 
 func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3100,7 @@ func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
 func (*PotentialLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{38}
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PotentialLoad) GetWorker() *WorkerRank {
@@ -2904,7 +3149,7 @@ type DropOrigin struct {
 
 func (x *DropOrigin) Reset() {
 	*x = DropOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3161,7 @@ func (x *DropOrigin) String() string {
 func (*DropOrigin) ProtoMessage() {}
 
 func (x *DropOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3174,7 @@ func (x *DropOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
 func (*DropOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DropOrigin) GetOrigin() string {
@@ -2950,7 +3195,7 @@ type StaleRequestsFreed struct {
 
 func (x *StaleRequestsFreed) Reset() {
 	*x = StaleRequestsFreed{}
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3207,7 @@ func (x *StaleRequestsFreed) String() string {
 func (*StaleRequestsFreed) ProtoMessage() {}
 
 func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3220,7 @@ func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
 func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StaleRequestsFreed) GetRequestIds() []string {
@@ -2997,7 +3242,7 @@ type ActiveRequestsQuery struct {
 
 func (x *ActiveRequestsQuery) Reset() {
 	*x = ActiveRequestsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3254,7 @@ func (x *ActiveRequestsQuery) String() string {
 func (*ActiveRequestsQuery) ProtoMessage() {}
 
 func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3267,7 @@ func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ActiveRequestsQuery) GetOrigin() string {
@@ -3054,7 +3299,7 @@ type ActiveRequestsReply struct {
 
 func (x *ActiveRequestsReply) Reset() {
 	*x = ActiveRequestsReply{}
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3311,7 @@ func (x *ActiveRequestsReply) String() string {
 func (*ActiveRequestsReply) ProtoMessage() {}
 
 func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3324,7 @@ func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
@@ -3115,7 +3360,7 @@ type ReplaceOrigin struct {
 
 func (x *ReplaceOrigin) Reset() {
 	*x = ReplaceOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3127,7 +3372,7 @@ func (x *ReplaceOrigin) String() string {
 func (*ReplaceOrigin) ProtoMessage() {}
 
 func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3140,7 +3385,7 @@ func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
 func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReplaceOrigin) GetOrigin() string {
@@ -3168,7 +3413,7 @@ type OverlapScoresQuery struct {
 
 func (x *OverlapScoresQuery) Reset() {
 	*x = OverlapScoresQuery{}
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3425,7 @@ func (x *OverlapScoresQuery) String() string {
 func (*OverlapScoresQuery) ProtoMessage() {}
 
 func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3438,7 @@ func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
 func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
@@ -3222,7 +3467,7 @@ type OverlapScoresReply struct {
 
 func (x *OverlapScoresReply) Reset() {
 	*x = OverlapScoresReply{}
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3479,7 @@ func (x *OverlapScoresReply) String() string {
 func (*OverlapScoresReply) ProtoMessage() {}
 
 func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3492,7 @@ func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
 func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
@@ -3283,7 +3528,7 @@ type PotentialLoadsQuery struct {
 
 func (x *PotentialLoadsQuery) Reset() {
 	*x = PotentialLoadsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3295,7 +3540,7 @@ func (x *PotentialLoadsQuery) String() string {
 func (*PotentialLoadsQuery) ProtoMessage() {}
 
 func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3308,7 +3553,7 @@ func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
@@ -3334,7 +3579,7 @@ type PotentialLoadsReply struct {
 
 func (x *PotentialLoadsReply) Reset() {
 	*x = PotentialLoadsReply{}
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3591,7 @@ func (x *PotentialLoadsReply) String() string {
 func (*PotentialLoadsReply) ProtoMessage() {}
 
 func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3604,7 @@ func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
@@ -3384,7 +3629,7 @@ type ClusterDigest struct {
 
 func (x *ClusterDigest) Reset() {
 	*x = ClusterDigest{}
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3641,7 @@ func (x *ClusterDigest) String() string {
 func (*ClusterDigest) ProtoMessage() {}
 
 func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3654,7 @@ func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
 func (*ClusterDigest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClusterDigest) GetOrigin() string {
@@ -3450,7 +3695,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3707,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3720,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StateRequest) GetRequester() string {
@@ -3497,7 +3742,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3509,7 +3754,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3522,7 +3767,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StateSnapshot) GetOrigin() string {
@@ -3556,7 +3801,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3813,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3826,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
 }
 
 // DumpQuery asks a shard for its whole index as single-block Stored
@@ -3594,7 +3839,7 @@ type DumpQuery struct {
 
 func (x *DumpQuery) Reset() {
 	*x = DumpQuery{}
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3606,7 +3851,7 @@ func (x *DumpQuery) String() string {
 func (*DumpQuery) ProtoMessage() {}
 
 func (x *DumpQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3619,7 +3864,7 @@ func (x *DumpQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
 func (*DumpQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
 }
 
 // RankEntry is one registered worker rank as the registry publishes it:
@@ -3637,7 +3882,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3894,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3907,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -3713,7 +3958,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3970,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3983,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{54}
+	return file_kvrouter_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -3761,7 +4006,7 @@ type RemoteActivity struct {
 
 func (x *RemoteActivity) Reset() {
 	*x = RemoteActivity{}
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3773,7 +4018,7 @@ func (x *RemoteActivity) String() string {
 func (*RemoteActivity) ProtoMessage() {}
 
 func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3786,7 +4031,7 @@ func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteActivity.ProtoReflect.Descriptor instead.
 func (*RemoteActivity) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+	return file_kvrouter_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RemoteActivity) GetBusy() []*WorkerRank {
@@ -3814,7 +4059,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +4071,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +4084,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+	return file_kvrouter_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -3863,7 +4108,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +4120,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +4133,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{57}
+	return file_kvrouter_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -3922,7 +4167,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4179,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4192,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{58}
+	return file_kvrouter_proto_rawDescGZIP(), []int{61}
 }
 
 type TrackedReply struct {
@@ -3960,7 +4205,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3972,7 +4217,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3985,7 +4230,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{59}
+	return file_kvrouter_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -4000,6 +4245,277 @@ func (x *TrackedReply) GetQueueDepth() uint32 {
 		return x.QueueDepth
 	}
 	return 0
+}
+
+// SessionUpdates hands peers' session writes to the scheduler, which owns
+// the session table (the replication edge receives them with the rest of
+// a peer's stream). Entries are SessionBound or SessionEnded events.
+type SessionUpdates struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*SequenceEvent       `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionUpdates) Reset() {
+	*x = SessionUpdates{}
+	mi := &file_kvrouter_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionUpdates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionUpdates) ProtoMessage() {}
+
+func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionUpdates.ProtoReflect.Descriptor instead.
+func (*SessionUpdates) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *SessionUpdates) GetEvents() []*SequenceEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// EndSession ends a session (DELETE /sessions/{id}).
+type EndSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndSession) Reset() {
+	*x = EndSession{}
+	mi := &file_kvrouter_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndSession) ProtoMessage() {}
+
+func (x *EndSession) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndSession.ProtoReflect.Descriptor instead.
+func (*EndSession) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *EndSession) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type EndSessionReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // a refused id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndSessionReply) Reset() {
+	*x = EndSessionReply{}
+	mi := &file_kvrouter_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndSessionReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndSessionReply) ProtoMessage() {}
+
+func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndSessionReply.ProtoReflect.Descriptor instead.
+func (*EndSessionReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *EndSessionReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *EndSessionReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// SessionDigestQuery asks the scheduler for its session table's digest.
+type SessionDigestQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionDigestQuery) Reset() {
+	*x = SessionDigestQuery{}
+	mi := &file_kvrouter_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionDigestQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionDigestQuery) ProtoMessage() {}
+
+func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
+func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+}
+
+type SessionDigestReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Hash          uint64                 `protobuf:"varint,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionDigestReply) Reset() {
+	*x = SessionDigestReply{}
+	mi := &file_kvrouter_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionDigestReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionDigestReply) ProtoMessage() {}
+
+func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
+func (*SessionDigestReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *SessionDigestReply) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *SessionDigestReply) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+// SessionSnapshotQuery asks the scheduler for its whole session table
+// (answered with a SessionTable).
+type SessionSnapshotQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionSnapshotQuery) Reset() {
+	*x = SessionSnapshotQuery{}
+	mi := &file_kvrouter_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionSnapshotQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionSnapshotQuery) ProtoMessage() {}
+
+func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
+func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -4118,7 +4634,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
 	"\x10_assume_kv_reuseB\x1a\n" +
-	"\x18_shared_cache_multiplier\"\xcf\x03\n" +
+	"\x18_shared_cache_multiplier\"\xee\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -4131,7 +4647,9 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\rpriority_jump\x18\b \x01(\x01R\fpriorityJump\x12W\n" +
 	"\x16router_config_override\x18\t \x01(\v2!.kvrouter.v1.RouterConfigOverrideR\x14routerConfigOverride\x12!\n" +
 	"\fcancel_token\x18\n" +
-	" \x01(\x04R\vcancelToken\"O\n" +
+	" \x01(\x04R\vcancelToken\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\v \x01(\tR\tsessionId\"O\n" +
 	"\vCancelRoute\x12!\n" +
 	"\fcancel_token\x18\x01 \x01(\x04R\vcancelToken\x12\x1d\n" +
 	"\n" +
@@ -4140,14 +4658,32 @@ const file_kvrouter_proto_rawDesc = "" +
 	"RouteReply\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12%\n" +
 	"\x0eoverlap_blocks\x18\x02 \x01(\rR\roverlapBlocks\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\x04R\fcachedTokens\"\xf0\x01\n" +
+	"\rcached_tokens\x18\x03 \x01(\x04R\fcachedTokens\"\xf4\x02\n" +
 	"\rSequenceEvent\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12+\n" +
 	"\x03add\x18\x03 \x01(\v2\x17.kvrouter.v1.AddRequestH\x00R\x03add\x12P\n" +
 	"\x11prefill_completed\x18\x04 \x01(\v2!.kvrouter.v1.MarkPrefillCompletedH\x00R\x10prefillCompleted\x12.\n" +
-	"\x04free\x18\x05 \x01(\v2\x18.kvrouter.v1.FreeRequestH\x00R\x04freeB\x06\n" +
-	"\x04data\"H\n" +
+	"\x04free\x18\x05 \x01(\v2\x18.kvrouter.v1.FreeRequestH\x00R\x04free\x12@\n" +
+	"\rsession_bound\x18\x06 \x01(\v2\x19.kvrouter.v1.SessionBoundH\x00R\fsessionBound\x12@\n" +
+	"\rsession_ended\x18\a \x01(\v2\x19.kvrouter.v1.SessionEndedH\x00R\fsessionEndedB\x06\n" +
+	"\x04data\"\xbb\x01\n" +
+	"\fSessionBound\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
+	"\x06worker\x18\x02 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x14\n" +
+	"\x05stamp\x18\x03 \x01(\x03R\x05stamp\x12\x16\n" +
+	"\x06writer\x18\x04 \x01(\tR\x06writer\x12-\n" +
+	"\x13last_used_unix_nano\x18\x05 \x01(\x03R\x10lastUsedUnixNano\"\xbb\x01\n" +
+	"\fSessionEnded\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05stamp\x18\x02 \x01(\x03R\x05stamp\x12\x16\n" +
+	"\x06writer\x18\x03 \x01(\tR\x06writer\x12-\n" +
+	"\x13last_used_unix_nano\x18\x04 \x01(\x03R\x10lastUsedUnixNano\x12/\n" +
+	"\x06worker\x18\x05 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\"D\n" +
+	"\fSessionTable\x124\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\aentries\"H\n" +
 	"\x12SequenceEventBatch\x122\n" +
 	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"\x99\x03\n" +
 	"\x0fWorkerHeartbeat\x12\x1b\n" +
@@ -4290,7 +4826,21 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\fTrackedReply\x12)\n" +
 	"\x10tracked_requests\x18\x01 \x01(\x04R\x0ftrackedRequests\x12\x1f\n" +
 	"\vqueue_depth\x18\x02 \x01(\rR\n" +
-	"queueDepth*\x8f\x01\n" +
+	"queueDepth\"D\n" +
+	"\x0eSessionUpdates\x122\n" +
+	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"+\n" +
+	"\n" +
+	"EndSession\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"=\n" +
+	"\x0fEndSessionReply\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\x14\n" +
+	"\x12SessionDigestQuery\">\n" +
+	"\x12SessionDigestReply\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\x04R\x04hash\"\x16\n" +
+	"\x14SessionSnapshotQuery*\x8f\x01\n" +
 	"\vStorageTier\x12\x17\n" +
 	"\x13STORAGE_TIER_DEVICE\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_TIER_HOST_PINNED\x10\x01\x12\x15\n" +
@@ -4325,7 +4875,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.v1.WorkerState
@@ -4354,43 +4904,52 @@ var file_kvrouter_proto_goTypes = []any{
 	(*CancelRoute)(nil),          // 24: kvrouter.v1.CancelRoute
 	(*RouteReply)(nil),           // 25: kvrouter.v1.RouteReply
 	(*SequenceEvent)(nil),        // 26: kvrouter.v1.SequenceEvent
-	(*SequenceEventBatch)(nil),   // 27: kvrouter.v1.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 28: kvrouter.v1.WorkerHeartbeat
-	(*WorkerUp)(nil),             // 29: kvrouter.v1.WorkerUp
-	(*RoutingDecision)(nil),      // 30: kvrouter.v1.RoutingDecision
-	(*Tick)(nil),                 // 31: kvrouter.v1.Tick
-	(*RouteError)(nil),           // 32: kvrouter.v1.RouteError
-	(*RequestLifecycle)(nil),     // 33: kvrouter.v1.RequestLifecycle
-	(*LifecycleReply)(nil),       // 34: kvrouter.v1.LifecycleReply
-	(*RegistryQuery)(nil),        // 35: kvrouter.v1.RegistryQuery
-	(*RegisteredWorker)(nil),     // 36: kvrouter.v1.RegisteredWorker
-	(*RegistryReply)(nil),        // 37: kvrouter.v1.RegistryReply
-	(*ShardStatsQuery)(nil),      // 38: kvrouter.v1.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 39: kvrouter.v1.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 40: kvrouter.v1.ShardStatsReply
-	(*PotentialLoad)(nil),        // 41: kvrouter.v1.PotentialLoad
-	(*DropOrigin)(nil),           // 42: kvrouter.v1.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 43: kvrouter.v1.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 44: kvrouter.v1.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 45: kvrouter.v1.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 46: kvrouter.v1.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 47: kvrouter.v1.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 48: kvrouter.v1.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 49: kvrouter.v1.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 50: kvrouter.v1.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 51: kvrouter.v1.ClusterDigest
-	(*StateRequest)(nil),         // 52: kvrouter.v1.StateRequest
-	(*StateSnapshot)(nil),        // 53: kvrouter.v1.StateSnapshot
-	(*Barrier)(nil),              // 54: kvrouter.v1.Barrier
-	(*DumpQuery)(nil),            // 55: kvrouter.v1.DumpQuery
-	(*RankEntry)(nil),            // 56: kvrouter.v1.RankEntry
-	(*RankTable)(nil),            // 57: kvrouter.v1.RankTable
-	(*RemoteActivity)(nil),       // 58: kvrouter.v1.RemoteActivity
-	(*PeerStep)(nil),             // 59: kvrouter.v1.PeerStep
-	(*RestoreOrigin)(nil),        // 60: kvrouter.v1.RestoreOrigin
-	(*TrackedQuery)(nil),         // 61: kvrouter.v1.TrackedQuery
-	(*TrackedReply)(nil),         // 62: kvrouter.v1.TrackedReply
-	nil,                          // 63: kvrouter.v1.ShardStatsReply.CountersEntry
+	(*SessionBound)(nil),         // 27: kvrouter.v1.SessionBound
+	(*SessionEnded)(nil),         // 28: kvrouter.v1.SessionEnded
+	(*SessionTable)(nil),         // 29: kvrouter.v1.SessionTable
+	(*SequenceEventBatch)(nil),   // 30: kvrouter.v1.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 31: kvrouter.v1.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 32: kvrouter.v1.WorkerUp
+	(*RoutingDecision)(nil),      // 33: kvrouter.v1.RoutingDecision
+	(*Tick)(nil),                 // 34: kvrouter.v1.Tick
+	(*RouteError)(nil),           // 35: kvrouter.v1.RouteError
+	(*RequestLifecycle)(nil),     // 36: kvrouter.v1.RequestLifecycle
+	(*LifecycleReply)(nil),       // 37: kvrouter.v1.LifecycleReply
+	(*RegistryQuery)(nil),        // 38: kvrouter.v1.RegistryQuery
+	(*RegisteredWorker)(nil),     // 39: kvrouter.v1.RegisteredWorker
+	(*RegistryReply)(nil),        // 40: kvrouter.v1.RegistryReply
+	(*ShardStatsQuery)(nil),      // 41: kvrouter.v1.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 42: kvrouter.v1.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 43: kvrouter.v1.ShardStatsReply
+	(*PotentialLoad)(nil),        // 44: kvrouter.v1.PotentialLoad
+	(*DropOrigin)(nil),           // 45: kvrouter.v1.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 46: kvrouter.v1.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 47: kvrouter.v1.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 48: kvrouter.v1.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 49: kvrouter.v1.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 50: kvrouter.v1.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 51: kvrouter.v1.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 52: kvrouter.v1.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 53: kvrouter.v1.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 54: kvrouter.v1.ClusterDigest
+	(*StateRequest)(nil),         // 55: kvrouter.v1.StateRequest
+	(*StateSnapshot)(nil),        // 56: kvrouter.v1.StateSnapshot
+	(*Barrier)(nil),              // 57: kvrouter.v1.Barrier
+	(*DumpQuery)(nil),            // 58: kvrouter.v1.DumpQuery
+	(*RankEntry)(nil),            // 59: kvrouter.v1.RankEntry
+	(*RankTable)(nil),            // 60: kvrouter.v1.RankTable
+	(*RemoteActivity)(nil),       // 61: kvrouter.v1.RemoteActivity
+	(*PeerStep)(nil),             // 62: kvrouter.v1.PeerStep
+	(*RestoreOrigin)(nil),        // 63: kvrouter.v1.RestoreOrigin
+	(*TrackedQuery)(nil),         // 64: kvrouter.v1.TrackedQuery
+	(*TrackedReply)(nil),         // 65: kvrouter.v1.TrackedReply
+	(*SessionUpdates)(nil),       // 66: kvrouter.v1.SessionUpdates
+	(*EndSession)(nil),           // 67: kvrouter.v1.EndSession
+	(*EndSessionReply)(nil),      // 68: kvrouter.v1.EndSessionReply
+	(*SessionDigestQuery)(nil),   // 69: kvrouter.v1.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 70: kvrouter.v1.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 71: kvrouter.v1.SessionSnapshotQuery
+	nil,                          // 72: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	4,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
@@ -4411,36 +4970,42 @@ var file_kvrouter_proto_depIdxs = []int32{
 	16, // 15: kvrouter.v1.SequenceEvent.add:type_name -> kvrouter.v1.AddRequest
 	17, // 16: kvrouter.v1.SequenceEvent.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
 	18, // 17: kvrouter.v1.SequenceEvent.free:type_name -> kvrouter.v1.FreeRequest
-	26, // 18: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
-	28, // 19: kvrouter.v1.WorkerUp.worker:type_name -> kvrouter.v1.WorkerHeartbeat
-	3,  // 20: kvrouter.v1.RoutingDecision.worker:type_name -> kvrouter.v1.WorkerRank
-	2,  // 21: kvrouter.v1.RouteError.code:type_name -> kvrouter.v1.RouteErrorCode
-	17, // 22: kvrouter.v1.RequestLifecycle.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
-	18, // 23: kvrouter.v1.RequestLifecycle.free:type_name -> kvrouter.v1.FreeRequest
-	19, // 24: kvrouter.v1.RequestLifecycle.output_block:type_name -> kvrouter.v1.AddOutputBlock
-	28, // 25: kvrouter.v1.RegisteredWorker.worker:type_name -> kvrouter.v1.WorkerHeartbeat
-	36, // 26: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
-	3,  // 27: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
-	39, // 28: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	63, // 29: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
-	3,  // 30: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
-	26, // 31: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
-	26, // 32: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
-	14, // 33: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
-	41, // 34: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
-	26, // 35: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
-	3,  // 36: kvrouter.v1.RankEntry.worker:type_name -> kvrouter.v1.WorkerRank
-	1,  // 37: kvrouter.v1.RankEntry.state:type_name -> kvrouter.v1.WorkerState
-	56, // 38: kvrouter.v1.RankTable.ranks:type_name -> kvrouter.v1.RankEntry
-	3,  // 39: kvrouter.v1.RemoteActivity.busy:type_name -> kvrouter.v1.WorkerRank
-	3,  // 40: kvrouter.v1.RemoteActivity.idle:type_name -> kvrouter.v1.WorkerRank
-	26, // 41: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
-	16, // 42: kvrouter.v1.RestoreOrigin.adds:type_name -> kvrouter.v1.AddRequest
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	27, // 18: kvrouter.v1.SequenceEvent.session_bound:type_name -> kvrouter.v1.SessionBound
+	28, // 19: kvrouter.v1.SequenceEvent.session_ended:type_name -> kvrouter.v1.SessionEnded
+	3,  // 20: kvrouter.v1.SessionBound.worker:type_name -> kvrouter.v1.WorkerRank
+	3,  // 21: kvrouter.v1.SessionEnded.worker:type_name -> kvrouter.v1.WorkerRank
+	26, // 22: kvrouter.v1.SessionTable.entries:type_name -> kvrouter.v1.SequenceEvent
+	26, // 23: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
+	31, // 24: kvrouter.v1.WorkerUp.worker:type_name -> kvrouter.v1.WorkerHeartbeat
+	3,  // 25: kvrouter.v1.RoutingDecision.worker:type_name -> kvrouter.v1.WorkerRank
+	2,  // 26: kvrouter.v1.RouteError.code:type_name -> kvrouter.v1.RouteErrorCode
+	17, // 27: kvrouter.v1.RequestLifecycle.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
+	18, // 28: kvrouter.v1.RequestLifecycle.free:type_name -> kvrouter.v1.FreeRequest
+	19, // 29: kvrouter.v1.RequestLifecycle.output_block:type_name -> kvrouter.v1.AddOutputBlock
+	31, // 30: kvrouter.v1.RegisteredWorker.worker:type_name -> kvrouter.v1.WorkerHeartbeat
+	39, // 31: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
+	3,  // 32: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
+	42, // 33: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
+	72, // 34: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	3,  // 35: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
+	26, // 36: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
+	26, // 37: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
+	14, // 38: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
+	44, // 39: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
+	26, // 40: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
+	3,  // 41: kvrouter.v1.RankEntry.worker:type_name -> kvrouter.v1.WorkerRank
+	1,  // 42: kvrouter.v1.RankEntry.state:type_name -> kvrouter.v1.WorkerState
+	59, // 43: kvrouter.v1.RankTable.ranks:type_name -> kvrouter.v1.RankEntry
+	3,  // 44: kvrouter.v1.RemoteActivity.busy:type_name -> kvrouter.v1.WorkerRank
+	3,  // 45: kvrouter.v1.RemoteActivity.idle:type_name -> kvrouter.v1.WorkerRank
+	26, // 46: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
+	16, // 47: kvrouter.v1.RestoreOrigin.adds:type_name -> kvrouter.v1.AddRequest
+	26, // 48: kvrouter.v1.SessionUpdates.events:type_name -> kvrouter.v1.SequenceEvent
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -4459,20 +5024,22 @@ func file_kvrouter_proto_init() {
 		(*SequenceEvent_Add)(nil),
 		(*SequenceEvent_PrefillCompleted)(nil),
 		(*SequenceEvent_Free)(nil),
+		(*SequenceEvent_SessionBound)(nil),
+		(*SequenceEvent_SessionEnded)(nil),
 	}
-	file_kvrouter_proto_msgTypes[30].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[33].OneofWrappers = []any{
 		(*RequestLifecycle_PrefillCompleted)(nil),
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
 	}
-	file_kvrouter_proto_msgTypes[41].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[44].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   61,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
