@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
+	"github.com/kvrouter/kvrouter/sessions"
 )
 
 // IndexConfig sizes approximate mode (use_kv_events=false).
@@ -60,6 +61,10 @@ type Config struct {
 	// applied; past it they are dropped, counted, and the anti-entropy
 	// digest repairs the difference.
 	ReplicationBacklog int
+
+	// Sessions bounds the sticky-session table (TTL, size, id length);
+	// its ReplicaID is taken from ReplicaID.
+	Sessions sessions.Config
 
 	// Limits bound a request's prompt and id and this replica's requests
 	// in flight.
@@ -132,17 +137,19 @@ func DefaultConfig() Config {
 		Sequence:                   sequence.DefaultConfig(),
 		DefaultMaxNumBatchedTokens: 8192,
 		Limits:                     scheduling.DefaultLimits(),
-		ShardBacklog:               1 << 16,
-		BackpressureWait:           time.Second,
-		ReplicationBacklog:         1 << 16,
-		MaxWorkers:                 DefaultMaxWorkers,
-		MaxRanks:                   DefaultMaxRanks,
-		DecisionTimeout:            250 * time.Millisecond,
-		MaxQueueWait:               60 * time.Second,
-		HeartbeatTimeout:           10 * time.Second,
-		DrainGrace:                 DefaultDrainGrace,
-		TickInterval:               20 * time.Millisecond,
-		StaleCheckInterval:         30 * time.Second,
+		Sessions: sessions.Config{TTL: sessions.DefaultTTL, MaxSessions: sessions.DefaultMaxSessions,
+			MaxIDBytes: sessions.DefaultMaxIDBytes},
+		ShardBacklog:       1 << 16,
+		BackpressureWait:   time.Second,
+		ReplicationBacklog: 1 << 16,
+		MaxWorkers:         DefaultMaxWorkers,
+		MaxRanks:           DefaultMaxRanks,
+		DecisionTimeout:    250 * time.Millisecond,
+		MaxQueueWait:       60 * time.Second,
+		HeartbeatTimeout:   10 * time.Second,
+		DrainGrace:         DefaultDrainGrace,
+		TickInterval:       20 * time.Millisecond,
+		StaleCheckInterval: 30 * time.Second,
 	}
 }
 
@@ -180,6 +187,9 @@ func (c *Config) Validate() error {
 	if c.Index.MaxTreeSize <= 0 {
 		errs = append(errs, fmt.Errorf("router_max_tree_size must be > 0, got %d", c.Index.MaxTreeSize))
 	}
+	if err := c.sessionsConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Sequence.Validate(); err != nil {
 		return err
 	}
@@ -194,4 +204,11 @@ func (c *Config) shardCount() int {
 		return c.Shards
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+// sessionsConfig is the session table's config, written as this replica.
+func (c *Config) sessionsConfig() sessions.Config {
+	sc := c.Sessions
+	sc.ReplicaID = c.ReplicaID
+	return sc
 }

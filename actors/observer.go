@@ -30,6 +30,13 @@ type Observer interface {
 	// the chosen worker's (rounded effective) overlap: Dynamo's
 	// router_shared_cache_hit_rate and router_shared_cache_beyond_blocks.
 	SharedCache(sharedBlocks, beyondBlocks uint32, requestBlocks int)
+	// SessionEvent counts n sticky-session table changes: "bound",
+	// "ended", "evicted", "expired", "rejected".
+	SessionEvent(event string, n int)
+	// SessionMoved counts a session moved off its rank (sessions.MoveReason).
+	SessionMoved(reason string)
+	// SessionCount is the session table's size.
+	SessionCount(n int)
 }
 
 // NopObserver discards everything.
@@ -46,3 +53,6 @@ func (NopObserver) StrideMismatch()                     {}
 func (NopObserver) BacklogDropped(string)               {}
 func (NopObserver) QueueDepth(int)                      {}
 func (NopObserver) SharedCache(uint32, uint32, int)     {}
+func (NopObserver) SessionEvent(string, int)            {}
+func (NopObserver) SessionMoved(string)                 {}
+func (NopObserver) SessionCount(int)                    {}

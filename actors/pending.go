@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/sessions"
 )
 
 type pendingKind uint8
@@ -50,6 +51,14 @@ type pending struct {
 	// loadSeq is the scheduler's routedSeq when the loads were asked for:
 	// decisions recorded after it are not in them.
 	loadSeq uint64
+
+	// Sticky session (req.SessionId): whether it had a binding when the
+	// decision started, the bound rank while it is still fit, and why it
+	// moves otherwise.
+	sessionBound bool
+	hasSticky    bool
+	sticky       kv.WorkerWithDpRank
+	moveReason   sessions.MoveReason
 
 	// Backpressure.
 	queued     bool

@@ -95,7 +95,12 @@ func (a *replicationActor) remoteBatch(ctx actor.Context, evs []*messages.Sequen
 	var order []kv.WorkerWithDpRank
 	stride := a.cfg.Sequence.EffectiveStride()
 	registered := a.ranks.has // one method value per batch, not per event
+	var sessionWrites []*messages.SequenceEvent
 	for _, ev := range evs {
+		if isSessionEvent(ev) {
+			sessionWrites = append(sessionWrites, ev)
+			continue
+		}
 		c := changeOf(ev)
 		w, out := a.remote.ApplyRemote(c, a.cfg.ReplicaID, stride, registered)
 		switch out {
@@ -122,6 +127,10 @@ func (a *replicationActor) remoteBatch(ctx actor.Context, evs []*messages.Sequen
 		} else {
 			ctx.Send(a.ranks.pids[w], &messages.SequenceEventBatch{Events: run})
 		}
+	}
+	if len(sessionWrites) > 0 {
+		// The scheduler owns the session table.
+		ctx.Send(a.scheduler, &messages.SessionUpdates{Events: sessionWrites})
 	}
 	a.reportActivity(ctx)
 }

@@ -47,6 +47,13 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 			return
 		}
 	}
+	if m.SessionId != "" {
+		if err := s.sessions.CheckID(m.SessionId); err != nil {
+			s.obs.Decision("bad_request", 0, 0)
+			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST, "session_id: %v", err))
+			return
+		}
+	}
 	eligible, rerr := s.eligible(m.PinnedWorker, m.AllowedWorkerIds)
 	if rerr != nil {
 		s.obs.Decision("no_worker", 0, 0)
@@ -56,6 +63,9 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	p := s.newPending(ctx, kindRoute)
 	p.req = m
 	p.eligible = eligible
+	if m.SessionId != "" {
+		s.planSession(p, p.started)
+	}
 	if m.CancelToken != 0 {
 		s.cancels[m.CancelToken] = p.id
 	}
@@ -185,7 +195,11 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	}
 	s.release(p)
 	isl := len(p.req.TokenIds)
-	d, err := scheduling.Select(cfg, s.cfg.BlockSize, isl, len(p.local), cands, s.rng)
+	choose := cands
+	if sticky := s.stickyCandidates(p, cfg, cands); sticky != nil {
+		choose = sticky
+	}
+	d, err := scheduling.Select(cfg, s.cfg.BlockSize, isl, len(p.local), choose, s.rng)
 	s.obs.DecisionPhase("select", time.Since(now))
 	if err != nil {
 		s.obs.Decision("no_worker", 0, len(p.local))
@@ -200,6 +214,7 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 			}
 		}
 		s.record(ctx, p, d, cfg, newBlocks)
+		s.recordSession(p, d.Worker, now)
 		s.obs.Decision("routed", d.OverlapBlocks, len(p.local))
 		if p.shared > 0 || cfg.SharedCacheMultiplier > 0 {
 			// As Dynamo's find_best_match: hits_beyond(effective overlap

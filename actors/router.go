@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
+	"github.com/kvrouter/kvrouter/sessions"
 )
 
 // Router is one replica's routing engine: the actor system and the
@@ -472,4 +473,45 @@ func (r *Router) DropOrigin(origin string) {
 // ReplaceOrigin swaps what we hold for a replica with its full state.
 func (r *Router) ReplaceOrigin(origin string, evs []*messages.SequenceEvent) {
 	r.system.Root.Send(r.replication, &messages.ReplaceOrigin{Origin: origin, Events: evs})
+}
+
+// EndSession ends a sticky session everywhere (the end is gossiped). It
+// reports false for a session that is unknown, ended or expired, and an
+// ErrBadRequest RouteError for an id the table refuses.
+func (r *Router) EndSession(ctx context.Context, id string) (bool, error) {
+	res, err := r.ask(ctx, r.scheduler, &messages.EndSession{SessionId: id})
+	if err != nil {
+		return false, err
+	}
+	reply := res.(*messages.EndSessionReply)
+	if reply.Error != "" {
+		return false, &RouteError{Kind: ErrBadRequest, Message: reply.Error}
+	}
+	return reply.Found, nil
+}
+
+// SessionDigest is the session table's anti-entropy digest.
+func (r *Router) SessionDigest(ctx context.Context) (sessions.Digest, error) {
+	res, err := r.ask(ctx, r.scheduler, &messages.SessionDigestQuery{})
+	if err != nil {
+		return sessions.Digest{}, err
+	}
+	d := res.(*messages.SessionDigestReply)
+	return sessions.Digest{Count: int(d.Count), Hash: d.Hash}, nil
+}
+
+// SessionSnapshot is the whole session table as session events, most
+// recently used first.
+func (r *Router) SessionSnapshot(ctx context.Context) ([]*messages.SequenceEvent, error) {
+	res, err := r.ask(ctx, r.scheduler, &messages.SessionSnapshotQuery{})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*messages.SessionTable).Entries, nil
+}
+
+// MergeSessions merges a peer's session table (anti-entropy); it does not
+// block.
+func (r *Router) MergeSessions(evs []*messages.SequenceEvent) {
+	r.system.Root.Send(r.scheduler, &messages.SessionUpdates{Events: evs})
 }

@@ -191,6 +191,12 @@ func (s *scenario) run(cmd string, words []string, a map[string]string) {
 		s.expectState(cmd, words, a)
 	case "expect_published":
 		s.expectPublished(words, a)
+	case "end_session":
+		s.endSession(words[0], a)
+	case "peer_session":
+		s.peerSession(words, a)
+	case "expect_session":
+		s.expectSession(words[0], a)
 	default:
 		s.fail("unknown command %q", cmd)
 	}
@@ -289,6 +295,18 @@ func (s *scenario) config(a map[string]string) {
 				s.fail("%v", err)
 			}
 			s.mutations = append(s.mutations, func(c *Config) { c.Scheduling.RouterCost = m })
+		case "session_ttl":
+			d := s.dur(v)
+			s.mutations = append(s.mutations, func(c *Config) { c.Sessions.TTL = d })
+		case "max_sessions", "max_session_id_bytes":
+			n := int(s.num(v))
+			s.mutations = append(s.mutations, func(c *Config) {
+				if k == "max_sessions" {
+					c.Sessions.MaxSessions = n
+				} else {
+					c.Sessions.MaxIDBytes = n
+				}
+			})
 		case "prefill_tokens_per_sec":
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -302,7 +320,7 @@ func (s *scenario) config(a map[string]string) {
 }
 
 func (s *scenario) route(id string, a map[string]string) {
-	req := &messages.RouteRequest{RequestId: id, TokenIds: s.tokens(a), UpdateStates: a["update"] != "false"}
+	req := &messages.RouteRequest{RequestId: id, TokenIds: s.tokens(a), UpdateStates: a["update"] != "false", SessionId: a["session"]}
 	if v, ok := a["pinned"]; ok {
 		req.PinnedWorker = rankMsg(s.rank(v))
 	}
@@ -503,9 +521,76 @@ func (s *scenario) expectPublished(words []string, a map[string]string) {
 	}
 	if kind, ok := a["last"]; ok && len(s.published) > 0 {
 		ev := s.published[len(s.published)-1]
-		got := map[bool]string{ev.GetAdd() != nil: "add", ev.GetFree() != nil: "free", ev.GetPrefillCompleted() != nil: "prefill_completed"}[true]
+		got := map[bool]string{ev.GetAdd() != nil: "add", ev.GetFree() != nil: "free", ev.GetPrefillCompleted() != nil: "prefill_completed",
+			ev.GetSessionBound() != nil: "session_bound", ev.GetSessionEnded() != nil: "session_ended"}[true]
 		if got != kind {
 			s.fail("last published is %s, want %s", got, kind)
 		}
 	}
+}
+
+// endSession: end_session ID [missing=true] [bad=true] (an id the table
+// refuses: bad_request).
+func (s *scenario) endSession(id string, a map[string]string) {
+	found, err := s.router().EndSession(ctxT(s.t), id)
+	if a["bad"] == "true" {
+		if !errors.Is(err, ErrBadRequest) {
+			s.fail("end_session %s: %v, want bad_request", id, err)
+		}
+		return
+	}
+	if err != nil {
+		s.fail("end_session %s: %v", id, err)
+	}
+	if want := a["missing"] != "true"; found != want {
+		s.fail("end_session %s: found %v, want %v", id, found, want)
+	}
+}
+
+// peerSession: peer_session ORIGIN ID worker=W/R stamp=DUR [ended=true]
+// [used=DUR]: a peer's gossiped session write, versioned now+stamp and
+// last used now+used (default now).
+func (s *scenario) peerSession(words []string, a map[string]string) {
+	now := time.Now()
+	stamp := now.Add(s.dur(defaultTo(a["stamp"], "0s"))).UnixNano()
+	used := now.Add(s.dur(defaultTo(a["used"], "0s"))).UnixNano()
+	w := rankMsg(s.rank(defaultTo(a["worker"], "0")))
+	ev := &messages.SequenceEvent{Origin: words[0], Seq: 1}
+	if a["ended"] == "true" {
+		ev.Data = &messages.SequenceEvent_SessionEnded{SessionEnded: &messages.SessionEnded{
+			SessionId: words[1], Stamp: stamp, Writer: words[0], LastUsedUnixNano: used, Worker: w}}
+	} else {
+		ev.Data = &messages.SequenceEvent_SessionBound{SessionBound: &messages.SessionBound{
+			SessionId: words[1], Worker: w, Stamp: stamp, Writer: words[0], LastUsedUnixNano: used}}
+	}
+	s.router().ApplyRemote(ev)
+}
+
+// expectSession: expect_session ID worker=W/R | bound=false [count=N]:
+// the session table as a snapshot shows it (polled: peers' writes travel
+// through mailboxes).
+func (s *scenario) expectSession(id string, a map[string]string) {
+	var last string
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		evs, err := s.router().SessionSnapshot(ctxT(s.t))
+		if err != nil {
+			s.fail("session snapshot: %v", err)
+		}
+		bound, worker := false, kv.WorkerWithDpRank{}
+		for _, ev := range evs {
+			if b := ev.GetSessionBound(); b != nil && b.SessionId == id {
+				bound, worker = true, rankOf(b.Worker)
+			}
+		}
+		last = fmt.Sprintf("bound %v worker %v entries %d", bound, worker, len(evs))
+		ok := (a["count"] == "" || uint64(len(evs)) == s.num(a["count"])) &&
+			(a["bound"] != "false" || !bound) &&
+			(a["worker"] == "" || (bound && worker == s.rank(a["worker"])))
+		if ok {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.fail("session %s never matched; last: %s", id, last)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/sessions"
 	"github.com/kvrouter/kvrouter/tracking"
 )
 
@@ -54,12 +55,22 @@ type schedulerActor struct {
 	// at a time so a burst of frees does not re-query the fleet N times.
 	recheck *pending
 	rng     *rand.Rand
+
+	// sessions is the sticky-session table (cluster state: peers' writes
+	// arrive as SessionUpdates); sessionStats its counters last reported.
+	sessions     *sessions.Table
+	sessionStats sessions.Stats
 }
 
 func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication *actor.PID) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
+		table, err := sessions.New(cfg.sessionsConfig())
+		if err != nil {
+			panic(fmt.Sprintf("sessions config passed validation but was refused: %v", err))
+		}
 		return &schedulerActor{
-			cfg: cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
+			sessions: table,
+			cfg:      cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
 			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{},
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
@@ -123,6 +134,15 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.queue.Len())})
 	case *messages.Tick:
 		s.tick(ctx, time.Unix(0, m.UnixNano))
+	case *messages.SessionUpdates:
+		s.applySessions(m.Events)
+	case *messages.EndSession:
+		s.endSession(ctx, m)
+	case *messages.SessionDigestQuery:
+		d := s.sessions.Digest()
+		ctx.Respond(&messages.SessionDigestReply{Count: uint64(d.Count), Hash: d.Hash})
+	case *messages.SessionSnapshotQuery:
+		ctx.Respond(s.sessionSnapshot())
 	}
 }
 
@@ -209,6 +229,7 @@ func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
 	}
 	s.expireQueue(ctx, now)
 	s.tryDequeue(ctx)
+	s.expireSessions(now)
 	s.obs.QueueDepth(s.queue.Len())
 }
 

@@ -30,6 +30,9 @@ type Router struct {
 	queueDepth      prometheus.Gauge
 	sharedHitRate   prometheus.Histogram
 	sharedBeyond    prometheus.Histogram
+	sessionEvents   *prometheus.CounterVec
+	sessionMoves    *prometheus.CounterVec
+	sessions        prometheus.Gauge
 	HTTPRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
@@ -90,6 +93,17 @@ func New() *Router {
 			Name: "kvrouter_shared_cache_beyond_blocks", Help: "Shared-tier blocks beyond the chosen worker's rounded effective overlap (Dynamo's router_shared_cache_beyond_blocks): blocks it loads from the shared cache.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}),
+		sessionEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_session_events_total",
+			Help: "Sticky-session table changes on this replica: bound (a first request), ended, evicted (over max-sessions), expired (session-ttl idle), rejected (a peer's invalid entry).",
+		}, []string{"event"}),
+		sessionMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_session_moves_total",
+			Help: "Sticky sessions moved off their rank by this replica, by reason (gone: unregistered, unhealthy or draining; busy: over the busy or queue threshold; excluded: left out by the request's constraints or a proxy retry).",
+		}, []string{"reason"}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvrouter_sessions", Help: "Entries in the sticky-session table (tombstones of ended sessions included).",
+		}),
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint and status code.",
 		}, []string{"endpoint", "code"}),
@@ -104,6 +118,7 @@ func New() *Router {
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
+		m.sessionEvents, m.sessionMoves, m.sessions,
 		m.HTTPRequests, m.ProxyRequests, m.ProxyTTFT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -132,6 +147,11 @@ func (m *Router) WorkerRejected(reason string)   { m.workerRejected.WithLabelVal
 func (m *Router) StrideMismatch()                { m.strideMismatch.Inc() }
 func (m *Router) BacklogDropped(queue string)    { m.backlogDropped.WithLabelValues(queue).Inc() }
 func (m *Router) QueueDepth(n int)               { m.queueDepth.Set(float64(n)) }
+func (m *Router) SessionEvent(event string, n int) {
+	m.sessionEvents.WithLabelValues(event).Add(float64(n))
+}
+func (m *Router) SessionMoved(reason string) { m.sessionMoves.WithLabelValues(reason).Inc() }
+func (m *Router) SessionCount(n int)         { m.sessions.Set(float64(n)) }
 
 func (m *Router) SharedCache(shared, beyond uint32, requestBlocks int) {
 	if requestBlocks > 0 {

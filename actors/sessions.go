@@ -1,0 +1,195 @@
+package actors
+
+import (
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/sessions"
+)
+
+// The scheduler owns the sticky-session table (package sessions): it
+// reads a session's binding when a decision starts, keeps or moves it when
+// the decision is made, ends sessions, applies peers' writes (handed over
+// by the replication edge) and answers the anti-entropy queries. No other
+// goroutine touches the table.
+
+// planSession reads a session's binding as a decision starts: a bound rank
+// that is registered, routable and eligible becomes the decision's sticky
+// rank (its load is checked once the replies are in); otherwise the
+// reason the session will move is noted.
+func (s *schedulerActor) planSession(p *pending, now time.Time) {
+	e, ok := s.sessions.Lookup(p.req.SessionId, now)
+	if !ok {
+		return
+	}
+	p.sessionBound = true
+	w := e.Worker
+	stay, reason := sessions.Stay(sessions.BoundRank{
+		Registered: s.ranks.has(w), State: s.ranks.states[w], Eligible: slices.Contains(p.eligible, w),
+	})
+	if stay {
+		p.sticky, p.hasSticky = w, true
+	} else {
+		p.moveReason = reason
+	}
+}
+
+// stickyCandidates narrows the candidates to the session's rank when it
+// is still fit with the loads now known (scheduling.Overloaded, the rule
+// that parks requests), or returns nil and notes why the session moves.
+func (s *schedulerActor) stickyCandidates(p *pending, cfg scheduling.Config, cands []scheduling.Candidate) []scheduling.Candidate {
+	if !p.hasSticky {
+		return nil
+	}
+	for i, c := range cands {
+		if c.Worker != p.sticky {
+			continue
+		}
+		stay, reason := sessions.Stay(sessions.BoundRank{Registered: true, Eligible: true,
+			Overloaded: scheduling.Overloaded(cfg, c, s.ranks.budgets[c.Worker.WorkerID])})
+		if stay {
+			return cands[i : i+1]
+		}
+		p.moveReason = reason
+		p.hasSticky = false
+		return nil
+	}
+	p.moveReason, p.hasSticky = sessions.MoveGone, false // left the registry while the decision ran
+	return nil
+}
+
+// recordSession binds, keeps or moves a routed request's session and
+// gossips the change. A session that had no binding when its decision
+// started but has one now was bound by a concurrent request: that first
+// binding stays.
+func (s *schedulerActor) recordSession(p *pending, w kv.WorkerWithDpRank, now time.Time) {
+	id := p.req.SessionId
+	if id == "" {
+		return
+	}
+	if _, live := s.sessions.Lookup(id, now); live && !p.sessionBound {
+		return
+	}
+	e, out := s.sessions.Record(id, w, now)
+	switch out {
+	case sessions.Kept:
+		return
+	case sessions.Bound:
+		s.obs.SessionEvent("bound", 1)
+	case sessions.Moved:
+		reason := p.moveReason
+		if reason == "" {
+			reason = sessions.MoveExcluded // the selection itself avoided it (cannot happen without a reason)
+		}
+		s.obs.SessionMoved(string(reason))
+	}
+	s.gossip.send(sessionEvent(e))
+}
+
+// endSession ends a session for DELETE /sessions/{id}.
+func (s *schedulerActor) endSession(ctx actor.Context, m *messages.EndSession) {
+	if err := s.sessions.CheckID(m.SessionId); err != nil {
+		ctx.Respond(&messages.EndSessionReply{Error: err.Error()})
+		return
+	}
+	e, ok := s.sessions.End(m.SessionId, time.Now())
+	if ok {
+		s.obs.SessionEvent("ended", 1)
+		s.gossip.send(sessionEvent(e))
+	}
+	ctx.Respond(&messages.EndSessionReply{Found: ok})
+}
+
+// applySessions merges peers' session writes (gossiped, or a peer's whole
+// table during anti-entropy).
+func (s *schedulerActor) applySessions(evs []*messages.SequenceEvent) {
+	now := time.Now()
+	for _, ev := range evs {
+		e, ok := sessionEntry(ev)
+		if !ok {
+			s.obs.SessionEvent("rejected", 1)
+			continue
+		}
+		if _, err := s.sessions.Apply(e, now); err != nil {
+			s.obs.SessionEvent("rejected", 1)
+			s.log.Debug("dropped a peer's session entry", "origin", ev.Origin, "err", err)
+		}
+	}
+	s.reportSessions()
+}
+
+// expireSessions drops idle sessions and reports the table.
+func (s *schedulerActor) expireSessions(now time.Time) {
+	s.sessions.Expire(now)
+	s.reportSessions()
+}
+
+// reportSessions passes the table's size and new drops to the observer.
+func (s *schedulerActor) reportSessions() {
+	st := s.sessions.Stats()
+	if d := st.Evicted - s.sessionStats.Evicted; d > 0 {
+		s.obs.SessionEvent("evicted", int(d))
+	}
+	if d := st.Expired - s.sessionStats.Expired; d > 0 {
+		s.obs.SessionEvent("expired", int(d))
+	}
+	s.sessionStats = st
+	s.obs.SessionCount(s.sessions.Len())
+}
+
+func (s *schedulerActor) sessionSnapshot() *messages.SessionTable {
+	entries := s.sessions.Snapshot(time.Now())
+	out := &messages.SessionTable{Entries: make([]*messages.SequenceEvent, len(entries))}
+	for i, e := range entries {
+		out.Entries[i] = sessionEvent(e)
+	}
+	return out
+}
+
+// sessionEvent is a table entry as gossip carries it.
+func sessionEvent(e sessions.Entry) *messages.SequenceEvent {
+	if e.Ended {
+		return &messages.SequenceEvent{Data: &messages.SequenceEvent_SessionEnded{SessionEnded: &messages.SessionEnded{
+			SessionId: e.ID, Stamp: e.Version.Stamp, Writer: e.Version.Writer, LastUsedUnixNano: e.LastUsed, Worker: rankMsg(e.Worker),
+		}}}
+	}
+	return &messages.SequenceEvent{Data: &messages.SequenceEvent_SessionBound{SessionBound: &messages.SessionBound{
+		SessionId: e.ID, Worker: rankMsg(e.Worker), Stamp: e.Version.Stamp, Writer: e.Version.Writer, LastUsedUnixNano: e.LastUsed,
+	}}}
+}
+
+// sessionEntry reads a gossiped session write (false: not one).
+func sessionEntry(ev *messages.SequenceEvent) (sessions.Entry, bool) {
+	switch d := ev.GetData().(type) {
+	case *messages.SequenceEvent_SessionBound:
+		b := d.SessionBound
+		if b == nil || b.Worker == nil {
+			return sessions.Entry{}, false
+		}
+		return sessions.Entry{ID: b.SessionId, Worker: rankOf(b.Worker),
+			Version: sessions.Version{Stamp: b.Stamp, Writer: b.Writer}, LastUsed: b.LastUsedUnixNano}, true
+	case *messages.SequenceEvent_SessionEnded:
+		x := d.SessionEnded
+		if x == nil {
+			return sessions.Entry{}, false
+		}
+		return sessions.Entry{ID: x.SessionId, Worker: rankOf(x.Worker), Ended: true,
+			Version: sessions.Version{Stamp: x.Stamp, Writer: x.Writer}, LastUsed: x.LastUsedUnixNano}, true
+	}
+	return sessions.Entry{}, false
+}
+
+// isSessionEvent tells session writes apart from request lifecycle events
+// in a peer's stream.
+func isSessionEvent(ev *messages.SequenceEvent) bool {
+	switch ev.GetData().(type) {
+	case *messages.SequenceEvent_SessionBound, *messages.SequenceEvent_SessionEnded:
+		return true
+	}
+	return false
+}
