@@ -12,7 +12,7 @@ import (
 // valid request id.
 var ErrInvalidEvent = errors.New("cluster: invalid sequence event")
 
-// eventRequestID returns the request id an event is about.
+// eventRequestID returns the request (or session) id an event is about.
 func eventRequestID(ev *messages.SequenceEvent) (string, error) {
 	var id string
 	switch {
@@ -24,6 +24,15 @@ func eventRequestID(ev *messages.SequenceEvent) (string, error) {
 		id = ev.GetPrefillCompleted().GetRequestId()
 	case ev.GetFree() != nil:
 		id = ev.GetFree().GetRequestId()
+	case ev.GetSessionBound() != nil:
+		// Session writes ride the same stream (ordered, batched); the
+		// ledger ignores them: the session digest covers them.
+		if ev.GetSessionBound().GetWorker() == nil {
+			return "", fmt.Errorf("%w: session bound to no worker", ErrInvalidEvent)
+		}
+		id = ev.GetSessionBound().GetSessionId()
+	case ev.GetSessionEnded() != nil:
+		id = ev.GetSessionEnded().GetSessionId()
 	default:
 		return "", fmt.Errorf("%w: no data", ErrInvalidEvent)
 	}

@@ -69,6 +69,7 @@ type Node struct {
 
 	inbox     chan []byte
 	recv      *receiver
+	sessions  *sessionSync  // the sticky-session table's anti-entropy
 	snapshots chan struct{} // semaphore for serving full states
 	stats     counters
 
@@ -157,6 +158,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		keys:        keys,
 	}
 	n.recv = newReceiver(n)
+	n.sessions = newSessionSync(n, sink)
 	n.peers.Store(&[]*peerSender{})
 
 	mc := cfg.memberlistConfig(ring)
@@ -174,6 +176,8 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 
 	n.wg.Add(1)
 	go n.runApply()
+	n.wg.Add(1)
+	go n.sessions.run()
 	go n.runBatcher()
 
 	if len(cfg.Join) > 0 {

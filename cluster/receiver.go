@@ -111,6 +111,8 @@ func (r *receiver) handle(buf []byte, from string, now time.Time) {
 		r.n.serveState(f.request)
 	case frameStateReply:
 		r.handleReply(f.reply, now)
+	case frameSessionDigest, frameSessionRequest, frameSessionReply:
+		r.n.sessions.offer(f)
 	}
 }
 
@@ -154,6 +156,11 @@ func (r *receiver) validRemote(ev *messages.SequenceEvent) bool {
 	}
 	if ev.GetOrigin() == r.n.cfg.ReplicaID {
 		r.n.stats.echoesIgnored.Add(1)
+		return false
+	}
+	if w, ok := sessionWriter(ev); ok && w != ev.GetOrigin() {
+		// A replica writes session versions only in its own name.
+		r.n.stats.foreignFrames.Add(1)
 		return false
 	}
 	return true

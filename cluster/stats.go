@@ -33,6 +33,13 @@ type Stats struct {
 	StateReplies     uint64 // full states served to peers
 	OriginsDropped   uint64 // Sink.DropOrigin calls
 
+	SessionDigestsSent uint64 // session-table digests broadcast
+	SessionMismatches  uint64 // peers' session digests that disagreed with ours
+	SessionRequests    uint64 // session tables asked for
+	SessionReplies     uint64 // session tables served
+	SessionMerges      uint64 // peers' session tables merged
+	SessionsTruncated  uint64 // entries left out of a served table to fit MaxFrameBytes
+
 	StreamsAccepted  uint64 // inbound streams that completed the handshake as a current member
 	StreamsRefused   uint64 // inbound connections that failed it: TLS, bad hello, label, not a member, bad signature
 	StreamsOverLimit uint64 // inbound connections closed at once: MaxInboundStreams or the handshake slots taken
@@ -59,6 +66,8 @@ type counters struct {
 	streamsAccepted, streamsRefused, streamsOverLimit              atomic.Uint64
 	streamTimeouts, oversizedFrames, foreignFrames                 atomic.Uint64
 	unauthenticated, keyChanges, keyReloadErrors                   atomic.Uint64
+	sessionDigestsSent, sessionMismatches, sessionRequests         atomic.Uint64
+	sessionReplies, sessionMerges, sessionsTruncated               atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -80,6 +89,9 @@ func (c *counters) snapshot() Stats {
 		StreamsOverLimit: c.streamsOverLimit.Load(), StreamTimeouts: c.streamTimeouts.Load(),
 		OversizedFrames: c.oversizedFrames.Load(), ForeignFrames: c.foreignFrames.Load(),
 		Unauthenticated: c.unauthenticated.Load(), KeyChanges: c.keyChanges.Load(),
-		KeyReloadErrors: c.keyReloadErrors.Load(),
+		KeyReloadErrors:    c.keyReloadErrors.Load(),
+		SessionDigestsSent: c.sessionDigestsSent.Load(), SessionMismatches: c.sessionMismatches.Load(),
+		SessionRequests: c.sessionRequests.Load(), SessionReplies: c.sessionReplies.Load(),
+		SessionMerges: c.sessionMerges.Load(), SessionsTruncated: c.sessionsTruncated.Load(),
 	}
 }

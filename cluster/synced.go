@@ -36,12 +36,13 @@ func (s *syncedSet) has(name string) bool {
 }
 
 // PeersSynced is nil once this replica holds every live peer's requests
-// (after a matching digest or an applied full state), else says who is
-// missing.
+// (after a matching digest or an applied full state) and, with a
+// SessionSink, its session table (a matching session digest or a merged
+// table), else says who is missing.
 func (n *Node) PeersSynced() error {
 	var missing []string
 	for _, m := range n.Members() {
-		if m.Alive && m.ReplicaID != n.cfg.ReplicaID && !n.synced.has(m.ReplicaID) {
+		if m.Alive && m.ReplicaID != n.cfg.ReplicaID && (!n.synced.has(m.ReplicaID) || !n.sessions.synced(m.ReplicaID)) {
 			missing = append(missing, m.ReplicaID)
 		}
 	}

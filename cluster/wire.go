@@ -31,6 +31,13 @@ const (
 	// encodeSigned). Never nested, never on a stream (a stream's hello
 	// already says who sends).
 	frameSigned frameKind = 5
+	// frameSessionDigest carries the digest of a replica's whole
+	// sticky-session table (sessions.go).
+	frameSessionDigest frameKind = 6
+	// frameSessionRequest asks a replica for its session table.
+	frameSessionRequest frameKind = 7
+	// frameSessionReply is a replica's session table (messages.SessionTable).
+	frameSessionReply frameKind = 8
 )
 
 // maxNameLen bounds decoded replica ids; memberlist node names are short and
@@ -67,13 +74,29 @@ type stateReply struct {
 	Events []*messages.SequenceEvent
 }
 
+// sessionDigestMsg is a replica's session-table digest.
+type sessionDigestMsg struct {
+	Origin string
+	Digest Digest
+}
+
+// sessionReply is a replica's session table, answering Nonce.
+type sessionReply struct {
+	Origin  string
+	Nonce   uint64
+	Entries []*messages.SequenceEvent
+}
+
 // frame is one decoded user message; exactly the field matching kind is set.
 type frame struct {
-	kind    frameKind
-	batch   []*messages.SequenceEvent
-	digest  digestMsg
-	request stateRequest
-	reply   stateReply
+	kind           frameKind
+	batch          []*messages.SequenceEvent
+	digest         digestMsg
+	request        stateRequest
+	reply          stateReply
+	sessionDigest  sessionDigestMsg
+	sessionRequest stateRequest
+	sessionReply   sessionReply
 }
 
 func encodeBatch(evs []*messages.SequenceEvent) ([]byte, error) {
@@ -114,6 +137,30 @@ func encodeStateReply(r stateReply) ([]byte, error) {
 	return b, nil
 }
 
+func encodeSessionDigest(d sessionDigestMsg) []byte {
+	b := []byte{byte(frameSessionDigest)}
+	b = appendString(b, d.Origin)
+	b = binary.AppendUvarint(b, uint64(max(d.Digest.Count, 0)))
+	return binary.BigEndian.AppendUint64(b, d.Digest.Hash)
+}
+
+func encodeSessionRequest(r stateRequest) []byte {
+	b := []byte{byte(frameSessionRequest)}
+	b = appendString(b, r.Requester)
+	return binary.AppendUvarint(b, r.Nonce)
+}
+
+func encodeSessionReply(r sessionReply) ([]byte, error) {
+	b := []byte{byte(frameSessionReply)}
+	b = appendString(b, r.Origin)
+	b = binary.AppendUvarint(b, r.Nonce)
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, &messages.SessionTable{Entries: r.Entries})
+	if err != nil {
+		return nil, fmt.Errorf("encode session table: %w", err)
+	}
+	return b, nil
+}
+
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
@@ -134,6 +181,14 @@ func (f *frame) speaksFor(from string) bool {
 		return f.request.Requester == from
 	case frameStateReply:
 		return f.reply.Origin == from && allOrigin(f.reply.Events, from)
+	case frameSessionDigest:
+		return f.sessionDigest.Origin == from
+	case frameSessionRequest:
+		return f.sessionRequest.Requester == from
+	case frameSessionReply:
+		// The table relays other replicas' writes (their versions name
+		// them), but the sender vouches for every entry as its own state.
+		return f.sessionReply.Origin == from && allOrigin(f.sessionReply.Entries, from)
 	}
 	return false
 }
@@ -246,6 +301,34 @@ func decodeFrame(buf []byte) (frame, error) {
 			return frame{}, fmt.Errorf("state reply: %w", err)
 		}
 		f.reply.Events = evs
+	case frameSessionDigest:
+		f.sessionDigest.Origin = r.string()
+		count := r.uvarint()
+		f.sessionDigest.Digest.Hash = r.uint64()
+		if r.err == nil && count > uint64(maxInt) {
+			r.err = fmt.Errorf("%w: session digest count %d", ErrMalformed, count)
+		}
+		f.sessionDigest.Digest.Count = int(count)
+		if err := r.done(); err != nil {
+			return frame{}, fmt.Errorf("session digest: %w", err)
+		}
+	case frameSessionRequest:
+		f.sessionRequest.Requester = r.string()
+		f.sessionRequest.Nonce = r.uvarint()
+		if err := r.done(); err != nil {
+			return frame{}, fmt.Errorf("session request: %w", err)
+		}
+	case frameSessionReply:
+		f.sessionReply.Origin = r.string()
+		f.sessionReply.Nonce = r.uvarint()
+		if r.err != nil {
+			return frame{}, fmt.Errorf("session reply: %w", r.err)
+		}
+		var table messages.SessionTable
+		if err := proto.Unmarshal(r.rest(), &table); err != nil {
+			return frame{}, fmt.Errorf("session reply: %w: %w", ErrMalformed, err)
+		}
+		f.sessionReply.Entries = table.GetEntries()
 	default:
 		return frame{}, fmt.Errorf("%w: unknown kind %d", ErrMalformed, buf[0])
 	}

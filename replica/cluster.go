@@ -160,3 +160,17 @@ func (s routerSink) OwnedRequests(ctx context.Context) ([]*messages.SequenceEven
 	evs, _, err := s.r.ActiveRequests(ctx, &own)
 	return evs, err
 }
+
+// SessionDigest implements cluster.SessionSink.
+func (s routerSink) SessionDigest(ctx context.Context) (cluster.Digest, error) {
+	d, err := s.r.SessionDigest(ctx)
+	return cluster.Digest{Count: d.Count, Hash: d.Hash}, err
+}
+
+// SessionSnapshot implements cluster.SessionSink.
+func (s routerSink) SessionSnapshot(ctx context.Context) ([]*messages.SequenceEvent, error) {
+	return s.r.SessionSnapshot(ctx)
+}
+
+// MergeSessions implements cluster.SessionSink.
+func (s routerSink) MergeSessions(evs []*messages.SequenceEvent) { s.r.MergeSessions(evs) }
