@@ -210,5 +210,8 @@ func (c *Config) shardCount() int {
 func (c *Config) sessionsConfig() sessions.Config {
 	sc := c.Sessions
 	sc.ReplicaID = c.ReplicaID
+	if sc.ReplicaID == "" {
+		sc.ReplicaID = "local" // a replica without an id yet (validation) or alone
+	}
 	return sc
 }

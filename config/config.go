@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/netpolicy"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
+	"github.com/kvrouter/kvrouter/sessions"
 )
 
 // Config is every setting of one router replica.
@@ -145,6 +146,13 @@ type Config struct {
 	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" help:"free requests never freed after this long"`
 	ProxyOutputBlockDecayFloor float64       `flag:"proxy-output-block-decay-floor" help:"proxy: smallest weight of a generated block when the expected output is exceeded"`
 
+	// ---- sticky sessions (config/sessions.go) ----
+	SessionTTL        time.Duration `flag:"session-ttl" help:"a sticky session ends this long after its last request (Dynamo's sticky router has no named knob; 0 is refused)"`
+	MaxSessions       int           `flag:"max-sessions" help:"most sticky sessions (ended ones' tombstones included) a replica holds; a new one past it evicts the least recently used (kvrouter_session_events_total{event=evicted})"`
+	MaxSessionIDBytes int           `flag:"max-session-id-bytes" help:"longest session id accepted; longer ones (or ids with control characters or invalid UTF-8) get 400"`
+	SessionHeader     string        `flag:"session-header" help:"request header carrying the session id on /route and the proxy endpoints; empty: the header is not read"`
+	SessionBodyField  string        `flag:"session-body-field" help:"top-level JSON body field carrying the session id (the header wins when both are sent); empty: the body is not read"`
+
 	// ---- cluster ----
 	ClusterBind      string   `flag:"cluster-bind" help:"memberlist bind host:port; empty runs a single replica"`
 	ClusterJoin      []string `flag:"cluster-join" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
@@ -248,6 +256,11 @@ func Default() Config {
 		UnregisteredHoldAge:        time.Minute,
 		StaleRequestExpiry:         time.Hour,
 		ProxyOutputBlockDecayFloor: 0.1,
+		SessionTTL:                 sessions.DefaultTTL,
+		MaxSessions:                sessions.DefaultMaxSessions,
+		MaxSessionIDBytes:          sessions.DefaultMaxIDBytes,
+		SessionHeader:              DefaultSessionHeader,
+		SessionBodyField:           DefaultSessionBodyField,
 		ClusterBatchMaxEvents:      cluster.DefaultBatchMaxEvents,
 		ClusterBatchInterval:       cluster.DefaultBatchInterval,
 	}
@@ -281,6 +294,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateDiscovery()...)
+	errs = append(errs, c.validateSessions()...)
 	// The cluster package's own rules, so a batch setting the flags accept
 	// is one cluster.Start accepts.
 	if err := cluster.CheckBatchMaxEvents(c.ClusterBatchMaxEvents); err != nil {
@@ -378,6 +392,7 @@ func (c *Config) Actors() actors.Config {
 	ac.DrainGrace = c.DrainGrace
 	ac.MaxWorkers, ac.MaxRanks = c.MaxWorkers, c.MaxRanks
 	ac.ShardBacklog, ac.BackpressureWait, ac.ReplicationBacklog = c.ShardBacklog, c.BackpressureWait, c.ReplicationBacklog
+	ac.Sessions = sessions.Config{TTL: c.SessionTTL, MaxSessions: c.MaxSessions, MaxIDBytes: c.MaxSessionIDBytes}
 	ac.Limits = scheduling.Limits{
 		MaxPromptTokens: c.MaxPromptTokens, MaxRequestIDBytes: c.MaxRequestIDBytes, MaxActiveRequests: c.MaxActiveRequests,
 	}

@@ -41,7 +41,8 @@ type Config struct {
 	RefreshEvery time.Duration
 }
 
-// Validate reports a config a Table cannot run with.
+// Validate reports bounds a Table cannot run with (New also needs a
+// ReplicaID, which a replica may only learn at start).
 func (c Config) Validate() error {
 	switch {
 	case c.TTL <= 0:
@@ -50,8 +51,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sessions: MaxSessions must be positive, got %d", c.MaxSessions)
 	case c.MaxIDBytes <= 0:
 		return fmt.Errorf("sessions: MaxIDBytes must be positive, got %d", c.MaxIDBytes)
-	case c.ReplicaID == "":
-		return errors.New("sessions: ReplicaID must be set")
 	case c.RefreshEvery < 0:
 		return fmt.Errorf("sessions: RefreshEvery must not be negative, got %s", c.RefreshEvery)
 	}
@@ -128,6 +127,9 @@ type Table struct {
 func New(cfg Config) (*Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.ReplicaID == "" {
+		return nil, errors.New("sessions: ReplicaID must be set")
 	}
 	refresh := cfg.RefreshEvery
 	if refresh == 0 {
