@@ -303,7 +303,12 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/chat/completions", body: body, lora: m.lora}
+	session, err := s.sessionFromFields(r, fields)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/chat/completions", body: body, lora: m.lora, session: session}
 	p.serve(w, r)
 }
 

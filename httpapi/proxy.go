@@ -103,7 +103,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/completions", body: body, lora: lora}
+	session, err := s.sessionFromFields(r, fields)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/completions", body: body, lora: lora, session: session}
 	p.serve(w, r)
 }
 
@@ -120,6 +125,8 @@ type proxied struct {
 	path string
 	body []byte
 	lora string
+	// session is the sticky-session id ("" = none).
+	session string
 }
 
 func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +167,7 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 	p.requestID = newRequestID()
 	req := &messages.RouteRequest{
 		RequestId: p.requestID, TokenIds: p.tokens, UpdateStates: true, ExpectedOutputTokens: p.maxTokens,
-		LoraName: p.lora,
+		LoraName: p.lora, SessionId: p.session,
 	}
 	if len(exclude) > 0 {
 		allowed, err := s.workersExcept(ctx, exclude)

@@ -132,6 +132,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg, err := body.toMessage()
+	if err == nil {
+		msg.SessionId, err = s.sessionID(r, sc.body)
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

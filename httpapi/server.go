@@ -83,6 +83,11 @@ type Options struct {
 	// Resolve resolves worker host names for WorkerPolicy (nil: the
 	// system resolver, 2 s per lookup).
 	Resolve netpolicy.Resolver
+	// SessionHeader and SessionBodyField name where a request's sticky
+	// session id is read (config's session-header, session-body-field;
+	// "" = not read).
+	SessionHeader    string
+	SessionBodyField string
 	// WriteTimeout bounds each write to a client (0: none); the deadline
 	// moves as a response makes progress, so long streams are fine.
 	WriteTimeout time.Duration
@@ -145,6 +150,7 @@ func New(opts Options) *Server {
 		{"POST /overlap_scores", "overlap_scores", dataPlane, s.overlapScores},
 		{"POST /potential_loads", "potential_loads", dataPlane, s.potentialLoads},
 		{"GET /workers", "workers", dataPlane, s.listWorkers},
+		{"DELETE /sessions/{id}", "sessions", dataPlane, s.endSession},
 		{"POST /workers", "workers", adminOnly, s.addWorker},
 		{"DELETE /workers/{id}", "workers", adminOnly, s.deleteWorker},
 		{"GET /healthz", "healthz", open, s.healthz},

@@ -108,6 +108,7 @@ func (r *Replica) serveHTTP() error {
 		OutputBlockDecayFloor: cfg.ProxyOutputBlockDecayFloor, Pprof: cfg.Pprof, Log: r.base,
 		ReplicaID: r.id, AdminTokens: r.adminTokens, APITokens: r.apiTokens, AdminSeparate: r.adminLn != nil,
 		WorkerPolicy: r.policy, Resolve: r.resolve, WriteTimeout: cfg.HTTPWriteTimeout,
+		SessionHeader: cfg.SessionHeader, SessionBodyField: cfg.SessionBodyField,
 	})
 	r.http = r.httpServer(api.Handler())
 	go r.serve(r.http, r.ln, "HTTP")

@@ -1,0 +1,132 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// SessionEnded is the answer to DELETE /sessions/{id}.
+type SessionEnded struct {
+	SessionID string `json:"session_id"`
+	Ended     bool   `json:"ended"`
+}
+
+// sessionID is a request's sticky-session id: the session header when
+// the client sent one, else the body's session field (top level; a JSON
+// string, null or absent). "" means no session. The table's own rules
+// (length, characters) are applied by the scheduler, which answers 400.
+func (s *Server) sessionID(r *http.Request, body []byte) (string, error) {
+	if h := s.opts.SessionHeader; h != "" {
+		if vs := r.Header.Values(h); len(vs) > 0 {
+			if len(vs) > 1 {
+				return "", fmt.Errorf("header %s is sent %d times; send it once", h, len(vs))
+			}
+			if vs[0] == "" {
+				return "", fmt.Errorf("header %s is empty", h)
+			}
+			return vs[0], nil
+		}
+	}
+	field := s.opts.SessionBodyField
+	if field == "" || body == nil {
+		return "", nil
+	}
+	// Most requests carry no session: a byte search skips the scan.
+	if !bytes.Contains(body, []byte(`"`+field+`"`)) {
+		return "", nil
+	}
+	start, end, ok := findTopLevelValue(body, field)
+	if !ok {
+		return "", nil
+	}
+	raw := body[start:end]
+	if string(raw) == "null" {
+		return "", nil
+	}
+	var id string
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return "", fmt.Errorf("%s must be a string", field)
+	}
+	if id == "" {
+		return "", fmt.Errorf("%s is empty", field)
+	}
+	return id, nil
+}
+
+// sessionFromFields is sessionID for a body already split into fields.
+func (s *Server) sessionFromFields(r *http.Request, fields map[string]json.RawMessage) (string, error) {
+	if id, err := s.sessionID(r, nil); err != nil || id != "" {
+		return id, err
+	}
+	field := s.opts.SessionBodyField
+	raw, ok := fields[field]
+	if field == "" || !ok || !present(raw) {
+		return "", nil
+	}
+	var id string
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return "", fmt.Errorf("%s must be a string", field)
+	}
+	if id == "" {
+		return "", fmt.Errorf("%s is empty", field)
+	}
+	return id, nil
+}
+
+// endSession is DELETE /sessions/{id}: the session ends on every replica
+// (the end is gossiped); its next request is routed afresh.
+func (s *Server) endSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	found, err := s.opts.Router.EndSession(r.Context(), id)
+	if err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, "session %q is not active", id)
+		return
+	}
+	writeJSON(w, http.StatusOK, SessionEnded{SessionID: id, Ended: true})
+}
+
+// findTopLevelValue returns the span of key's value in a JSON object when
+// the object's structure up to it is well formed (encoding/json has
+// validated the whole body before this runs). The key is matched exactly,
+// as written (not JSON-unescaped, not case-folded).
+func findTopLevelValue(b []byte, key string) (int, int, bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return 0, 0, false
+	}
+	i++
+	for {
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return 0, 0, false
+		}
+		kEnd, ok := skipString(b, i)
+		if !ok {
+			return 0, 0, false
+		}
+		name := b[i+1 : kEnd-1]
+		i = skipWS(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return 0, 0, false
+		}
+		i = skipWS(b, i+1)
+		vEnd, ok := skipValue(b, i)
+		if !ok {
+			return 0, 0, false
+		}
+		if string(name) == key {
+			return i, vEnd, true
+		}
+		i = skipWS(b, vEnd)
+		if i >= len(b) || b[i] != ',' {
+			return 0, 0, false // '}' (key absent) or malformed
+		}
+		i++
+	}
+}
