@@ -490,6 +490,23 @@ func (r *Router) EndSession(ctx context.Context, id string) (bool, error) {
 	return reply.Found, nil
 }
 
+// Session returns a session's live binding (nil: none), or an
+// ErrBadRequest RouteError for an id the table refuses.
+func (r *Router) Session(ctx context.Context, id string) (*messages.SessionReply, error) {
+	res, err := r.ask(ctx, r.scheduler, &messages.SessionQuery{SessionId: id})
+	if err != nil {
+		return nil, err
+	}
+	reply := res.(*messages.SessionReply)
+	if reply.Error != "" {
+		return nil, &RouteError{Kind: ErrBadRequest, Message: reply.Error}
+	}
+	if !reply.Found {
+		return nil, nil
+	}
+	return reply, nil
+}
+
 // SessionDigest is the session table's anti-entropy digest.
 func (r *Router) SessionDigest(ctx context.Context) (sessions.Digest, error) {
 	res, err := r.ask(ctx, r.scheduler, &messages.SessionDigestQuery{})

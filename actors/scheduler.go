@@ -138,6 +138,8 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.applySessions(m.Events)
 	case *messages.EndSession:
 		s.endSession(ctx, m)
+	case *messages.SessionQuery:
+		s.querySession(ctx, m)
 	case *messages.SessionDigestQuery:
 		d := s.sessions.Digest()
 		ctx.Respond(&messages.SessionDigestReply{Count: uint64(d.Count), Hash: d.Hash})

@@ -105,6 +105,20 @@ func (s *schedulerActor) endSession(ctx actor.Context, m *messages.EndSession) {
 	ctx.Respond(&messages.EndSessionReply{Found: ok})
 }
 
+// querySession answers GET /sessions/{id}: the live binding, if any.
+func (s *schedulerActor) querySession(ctx actor.Context, m *messages.SessionQuery) {
+	if err := s.sessions.CheckID(m.SessionId); err != nil {
+		ctx.Respond(&messages.SessionReply{Error: err.Error()})
+		return
+	}
+	e, ok := s.sessions.Lookup(m.SessionId, time.Now())
+	if !ok {
+		ctx.Respond(&messages.SessionReply{})
+		return
+	}
+	ctx.Respond(&messages.SessionReply{Found: true, Worker: rankMsg(e.Worker), LastUsedUnixNano: e.LastUsed})
+}
+
 // applySessions merges peers' session writes (gossiped, or a peer's whole
 // table during anti-entropy).
 func (s *schedulerActor) applySessions(evs []*messages.SequenceEvent) {

@@ -150,6 +150,7 @@ func New(opts Options) *Server {
 		{"POST /overlap_scores", "overlap_scores", dataPlane, s.overlapScores},
 		{"POST /potential_loads", "potential_loads", dataPlane, s.potentialLoads},
 		{"GET /workers", "workers", dataPlane, s.listWorkers},
+		{"GET /sessions/{id}", "sessions", dataPlane, s.getSession},
 		{"DELETE /sessions/{id}", "sessions", dataPlane, s.endSession},
 		{"POST /workers", "workers", adminOnly, s.addWorker},
 		{"DELETE /workers/{id}", "workers", adminOnly, s.deleteWorker},

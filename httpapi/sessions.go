@@ -5,7 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 )
+
+// SessionBinding is the answer to GET /sessions/{id}.
+type SessionBinding struct {
+	SessionID string `json:"session_id"`
+	WorkerID  uint64 `json:"worker_id"`
+	DpRank    uint32 `json:"dp_rank"`
+	// LastUsed is the session's last use (RFC 3339); it ends session-ttl
+	// after it.
+	LastUsed time.Time `json:"last_used"`
+}
 
 // SessionEnded is the answer to DELETE /sessions/{id}.
 type SessionEnded struct {
@@ -89,6 +100,23 @@ func (s *Server) endSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, SessionEnded{SessionID: id, Ended: true})
+}
+
+// getSession is GET /sessions/{id}: where the session's next request
+// goes (while that rank stays fit), as this replica's table says.
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	b, err := s.opts.Router.Session(r.Context(), id)
+	if err != nil {
+		s.writeRouterError(w, err)
+		return
+	}
+	if b == nil {
+		writeError(w, http.StatusNotFound, "session %q is not active", id)
+		return
+	}
+	writeJSON(w, http.StatusOK, SessionBinding{SessionID: id, WorkerID: b.Worker.GetWorkerId(), DpRank: b.Worker.GetDpRank(),
+		LastUsed: time.Unix(0, b.LastUsedUnixNano).UTC()})
 }
 
 // findTopLevelValue returns the span of key's value in a JSON object when

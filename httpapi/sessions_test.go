@@ -60,6 +60,10 @@ func TestSessionSticksAndEnds(t *testing.T) {
 		t.Fatalf("header session: %d %v", rec.Code, hout)
 	}
 
+	code, out = do(t, s, "GET", "/sessions/s1", "")
+	if code != 200 || out["worker_id"] != bound || out["last_used"] == nil {
+		t.Fatalf("get: %d %v", code, out)
+	}
 	code, out = do(t, s, "DELETE", "/sessions/s1", "")
 	if code != 200 || out["ended"] != true || out["session_id"] != "s1" {
 		t.Fatalf("end: %d %v", code, out)
@@ -67,6 +71,9 @@ func TestSessionSticksAndEnds(t *testing.T) {
 	code, out = do(t, s, "DELETE", "/sessions/s1", "")
 	if code != 404 || out["error"] == nil {
 		t.Fatalf("end again: %d %v", code, out)
+	}
+	if code, out = do(t, s, "GET", "/sessions/s1", ""); code != 404 || out["error"] == nil {
+		t.Fatalf("get an ended session: %d %v", code, out)
 	}
 	code, out = do(t, s, "DELETE", "/sessions/"+strings.Repeat("x", 300), "")
 	if code != 400 || !strings.Contains(fmt.Sprint(out["error"]), "session id") {

@@ -4391,6 +4391,119 @@ func (x *EndSessionReply) GetError() string {
 	return ""
 }
 
+// SessionQuery asks the scheduler for a session's live binding.
+type SessionQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionQuery) Reset() {
+	*x = SessionQuery{}
+	mi := &file_kvrouter_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionQuery) ProtoMessage() {}
+
+func (x *SessionQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
+func (*SessionQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *SessionQuery) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type SessionReply struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Found            bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Worker           *WorkerRank            `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	LastUsedUnixNano int64                  `protobuf:"varint,3,opt,name=last_used_unix_nano,json=lastUsedUnixNano,proto3" json:"last_used_unix_nano,omitempty"`
+	Error            string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"` // a refused id
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SessionReply) Reset() {
+	*x = SessionReply{}
+	mi := &file_kvrouter_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionReply) ProtoMessage() {}
+
+func (x *SessionReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
+func (*SessionReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *SessionReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *SessionReply) GetWorker() *WorkerRank {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *SessionReply) GetLastUsedUnixNano() int64 {
+	if x != nil {
+		return x.LastUsedUnixNano
+	}
+	return 0
+}
+
+func (x *SessionReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // SessionDigestQuery asks the scheduler for its session table's digest.
 type SessionDigestQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4400,7 +4513,7 @@ type SessionDigestQuery struct {
 
 func (x *SessionDigestQuery) Reset() {
 	*x = SessionDigestQuery{}
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4412,7 +4525,7 @@ func (x *SessionDigestQuery) String() string {
 func (*SessionDigestQuery) ProtoMessage() {}
 
 func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4425,7 +4538,7 @@ func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
 func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 type SessionDigestReply struct {
@@ -4438,7 +4551,7 @@ type SessionDigestReply struct {
 
 func (x *SessionDigestReply) Reset() {
 	*x = SessionDigestReply{}
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4563,7 @@ func (x *SessionDigestReply) String() string {
 func (*SessionDigestReply) ProtoMessage() {}
 
 func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4576,7 @@ func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
 func (*SessionDigestReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+	return file_kvrouter_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SessionDigestReply) GetCount() uint64 {
@@ -4490,7 +4603,7 @@ type SessionSnapshotQuery struct {
 
 func (x *SessionSnapshotQuery) Reset() {
 	*x = SessionSnapshotQuery{}
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4502,7 +4615,7 @@ func (x *SessionSnapshotQuery) String() string {
 func (*SessionSnapshotQuery) ProtoMessage() {}
 
 func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4515,7 +4628,7 @@ func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
 func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{68}
+	return file_kvrouter_proto_rawDescGZIP(), []int{70}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -4835,7 +4948,15 @@ const file_kvrouter_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"=\n" +
 	"\x0fEndSessionReply\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"-\n" +
+	"\fSessionQuery\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x9a\x01\n" +
+	"\fSessionReply\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12/\n" +
+	"\x06worker\x18\x02 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12-\n" +
+	"\x13last_used_unix_nano\x18\x03 \x01(\x03R\x10lastUsedUnixNano\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x14\n" +
 	"\x12SessionDigestQuery\">\n" +
 	"\x12SessionDigestReply\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x12\n" +
@@ -4875,7 +4996,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.v1.WorkerState
@@ -4946,10 +5067,12 @@ var file_kvrouter_proto_goTypes = []any{
 	(*SessionUpdates)(nil),       // 66: kvrouter.v1.SessionUpdates
 	(*EndSession)(nil),           // 67: kvrouter.v1.EndSession
 	(*EndSessionReply)(nil),      // 68: kvrouter.v1.EndSessionReply
-	(*SessionDigestQuery)(nil),   // 69: kvrouter.v1.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 70: kvrouter.v1.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 71: kvrouter.v1.SessionSnapshotQuery
-	nil,                          // 72: kvrouter.v1.ShardStatsReply.CountersEntry
+	(*SessionQuery)(nil),         // 69: kvrouter.v1.SessionQuery
+	(*SessionReply)(nil),         // 70: kvrouter.v1.SessionReply
+	(*SessionDigestQuery)(nil),   // 71: kvrouter.v1.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 72: kvrouter.v1.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 73: kvrouter.v1.SessionSnapshotQuery
+	nil,                          // 74: kvrouter.v1.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	4,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
@@ -4986,7 +5109,7 @@ var file_kvrouter_proto_depIdxs = []int32{
 	39, // 31: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
 	3,  // 32: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
 	42, // 33: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	72, // 34: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
+	74, // 34: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
 	3,  // 35: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
 	26, // 36: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
 	26, // 37: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
@@ -5001,11 +5124,12 @@ var file_kvrouter_proto_depIdxs = []int32{
 	26, // 46: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
 	16, // 47: kvrouter.v1.RestoreOrigin.adds:type_name -> kvrouter.v1.AddRequest
 	26, // 48: kvrouter.v1.SessionUpdates.events:type_name -> kvrouter.v1.SequenceEvent
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	3,  // 49: kvrouter.v1.SessionReply.worker:type_name -> kvrouter.v1.WorkerRank
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -5039,7 +5163,7 @@ func file_kvrouter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   70,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
