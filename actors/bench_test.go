@@ -114,6 +114,31 @@ func BenchmarkScheduleActor(b *testing.B) {
 	})
 }
 
+// BenchmarkScheduleActorSticky is BenchmarkScheduleActor with every
+// request in one of 1,000 sticky sessions (the binding read at the start
+// of the decision, kept or moved at the end, announced to the peer every
+// TTL/8): what sessions add to a decision.
+func BenchmarkScheduleActorSticky(b *testing.B) {
+	peer := startRouter(b, func(c *Config) { c.ReplicaID = "peer"; c.Shards = 1 })
+	for id := uint64(1); id <= 64; id++ {
+		register(b, peer, id)
+	}
+	waitWorkers(b, peer, 64)
+	r, prompts := scheduleFixture(b, func(c *Config) {
+		c.ReplicaID = "local"
+		c.Publish = peer.ApplyRemote
+	})
+	runDecisions(b, func(ctx context.Context, n int64) error {
+		id := "d-" + strconv.FormatInt(n, 10)
+		req := &messages.RouteRequest{RequestId: id, TokenIds: prompts[n%8], UpdateStates: true,
+			SessionId: "session-" + strconv.FormatInt(n%1000, 10)}
+		if _, err := r.Route(ctx, req); err != nil {
+			return err
+		}
+		return r.Free(ctx, id)
+	})
+}
+
 // BenchmarkScheduleActorQueryOnly is the same decision without state
 // updates (update_states false: no add, no free, no gossip), as
 // /route answers a query that only asks where a prompt would go.
