@@ -28,7 +28,9 @@ func BenchmarkRecordEvicting(b *testing.B) {
 	for i := range DefaultMaxSessions {
 		tb.Record("fill-"+strconv.Itoa(i), rank(uint64(i%64), 0), t0)
 	}
-	ids := make([]string, 1<<16)
+	// More ids than the table holds: by the time one comes round again it
+	// was evicted, so every iteration binds and evicts.
+	ids := make([]string, 1<<18)
 	for i := range ids {
 		ids[i] = "new-" + strconv.Itoa(i)
 	}
