@@ -455,7 +455,8 @@ func (c Config) meta() nodeMeta {
 	// The stream key is filled in by Start; a placeholder of its size
 	// makes Validate's meta size check exact.
 	return nodeMeta{ReplicaID: c.ReplicaID, HTTPAddr: c.HTTPAddr, Version: c.Version,
-		StreamVersion: streamProtocolVersion, StreamKey: base64.StdEncoding.EncodeToString(make([]byte, ed25519.PublicKeySize))}
+		StreamVersion: streamProtocolVersion, StreamKey: base64.StdEncoding.EncodeToString(make([]byte, ed25519.PublicKeySize)),
+		Sessions: true}
 }
 
 func (c Config) logger() *slog.Logger {

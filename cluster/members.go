@@ -35,6 +35,8 @@ type memberEntry struct {
 	// streamKey is the replica's boot key from its metadata: it signs the
 	// replica's stream hellos and memberlist-path messages.
 	streamKey ed25519.PublicKey
+	// sessions: the replica advertises a session table (nodeMeta.Sessions).
+	sessions bool
 }
 
 // memberDelegate receives memberlist's callbacks. memberlist calls the
@@ -104,6 +106,7 @@ func (n *Node) memberUp(node *memberlist.Node) {
 	}
 	e.leftAt = time.Time{}
 	e.streamKey = meta.streamKey()
+	e.sessions = meta.Sessions
 	if node.Name == n.cfg.ReplicaID {
 		return
 	}
@@ -199,6 +202,14 @@ func (n *Node) memberStreamKey(name string) (key ed25519.PublicKey, epoch uint64
 		return nil, 0, false
 	}
 	return e.streamKey, e.epoch, true
+}
+
+// memberKeepsSessions reports whether a member advertises a session table.
+func (n *Node) memberKeepsSessions(name string) bool {
+	n.memMu.Lock()
+	defer n.memMu.Unlock()
+	e := n.members[name]
+	return e != nil && e.sessions
 }
 
 // memberCurrent reports whether name is still the alive member of epoch.

@@ -26,6 +26,10 @@ type nodeMeta struct {
 	// memberlist's paths, which is how a receiver knows which member sent
 	// what. memberlist (encrypted with the cluster key) vouches for it.
 	StreamKey string `json:"sk,omitempty"`
+	// Sessions says the replica keeps a sticky-session table and runs its
+	// anti-entropy (SessionSink); a peer without it (an older version) is
+	// not waited for.
+	Sessions bool `json:"ss,omitempty"`
 }
 
 // streamKey decodes StreamKey; nil when absent or malformed.

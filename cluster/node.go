@@ -133,6 +133,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 	m := cfg.meta()
 	m.StreamPort = st.port()
 	m.StreamKey = base64.StdEncoding.EncodeToString(pub)
+	_, m.Sessions = sink.(SessionSink)
 	meta, err := encodeMeta(m)
 	if err != nil {
 		st.ln.Close()

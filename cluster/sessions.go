@@ -84,9 +84,11 @@ func (s *sessionSync) offer(f frame) {
 	}
 }
 
-// synced reports whether a peer's sessions are held (always true when the
-// sink keeps no sessions).
-func (s *sessionSync) synced(name string) bool { return s.sink == nil || s.ready.has(name) }
+// synced reports whether a peer's sessions are held (always true when
+// either side keeps no sessions).
+func (s *sessionSync) synced(name string) bool {
+	return s.sink == nil || s.ready.has(name) || !s.n.memberKeepsSessions(name)
+}
 
 func (s *sessionSync) run() {
 	defer s.n.wg.Done()

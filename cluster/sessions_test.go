@@ -192,3 +192,16 @@ func TestSessionWriteInAnotherName(t *testing.T) {
 		t.Fatal("a write in another replica's name was applied")
 	}
 }
+
+// TestSessionsNotAwaitedFromPeersWithoutThem: a replica keeping sessions
+// is ready next to a peer that keeps none (an older version), which
+// advertises no session table and sends no session digest.
+func TestSessionsNotAwaitedFromPeersWithoutThem(t *testing.T) {
+	n0, _ := startSessionReplica(t, "r0", nil)
+	old := startReplica(t, "r1", []string{n0.LocalAddr()}, nil)
+	testutil.Eventually(t, 5*time.Second, "membership", func() bool { return old.node.Stats().Members == 2 })
+	testutil.EventuallyNil(t, 5*time.Second, n0.PeersSynced)
+	if !n0.memberKeepsSessions("r0") || n0.memberKeepsSessions("r1") {
+		t.Fatal("session capability not advertised as it should be")
+	}
+}
