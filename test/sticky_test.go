@@ -132,6 +132,7 @@ func TestStickySessionSurvivesKill9(t *testing.T) {
 		}
 		landed++
 	}
+	routedAfter := time.Since(killed)
 	// Through B's proxy, by header: the session stays (no move) and its
 	// use is recorded.
 	before := time.Now()
@@ -228,8 +229,8 @@ func TestStickySessionSurvivesKill9(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("kill -9 of replica A: %d/%d sessions' next request through replica B landed on the worker A bound (%v after the kill); a replica joining later held all %d by anti-entropy; DELETE through B ended one on all 3 live replicas; a flood of %d ids left every table at <= %d",
-		landed, sessions, time.Since(killed).Round(time.Millisecond), sessions, 3*maxSessions, maxSessions)
+	t.Logf("kill -9 of replica A: %d/%d sessions' next request through replica B landed on the worker A bound (all %d routed within %v of the kill); a replica joining later held all %d by anti-entropy; DELETE through B ended one on all 3 live replicas; a flood of %d ids left every table at <= %d",
+		landed, sessions, sessions, routedAfter.Round(time.Millisecond), sessions, 3*maxSessions, maxSessions)
 }
 
 func mustJSON(t testing.TB, v any) string {
