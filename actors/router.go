@@ -517,8 +517,8 @@ func (r *Router) SessionDigest(ctx context.Context) (sessions.Digest, error) {
 	return sessions.Digest{Count: int(d.Count), Hash: d.Hash}, nil
 }
 
-// SessionSnapshot is the whole session table as session events, most
-// recently used first.
+// SessionSnapshot is the whole session table as session events, in no
+// particular order.
 func (r *Router) SessionSnapshot(ctx context.Context) ([]*messages.SequenceEvent, error) {
 	res, err := r.ask(ctx, r.scheduler, &messages.SessionSnapshotQuery{})
 	if err != nil {

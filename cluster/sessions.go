@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -25,7 +27,7 @@ import (
 type SessionSink interface {
 	SessionDigest(ctx context.Context) (Digest, error)
 	// SessionSnapshot is the whole table as SessionBound and SessionEnded
-	// events, most recently used first.
+	// events, in any order.
 	SessionSnapshot(ctx context.Context) ([]*messages.SequenceEvent, error)
 	// MergeSessions merges a peer's table (the events are not modified
 	// afterwards).
@@ -41,6 +43,13 @@ func sessionWriter(ev *messages.SequenceEvent) (string, bool) {
 		return ev.GetSessionEnded().GetWriter(), true
 	}
 	return "", false
+}
+
+func sessionLastUsed(ev *messages.SequenceEvent) int64 {
+	if b := ev.GetSessionBound(); b != nil {
+		return b.GetLastUsedUnixNano()
+	}
+	return ev.GetSessionEnded().GetLastUsedUnixNano()
 }
 
 // sessionInboxSize bounds session frames waiting for the session loop;
@@ -205,19 +214,28 @@ func (s *sessionSync) serve(req stateRequest) {
 		s.n.log.Warn("cannot serve the session table", "requester", req.Requester, "err", err)
 		return
 	}
-	budget := s.n.cfg.MaxFrameBytes - 4096
 	out := make([]*messages.SequenceEvent, 0, len(evs))
+	total := 0
 	for _, ev := range evs {
 		if _, err := eventRequestID(ev); err != nil {
 			continue
 		}
 		e := &messages.SequenceEvent{Origin: s.n.cfg.ReplicaID, Data: ev.Data}
-		budget -= proto.Size(e) + 4
-		if budget < 0 {
-			s.n.stats.sessionsTruncated.Add(uint64(len(evs) - len(out)))
-			break
-		}
+		total += proto.Size(e) + 4
 		out = append(out, e)
+	}
+	if budget := s.n.cfg.MaxFrameBytes - 4096; total > budget {
+		// Too big for one frame: keep the most recently used.
+		slices.SortFunc(out, func(a, b *messages.SequenceEvent) int { return cmp.Compare(sessionLastUsed(b), sessionLastUsed(a)) })
+		kept := 0
+		for _, e := range out {
+			if budget -= proto.Size(e) + 4; budget < 0 {
+				break
+			}
+			kept++
+		}
+		s.n.stats.sessionsTruncated.Add(uint64(len(out) - kept))
+		out = out[:kept]
 	}
 	buf, err := encodeSessionReply(sessionReply{Origin: s.n.cfg.ReplicaID, Nonce: req.Nonce, Entries: out})
 	if err != nil {

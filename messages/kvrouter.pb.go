@@ -2099,8 +2099,9 @@ func (x *SessionEnded) GetWorker() *WorkerRank {
 	return nil
 }
 
-// SessionTable is a replica's whole session table (anti-entropy), most
-// recently used first; entries are SessionBound or SessionEnded events.
+// SessionTable is a replica's whole session table (anti-entropy; cut to
+// the most recently used when it would not fit a frame); entries are
+// SessionBound or SessionEnded events.
 type SessionTable struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*SequenceEvent       `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`

@@ -1,10 +1,5 @@
 package sessions
 
-import (
-	"cmp"
-	"slices"
-)
-
 // lruHeap orders entries by last use, least recent first: the next to
 // expire and the one to evict are both at the root.
 type lruHeap []*item
@@ -29,13 +24,4 @@ func (h *lruHeap) Pop() any {
 	*h = old[:len(old)-1]
 	it.idx = -1
 	return it
-}
-
-func sortByRecency(es []Entry) {
-	slices.SortFunc(es, func(a, b Entry) int {
-		if c := cmp.Compare(b.LastUsed, a.LastUsed); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
 }

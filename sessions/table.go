@@ -297,9 +297,9 @@ func (t *Table) Expire(now time.Time) int {
 	return dropped
 }
 
-// Snapshot lists every entry not expired at now, tombstones included,
-// most recently used first (a receiver that must truncate keeps the
-// sessions most likely to be used again).
+// Snapshot lists every entry not expired at now, tombstones included, in
+// no particular order (the owner's goroutine pays only for the copy; a
+// sender that must truncate sorts by LastUsed itself).
 func (t *Table) Snapshot(now time.Time) []Entry {
 	n := now.UnixNano()
 	out := make([]Entry, 0, len(t.byID))
@@ -308,7 +308,6 @@ func (t *Table) Snapshot(now time.Time) []Entry {
 			out = append(out, it.Entry)
 		}
 	}
-	sortByRecency(out)
 	return out
 }
 
