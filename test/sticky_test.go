@@ -63,8 +63,8 @@ func metricValue(t testing.TB, base, prefix string) float64 {
 
 // TestStickySessionSurvivesKill9 runs 3 replica processes and 4 engines:
 // sessions created through replica A are gossiped; A is kill -9ed; every
-// session's next request through replica B lands on the worker A bound it
-// to; a replica that joins afterwards learns the sessions by anti-entropy;
+// session's next request through replica B (and through HAProxy, before
+// and after the kill) lands on the worker A bound it to; a replica that joins afterwards learns the sessions by anti-entropy;
 // DELETE through B ends a session on every replica; bad session ids get
 // 4xx JSON; a flood of fresh ids leaves the table at --max-sessions.
 func TestStickySessionSurvivesKill9(t *testing.T) {
@@ -112,6 +112,25 @@ func TestStickySessionSurvivesKill9(t *testing.T) {
 		return nil
 	})
 
+	// Behind HAProxy (round robin over the three), every replica routes a
+	// session's next request to its worker.
+	lb := startHAProxy(t, []string{strings.TrimPrefix(seed, "http://"), strings.TrimPrefix(a, "http://"), strings.TrimPrefix(b, "http://")})
+	viaLB := func(round int) {
+		t.Helper()
+		for i := range sessions {
+			id := fmt.Sprintf("conv-%d", i)
+			var rr routeReply
+			body := map[string]any{"token_ids": tokens(128, uint32(round*100+i)), "session_id": id}
+			if code := Post(t, lb+"/route", body, &rr); code != 200 {
+				t.Fatalf("round %d: route %s through the LB: %d %s", round, id, code, rr.Error)
+			}
+			if rr.WorkerID != bound[id] {
+				t.Fatalf("round %d: session %s routed to worker %d through the LB, bound to %d", round, id, rr.WorkerID, bound[id])
+			}
+		}
+	}
+	viaLB(5)
+
 	if err := c.Replicas[1].Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +152,7 @@ func TestStickySessionSurvivesKill9(t *testing.T) {
 		landed++
 	}
 	routedAfter := time.Since(killed)
+	viaLB(6) // A is dead: HAProxy retries its share on the others
 	// Through B's proxy, by header: the session stays (no move) and its
 	// use is recorded.
 	before := time.Now()
@@ -229,7 +249,7 @@ func TestStickySessionSurvivesKill9(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("kill -9 of replica A: %d/%d sessions' next request through replica B landed on the worker A bound (all %d routed within %v of the kill); a replica joining later held all %d by anti-entropy; DELETE through B ended one on all 3 live replicas; a flood of %d ids left every table at <= %d",
+	t.Logf("kill -9 of replica A: %d/%d sessions' next request through replica B landed on the worker A bound (all %d routed within %v of the kill), and through HAProxy before and after; a replica joining later held all %d by anti-entropy; DELETE through B ended one on all 3 live replicas; a flood of %d ids left every table at <= %d",
 		landed, sessions, sessions, routedAfter.Round(time.Millisecond), sessions, 3*maxSessions, maxSessions)
 }
 
