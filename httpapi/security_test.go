@@ -259,6 +259,15 @@ func TestAPITokenRequired(t *testing.T) {
 	if code, _, _ := call(t, "GET", g.url+"/workers", "", ""); code != 401 {
 		t.Fatalf("GET /workers without a token: %d", code)
 	}
+	for _, method := range []string{"GET", "DELETE"} {
+		if code, _, _ := call(t, method, g.url+"/sessions/s1", "", ""); code != 401 {
+			t.Fatalf("%s /sessions/s1 without a token: %d", method, code)
+		}
+		// With one: 404 (no such session), past the gate.
+		if code, out, _ := call(t, method, g.url+"/sessions/s1", apiToken, ""); code != 404 || out["error"] == nil {
+			t.Fatalf("%s /sessions/s1 with the client token: %d %v", method, code, out)
+		}
+	}
 	for _, tok := range []string{apiToken, adminToken} {
 		if code, out, _ := call(t, "POST", g.url+"/route", tok, body); code != 200 {
 			t.Fatalf("route with %q: %d %v", tok, code, out)
