@@ -115,9 +115,10 @@ func BenchmarkScheduleActor(b *testing.B) {
 }
 
 // BenchmarkScheduleActorSticky is BenchmarkScheduleActor with every
-// request in one of 1,000 sticky sessions (the binding read at the start
-// of the decision, kept or moved at the end, announced to the peer every
-// TTL/8): what sessions add to a decision.
+// request a later request of one of 1,000 sticky sessions, bound before
+// the timer starts (the binding read at the start of the decision, the
+// candidates narrowed to the bound rank, the use recorded at the end):
+// what sessions add to a decision.
 func BenchmarkScheduleActorSticky(b *testing.B) {
 	peer := startRouter(b, func(c *Config) { c.ReplicaID = "peer"; c.Shards = 1 })
 	for id := uint64(1); id <= 64; id++ {
@@ -128,6 +129,17 @@ func BenchmarkScheduleActorSticky(b *testing.B) {
 		c.ReplicaID = "local"
 		c.Publish = peer.ApplyRemote
 	})
+	for n := range int64(1000) {
+		id := "bind-" + strconv.FormatInt(n, 10)
+		req := &messages.RouteRequest{RequestId: id, TokenIds: prompts[n%8], UpdateStates: true,
+			SessionId: "session-" + strconv.FormatInt(n, 10)}
+		if _, err := r.Route(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Free(context.Background(), id); err != nil {
+			b.Fatal(err)
+		}
+	}
 	runDecisions(b, func(ctx context.Context, n int64) error {
 		id := "d-" + strconv.FormatInt(n, 10)
 		req := &messages.RouteRequest{RequestId: id, TokenIds: prompts[n%8], UpdateStates: true,
