@@ -192,7 +192,7 @@ func (t *Table) Record(id string, w kv.WorkerWithDpRank, now time.Time) (Entry, 
 		out = Moved
 	}
 	e := Entry{ID: id, Worker: w, Version: t.nextVersion(it, n), LastUsed: n}
-	t.put(e, n)
+	t.put(e, n, false)
 	return e, out
 }
 
@@ -205,7 +205,7 @@ func (t *Table) End(id string, now time.Time) (Entry, bool) {
 		return Entry{}, false
 	}
 	e := Entry{ID: id, Worker: it.Worker, Version: t.nextVersion(it, n), Ended: true, LastUsed: max(n, it.LastUsed)}
-	t.put(e, n)
+	t.put(e, n, false)
 	return e, true
 }
 
@@ -241,8 +241,7 @@ func (t *Table) Apply(e Entry, now time.Time) (bool, error) {
 		if it != nil {
 			e.LastUsed = max(e.LastUsed, it.LastUsed)
 		}
-		t.put(e, e.LastUsed)
-		return true, nil
+		return t.put(e, e.LastUsed, true), nil
 	case e.Version == it.Version && e.LastUsed > it.LastUsed:
 		t.touch(it, e.LastUsed)
 		it.announced = max(it.announced, e.LastUsed) // a peer announced it already
@@ -251,24 +250,32 @@ func (t *Table) Apply(e Entry, now time.Time) (bool, error) {
 	return false, nil
 }
 
-// put stores e (a new version), announced as of announced.
-func (t *Table) put(e Entry, announced int64) {
+// put stores e (a new version), announced as of announced. In a full
+// table a new entry evicts the least recently used one, unless it is a
+// peer's entry less recently used itself: then it is the one left out (a
+// local write always goes in, whatever the peers' clocks say). put
+// reports whether e is stored.
+func (t *Table) put(e Entry, announced int64, fromPeer bool) bool {
 	if it := t.byID[e.ID]; it != nil {
 		t.digest.remove(it.Entry)
 		it.Entry = e
 		it.announced = announced
 		heap.Fix(&t.lru, it.idx)
 		t.digest.add(e)
-		return
+		return true
 	}
 	if len(t.byID) >= t.cfg.MaxSessions {
-		t.drop(t.lru[0])
 		t.stats.Evicted++
+		if fromPeer && e.LastUsed < t.lru[0].LastUsed {
+			return false
+		}
+		t.drop(t.lru[0])
 	}
 	it := &item{Entry: e, announced: announced}
 	t.byID[e.ID] = it
 	heap.Push(&t.lru, it)
 	t.digest.add(e)
+	return true
 }
 
 func (t *Table) touch(it *item, n int64) {

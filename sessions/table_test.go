@@ -230,6 +230,38 @@ func TestBoundedByLRU(t *testing.T) {
 	}
 }
 
+// TestFullTableKeepsTheRecent: in a full table a peer's entry older than
+// every local one is the one left out, not a recent local session.
+func TestFullTableKeepsTheRecent(t *testing.T) {
+	tb := newTable(t, "a", 2)
+	tb.Record("x", rank(1, 0), t0.Add(10*time.Second))
+	tb.Record("y", rank(1, 0), t0.Add(11*time.Second))
+	old := Entry{ID: "old", Worker: rank(2, 0), Version: Version{Stamp: 1, Writer: "b"}, LastUsed: t0.UnixNano()}
+	if changed, err := tb.Apply(old, t0.Add(12*time.Second)); changed || err != nil {
+		t.Fatalf("an older peer entry displaced a local one: %v %v", changed, err)
+	}
+	newer := Entry{ID: "newer", Worker: rank(2, 0), Version: Version{Stamp: 1, Writer: "b"}, LastUsed: t0.Add(12 * time.Second).UnixNano()}
+	if changed, _ := tb.Apply(newer, t0.Add(12*time.Second)); !changed {
+		t.Fatal("a more recent peer entry was left out")
+	}
+	_, okX := tb.Lookup("x", t0.Add(12*time.Second))
+	_, okY := tb.Lookup("y", t0.Add(12*time.Second))
+	if okX || !okY || tb.Len() != 2 || tb.Stats().Evicted != 2 {
+		t.Fatalf("x %v y %v len %d stats %+v", okX, okY, tb.Len(), tb.Stats())
+	}
+	// A local bind goes in even when the peers' entries are stamped by a
+	// clock ahead of ours.
+	ahead := Entry{ID: "ahead", Worker: rank(2, 0), Version: Version{Stamp: 1, Writer: "b"}, LastUsed: t0.Add(time.Hour).UnixNano()}
+	tb.Apply(ahead, t0.Add(12*time.Second))
+	tb.Apply(Entry{ID: "ahead2", Worker: rank(2, 0), Version: Version{Stamp: 1, Writer: "b"}, LastUsed: t0.Add(time.Hour).UnixNano()}, t0.Add(12*time.Second))
+	if _, out := tb.Record("local", rank(1, 0), t0.Add(13*time.Second)); out != Bound {
+		t.Fatalf("outcome %d", out)
+	}
+	if _, ok := tb.Lookup("local", t0.Add(13*time.Second)); !ok {
+		t.Fatal("a local bind was left out of a table full of entries from a clock ahead")
+	}
+}
+
 // TestConvergence: replicas that apply the same writes in different orders
 // hold the same table; a replica that missed some converges by merging a
 // peer's snapshot.
