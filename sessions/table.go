@@ -222,7 +222,7 @@ func (t *Table) nextVersion(prev *item, now int64) Version {
 // Apply merges a peer's entry (a gossiped write or one of a snapshot's
 // entries): a newer version replaces what is held, the same version only
 // extends the last use, an older one changes nothing. An entry already
-// expired at now is ignored. It reports whether anything changed, or an
+// expired at now is ignored; a last use after now counts as now. It reports whether anything changed, or an
 // error for an entry no replica could have written.
 func (t *Table) Apply(e Entry, now time.Time) (bool, error) {
 	if err := t.CheckID(e.ID); err != nil {
@@ -235,6 +235,9 @@ func (t *Table) Apply(e Entry, now time.Time) (bool, error) {
 	if n-e.LastUsed >= int64(t.cfg.TTL) {
 		return false, nil
 	}
+	// A use in our future (a peer's clock ahead, or a peer lying) counts
+	// as now: no entry outlives its TTL on this replica's clock.
+	e.LastUsed = min(e.LastUsed, n)
 	it := t.byID[e.ID]
 	switch {
 	case it == nil || e.Version.Newer(it.Version):

@@ -317,6 +317,19 @@ func TestConvergence(t *testing.T) {
 	}
 }
 
+// TestFutureUseCountsAsNow: a peer cannot keep an entry alive past the
+// TTL on this replica's clock by stamping its use in the future.
+func TestFutureUseCountsAsNow(t *testing.T) {
+	tb := newTable(t, "a", 10)
+	tb.Apply(Entry{ID: "s", Worker: rank(1, 0), Version: Version{Stamp: 1, Writer: "b"}, LastUsed: 1<<63 - 1}, t0)
+	if _, ok := tb.Lookup("s", t0.Add(59*time.Second)); !ok {
+		t.Fatal("entry missing within its TTL")
+	}
+	if n := tb.Expire(t0.Add(time.Minute)); n != 1 {
+		t.Fatalf("expired %d, want the entry one TTL after it arrived", n)
+	}
+}
+
 // TestVersionAboveSkewedClock: a write over an entry stamped by a replica
 // whose clock runs ahead still wins.
 func TestVersionAboveSkewedClock(t *testing.T) {
