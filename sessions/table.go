@@ -222,7 +222,8 @@ func (t *Table) nextVersion(prev *item, now int64) Version {
 // Apply merges a peer's entry (a gossiped write or one of a snapshot's
 // entries): a newer version replaces what is held, the same version only
 // extends the last use, an older one changes nothing. An entry already
-// expired at now is ignored; a last use after now counts as now. It reports whether anything changed, or an
+// expired at now is ignored; a last use after now counts as now; a
+// version stamped more than a TTL in the future is refused. It reports whether anything changed, or an
 // error for an entry no replica could have written.
 func (t *Table) Apply(e Entry, now time.Time) (bool, error) {
 	if err := t.CheckID(e.ID); err != nil {
@@ -232,6 +233,12 @@ func (t *Table) Apply(e Entry, now time.Time) (bool, error) {
 		return false, fmt.Errorf("sessions: entry %q has no version", e.ID)
 	}
 	n := now.UnixNano()
+	if e.Version.Stamp > n+int64(t.cfg.TTL) {
+		// A clock a whole TTL ahead (or a forged stamp) would win every
+		// conflict for that long, and a stamp near the end of time could
+		// never be outranked.
+		return false, fmt.Errorf("sessions: entry %q is versioned %s in the future", e.ID, time.Duration(e.Version.Stamp-n))
+	}
 	if n-e.LastUsed >= int64(t.cfg.TTL) {
 		return false, nil
 	}

@@ -165,6 +165,8 @@ func TestApplyRefusesBadEntries(t *testing.T) {
 		{ID: strings.Repeat("x", 65), Version: Version{Stamp: 1, Writer: "b"}, LastUsed: t0.UnixNano()},
 		{ID: "s", Version: Version{Stamp: 1}, LastUsed: t0.UnixNano()},
 		{ID: "s", Version: Version{Writer: "b"}, LastUsed: t0.UnixNano()},
+		{ID: "s", Version: Version{Stamp: 1<<63 - 1, Writer: "b"}, LastUsed: t0.UnixNano()},
+		{ID: "s", Version: Version{Stamp: t0.Add(time.Minute + time.Second).UnixNano(), Writer: "b"}, LastUsed: t0.UnixNano()},
 	} {
 		if _, err := tb.Apply(e, t0); err == nil {
 			t.Errorf("applied %+v", e)
@@ -334,7 +336,7 @@ func TestFutureUseCountsAsNow(t *testing.T) {
 // whose clock runs ahead still wins.
 func TestVersionAboveSkewedClock(t *testing.T) {
 	tb := newTable(t, "a", 10)
-	future := Entry{ID: "s", Worker: rank(1, 0), Version: Version{Stamp: t0.Add(time.Hour).UnixNano(), Writer: "z"}, LastUsed: t0.UnixNano()}
+	future := Entry{ID: "s", Worker: rank(1, 0), Version: Version{Stamp: t0.Add(30 * time.Second).UnixNano(), Writer: "z"}, LastUsed: t0.UnixNano()}
 	tb.Apply(future, t0)
 	e, out := tb.Record("s", rank(2, 0), t0.Add(time.Second))
 	if out != Moved || !e.Version.Newer(future.Version) {
