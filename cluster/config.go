@@ -224,6 +224,10 @@ type Config struct {
 	// Logger receives the Node's logs and memberlist's own (re-levelled
 	// from its "[LEVEL]" prefixes). Nil uses slog.Default().
 	Logger *slog.Logger
+
+	// wrapTransport, set by tests only, wraps memberlist's UDP/TCP
+	// transport (to cut a node off the network without stopping it).
+	wrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // DefaultConfig returns production settings: memberlist's LAN timings,
@@ -466,9 +470,10 @@ func (c Config) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// memberlistConfig translates c; the delegates are set by the caller.
-// ring is nil for an unkeyed cluster.
-func (c Config) memberlistConfig(ring *memberlist.Keyring) *memberlist.Config {
+// memberlistConfig translates c; the delegates and the metric labels are
+// set by the caller. ring is nil for an unkeyed cluster; stats receives
+// the refutations memberlist logs.
+func (c Config) memberlistConfig(ring *memberlist.Keyring, stats *counters) *memberlist.Config {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = c.ReplicaID
 	mc.BindAddr = c.BindAddr
@@ -493,6 +498,6 @@ func (c Config) memberlistConfig(ring *memberlist.Keyring) *memberlist.Config {
 	mc.EnableCompression = false
 	mc.Keyring = ring // GossipVerifyIncoming/Outgoing stay true: nothing unencrypted in or out
 	mc.Label = c.Label
-	mc.Logger = newMemberlistLogger(c.logger())
+	mc.Logger = newMemberlistLogger(c.logger(), stats)
 	return mc
 }

@@ -8,17 +8,22 @@ import (
 )
 
 // slogWriter turns memberlist's "[LEVEL] memberlist: message" lines into
-// slog records at the matching level.
+// slog records at the matching level, and counts the refutations they
+// report (detector.go) whatever the log level.
 type slogWriter struct {
 	logger *slog.Logger
+	stats  *counters // nil: nothing counted
 }
 
-func newMemberlistLogger(l *slog.Logger) *log.Logger {
-	return log.New(slogWriter{logger: l.With("component", "memberlist")}, "", 0)
+func newMemberlistLogger(l *slog.Logger, stats *counters) *log.Logger {
+	return log.New(slogWriter{logger: l.With("component", "memberlist"), stats: stats}, "", 0)
 }
 
 func (w slogWriter) Write(p []byte) (int, error) {
 	level, msg := parseMemberlistLine(p)
+	if w.stats != nil && isRefutation(msg) {
+		w.stats.refutations.Add(1)
+	}
 	if w.logger.Enabled(context.Background(), level) {
 		w.logger.Log(context.Background(), level, msg)
 	}

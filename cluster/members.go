@@ -37,6 +37,10 @@ type memberEntry struct {
 	streamKey ed25519.PublicKey
 	// sessions: the replica advertises a session table (nodeMeta.Sessions).
 	sessions bool
+	// departedKey is the boot key the replica had when it was declared
+	// dead or left: the same key coming back is the same process, which
+	// was alive (or partitioned) all along, a false death.
+	departedKey ed25519.PublicKey
 }
 
 // memberDelegate receives memberlist's callbacks. memberlist calls the
@@ -107,6 +111,11 @@ func (n *Node) memberUp(node *memberlist.Node) {
 	e.leftAt = time.Time{}
 	e.streamKey = meta.streamKey()
 	e.sessions = meta.Sessions
+	if e.departedKey != nil && e.streamKey != nil && e.departedKey.Equal(e.streamKey) {
+		n.stats.falseDeaths.Add(1)
+		n.log.Warn("a replica declared dead came back with the same boot key: a false death (or a healed partition)", "replica", node.Name)
+	}
+	e.departedKey = nil
 	if node.Name == n.cfg.ReplicaID {
 		return
 	}
@@ -136,6 +145,9 @@ func (n *Node) memberDown(name string) {
 	}
 	wasAlive := e.member.Alive || e.sender != nil
 	e.member.Alive = false
+	if e.streamKey != nil {
+		e.departedKey = e.streamKey
+	}
 	e.streamKey = nil
 	n.streams.dropMember(name)
 	e.epoch++

@@ -72,6 +72,8 @@ type Node struct {
 	sessions  *sessionSync  // the sticky-session table's anti-entropy
 	snapshots chan struct{} // semaphore for serving full states
 	stats     counters
+	// unregisterDetector stops routing memberlist's metrics to stats.
+	unregisterDetector func()
 
 	batcherStop chan struct{} // closed to make the batcher flush and exit
 	batcherDone chan struct{}
@@ -162,11 +164,20 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 	n.sessions = newSessionSync(n, sink)
 	n.peers.Store(&[]*peerSender{})
 
-	mc := cfg.memberlistConfig(ring)
+	mc := cfg.memberlistConfig(ring, &n.stats)
 	mc.Delegate = memberDelegate{n}
 	mc.Events = memberDelegate{n}
+	mc.MetricLabels, n.unregisterDetector = registerDetector(&n.stats)
+	if cfg.wrapTransport != nil {
+		if err := wrapTransport(mc, cfg.wrapTransport); err != nil {
+			n.unregisterDetector()
+			st.ln.Close()
+			return nil, err
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		n.unregisterDetector()
 		st.ln.Close()
 		return nil, fmt.Errorf("cluster: start memberlist: %w", err)
 	}
@@ -409,6 +420,7 @@ func (n *Node) Shutdown() {
 		if err := n.ml.Shutdown(); err != nil {
 			n.log.Warn("memberlist shutdown", "err", err)
 		}
+		n.unregisterDetector()
 		close(n.stop)
 		n.closeStreams()
 		n.wg.Wait()
@@ -505,4 +517,21 @@ func (n *Node) needsRejoin() bool {
 		}
 	}
 	return false
+}
+
+// wrapTransport builds the transport memberlist.Create would and hands
+// memberlist the wrapped one.
+func wrapTransport(mc *memberlist.Config, wrap func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport) error {
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger, MetricLabels: mc.MetricLabels,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: transport: %w", err)
+	}
+	if mc.BindPort == 0 {
+		mc.BindPort = nt.GetAutoBindPort()
+		mc.AdvertisePort = mc.BindPort
+	}
+	mc.Transport = wrap(nt)
+	return nil
 }

@@ -50,6 +50,14 @@ type Stats struct {
 	KeyChanges       uint64 // key sets applied after Start (rotation)
 	KeyReloadErrors  uint64 // key file reads or parses that failed (the keys in use stay)
 
+	// Failure detector (detector.go).
+	Suspicions     uint64 // live peers this replica marked suspect
+	Refutations    uint64 // suspicions or deaths of this replica it refuted
+	Deaths         uint64 // members this replica marked dead or left (graceful leaves included)
+	FalseDeaths    uint64 // peers marked dead or left that came back with the same boot key
+	DegradedProbes uint64 // probes slowed by this replica's own poor health (Lifeguard awareness)
+	HealthScore    int64  // Lifeguard awareness now: 0 healthy, up to AwarenessMaxMultiplier-1
+
 	Members int // alive members, this replica included
 	Keys    int // keys in the keyring (0: unauthenticated gossip)
 }
@@ -68,6 +76,8 @@ type counters struct {
 	unauthenticated, keyChanges, keyReloadErrors                   atomic.Uint64
 	sessionDigestsSent, sessionMismatches, sessionRequests         atomic.Uint64
 	sessionReplies, sessionMerges, sessionsTruncated               atomic.Uint64
+	suspicions, refutations, deaths, falseDeaths, degradedProbes   atomic.Uint64
+	healthScore                                                    atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -93,5 +103,8 @@ func (c *counters) snapshot() Stats {
 		SessionDigestsSent: c.sessionDigestsSent.Load(), SessionMismatches: c.sessionMismatches.Load(),
 		SessionRequests: c.sessionRequests.Load(), SessionReplies: c.sessionReplies.Load(),
 		SessionMerges: c.sessionMerges.Load(), SessionsTruncated: c.sessionsTruncated.Load(),
+		Suspicions: c.suspicions.Load(), Refutations: c.refutations.Load(),
+		Deaths: c.deaths.Load(), FalseDeaths: c.falseDeaths.Load(),
+		DegradedProbes: c.degradedProbes.Load(), HealthScore: c.healthScore.Load(),
 	}
 }

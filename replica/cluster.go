@@ -100,6 +100,7 @@ func (c *clusterLink) addState(st *metrics.State) {
 	s := c.node.Stats()
 	st.Gauges["cluster_members"] = float64(s.Members)
 	st.Gauges["cluster_keys"] = float64(s.Keys)
+	st.Gauges["cluster_health_score"] = float64(s.HealthScore)
 	// The primary key's id (cluster.KeyID: 8 hex digits of its SHA-256)
 	// as a number, so a rotation step can be seen to have reached every
 	// replica: printf '%d\n' 0x$(base64 -d <key | sha256sum | cut -c1-8).
@@ -119,6 +120,10 @@ func (c *clusterLink) addState(st *metrics.State) {
 		"gossip_stream_timeouts": s.StreamTimeouts, "gossip_foreign_frames": s.ForeignFrames,
 		"gossip_unauthenticated": s.Unauthenticated, "gossip_key_changes": s.KeyChanges,
 		"gossip_key_reload_errors": s.KeyReloadErrors,
+		// The failure detector (cluster/detector.go).
+		"cluster_suspicions": s.Suspicions, "cluster_refutations": s.Refutations,
+		"cluster_deaths": s.Deaths, "cluster_false_deaths": s.FalseDeaths,
+		"cluster_degraded_probes": s.DegradedProbes,
 	} {
 		st.Counters = append(st.Counters, metrics.Counter{Name: name, Source: "memberlist", Value: v})
 	}
