@@ -26,6 +26,9 @@ type Point struct {
 	// LoadSpread is the mean over the run of max/mean active KV tokens
 	// per worker (1 = perfectly even), sampled from the workers.
 	LoadSpread float64 `json:"load_spread,omitempty"`
+	// Detector is what the replicas' failure detectors did during the
+	// point, summed over replicas (only with several replicas).
+	Detector *DetectorCounts `json:"failure_detector,omitempty"`
 	// Bounds are the hit-rate oracles of this point's schedule on this
 	// fleet (the same for every policy at one QPS): oracle_unbounded,
 	// oracle_capacity, oracle_timed.
@@ -75,7 +78,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%.0f\t%d\t%.2f\t\n",
 			p.Name, p.QPS, p.HitRate, p.HitVsTimed(), bounds, p.TTFTP50, p.TTFTP90, p.TTFTP99, p.ITLP50, p.ThroughputTokS, p.Errors, p.LoadSpread)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range r.sorted() {
+		if p.Detector != nil {
+			fmt.Fprintf(w, "failure detector, %s at %.2f qps (all replicas): %s\n", p.Name, p.QPS, p.Detector)
+		}
+	}
+	return nil
 }
 
 // sorted orders points by QPS, then by AllPolicies order.

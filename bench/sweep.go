@@ -139,8 +139,23 @@ func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, r
 		timeout = 2 * time.Minute
 	}
 	sampler := startLoadSampler(ctx, client.HTTP, fleet.WorkerURLs(), cfg.BlockSize)
+	routers := fleet.RouterURLs()
+	var det0 DetectorCounts
+	if len(routers) > 1 {
+		if det0, err = ScrapeDetector(ctx, routers); err != nil {
+			return Point{}, err
+		}
+	}
 	results := Run(ctx, reqs, d, client, timeout)
 	pt := Summarize(policy, qps, results[min(cfg.Warmup, len(results)):])
 	pt.LoadSpread = sampler.stop()
+	if len(routers) > 1 {
+		det, err := ScrapeDetector(ctx, routers)
+		if err != nil {
+			return Point{}, err
+		}
+		det = det.Sub(det0)
+		pt.Detector = &det
+	}
 	return pt, nil
 }

@@ -71,7 +71,7 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	sum := scaleSummary{perSec: make(map[int][]float64), cpu: make(map[int][]float64)}
+	sum := newScaleSummary()
 	for round := 1; round <= max(f.rounds, 1); round++ {
 		results, errs := measureScaleRound(ctx, f, exe, static, prompts, counts, clusters)
 		if err := sum.addRound(stdout, round, counts, results, errs); err != nil {
@@ -79,12 +79,29 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	sum.write(stdout, counts, max(f.rounds, 1))
+	if clusters != nil {
+		writeLifetimeDetector(ctx, stdout, counts, clusters)
+	}
 	return nil
+}
+
+// writeLifetimeDetector prints what each interleaved cluster's failure
+// detector did over the whole run, windows of the other clusters included.
+func writeLifetimeDetector(ctx context.Context, w io.Writer, counts []int, clusters map[int]*bench.ProcessCluster) {
+	fmt.Fprintf(w, "\nfailure detector over the whole run (all replicas):\n")
+	for _, n := range counts {
+		d, err := bench.ScrapeDetector(ctx, clusters[n].URLs())
+		if err != nil {
+			fmt.Fprintf(w, "  %d replica(s): %v\n", n, err)
+			continue
+		}
+		fmt.Fprintf(w, "  %d replica(s): %s\n", n, d)
+	}
 }
 
 // register defines scale's flags on fs.
 func (f *scaleFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.replicas, "replicas", "1,3", "comma-separated replica counts to compare")
+	fs.StringVar(&f.replicas, "replicas", "1,3,5", "comma-separated replica counts to compare, each with the first")
 	fs.Float64Var(&f.cpuPerReplica, "cpu-per-replica", 0.5, "cores each replica process may use (its own cgroup CPU quota); 0 = no cap")
 	fs.IntVar(&f.workers, "workers", 16, "workers registered (static; /route never contacts them)")
 	fs.IntVar(&f.promptTokens, "prompt-tokens", 4096, "tokens per prompt")
@@ -145,7 +162,7 @@ func scalePrompts(seed uint64, n, tokens int) [][]uint32 {
 func writeScaleHeader(w io.Writer, f scaleFlags) {
 	fmt.Fprintf(w, "routing decisions (route + prefill_done + free over HTTP), %d-token prompts, %d workers, %v cores per replica, stride %d\n\n",
 		f.promptTokens, f.workers, capText(f.cpuPerReplica), f.stride)
-	fmt.Fprintf(w, "%-6s %-9s %12s %10s %10s %8s %16s %14s\n", "round", "replicas", "decisions/s", "route p50", "route p99", "errors", "cpu-µs/decision", "client cores")
+	fmt.Fprintf(w, "%-6s %-9s %12s %10s %10s %8s %16s %14s %14s\n", "round", "replicas", "decisions/s", "route p50", "route p99", "errors", "cpu-µs/decision", "client cores", "susp/ref/dead")
 }
 
 // startScaleClusters starts one cluster per count for --interleave. On
@@ -187,7 +204,15 @@ func measureScaleRound(ctx context.Context, f scaleFlags, exe string, static []s
 type scaleSummary struct {
 	perSec map[int][]float64
 	cpu    map[int][]float64
-	ratios []float64 // last count's decisions/s over the first's, per round
+	ratios map[int][]float64 // each count's decisions/s over the first's, per round
+	// detector sums what the failure detectors did during each count's
+	// windows (all replicas).
+	detector map[int]bench.DetectorCounts
+}
+
+func newScaleSummary() scaleSummary {
+	return scaleSummary{perSec: make(map[int][]float64), cpu: make(map[int][]float64),
+		ratios: make(map[int][]float64), detector: make(map[int]bench.DetectorCounts)}
 }
 
 // addRound prints a round's rows and records them; a failed measurement
@@ -202,15 +227,18 @@ func (s *scaleSummary) addRound(w io.Writer, round int, counts []int, results []
 		if res.load.Errors > 0 {
 			return fmt.Errorf("round %d, %d replicas: %d failed decisions (first: %s)", round, n, res.load.Errors, res.load.FirstErr)
 		}
-		fmt.Fprintf(w, "%-6d %-9d %12.0f %10v %10v %8d %16.1f %14.2f   per replica: %s\n", round, n, res.load.PerSec(),
+		d := res.detector
+		fmt.Fprintf(w, "%-6d %-9d %12.0f %10v %10v %8d %16.1f %14.2f %14s   per replica: %s\n", round, n, res.load.PerSec(),
 			res.load.RouteP50.Round(time.Microsecond), res.load.RouteP99.Round(time.Microsecond), res.load.Errors,
-			res.cpuPerDecision, res.clientCores, formatFloats(res.perReplica))
+			res.cpuPerDecision, res.clientCores, fmt.Sprintf("%d/%d/%d", d.Suspicions, d.Refutations, d.Deaths),
+			formatFloats(res.perReplica))
 		s.perSec[n] = append(s.perSec[n], res.load.PerSec())
 		s.cpu[n] = append(s.cpu[n], res.cpuPerDecision)
-		if base == 0 {
+		s.detector[n] = s.detector[n].Add(d)
+		if i == 0 {
 			base = res.load.PerSec()
-		} else if n == counts[len(counts)-1] && base > 0 {
-			s.ratios = append(s.ratios, res.load.PerSec()/base)
+		} else if base > 0 {
+			s.ratios[n] = append(s.ratios[n], res.load.PerSec()/base)
 		}
 	}
 	return nil
@@ -221,13 +249,17 @@ func (s *scaleSummary) addRound(w io.Writer, round int, counts []int, results []
 func (s *scaleSummary) write(w io.Writer, counts []int, rounds int) {
 	fmt.Fprintf(w, "\nmedians over %d round(s):\n", rounds)
 	for _, n := range counts {
-		fmt.Fprintf(w, "  %d replica(s): %.0f decisions/s, %.1f cpu-µs/decision\n", n, median(s.perSec[n]), median(s.cpu[n]))
+		fmt.Fprintf(w, "  %d replica(s): %.0f decisions/s, %.1f cpu-µs/decision; failure detector in its windows: %s\n",
+			n, median(s.perSec[n]), median(s.cpu[n]), s.detector[n])
 	}
-	if len(s.ratios) > 0 {
-		first, last := counts[0], counts[len(counts)-1]
+	first := counts[0]
+	for _, n := range counts[1:] {
+		if len(s.ratios[n]) == 0 {
+			continue
+		}
 		fmt.Fprintf(w, "  %d vs %d replica(s): %.2fx decisions/s (per round: %s); from CPU per decision: %.2fx\n",
-			last, first, median(s.ratios), formatRatios(s.ratios),
-			float64(last)/float64(first)*median(s.cpu[first])/median(s.cpu[last]))
+			n, first, median(s.ratios[n]), formatRatios(s.ratios[n]),
+			float64(n)/float64(first)*median(s.cpu[first])/median(s.cpu[n]))
 	}
 }
 
@@ -264,6 +296,9 @@ type scaleResult struct {
 	cpuPerDecision float64 // µs of replica CPU, all replicas together
 	clientCores    float64 // CPU the load generator used, in cores
 	perReplica     []float64
+	// detector is what the replicas' failure detectors did from the
+	// start of the warm-up to the end of the window.
+	detector bench.DetectorCounts
 }
 
 // scalePoint starts a cluster of n, measures it once and stops it.
@@ -335,6 +370,10 @@ func measureScale(ctx context.Context, f scaleFlags, c *bench.ProcessCluster, pr
 		}
 		cpuEnd, selfEnd, sampleErr = sample()
 	}()
+	det0, err := bench.ScrapeDetector(ctx, c.URLs())
+	if err != nil {
+		return scaleResult{}, err
+	}
 	res, err := bench.RunDecisionLoad(ctx, load)
 	<-done
 	if err != nil {
@@ -343,7 +382,11 @@ func measureScale(ctx context.Context, f scaleFlags, c *bench.ProcessCluster, pr
 	if sampleErr != nil {
 		return scaleResult{}, sampleErr
 	}
-	out := scaleResult{load: res}
+	det1, err := bench.ScrapeDetector(ctx, c.URLs())
+	if err != nil {
+		return scaleResult{}, err
+	}
+	out := scaleResult{load: res, detector: det1.Sub(det0)}
 	if res.Decisions > 0 {
 		for i := range cpuEnd {
 			us := float64((cpuEnd[i] - cpu0[i]).Microseconds()) / float64(res.Decisions)

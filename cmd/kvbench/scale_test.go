@@ -77,26 +77,33 @@ func scaleRes(perSec, cpu float64) scaleResult {
 
 func TestScaleSummary(t *testing.T) {
 	var out bytes.Buffer
-	s := scaleSummary{perSec: map[int][]float64{}, cpu: map[int][]float64{}}
-	counts := []int{1, 3}
+	s := newScaleSummary()
+	counts := []int{1, 3, 5}
+	suspected := scaleRes(4000, 500)
+	suspected.detector = bench.DetectorCounts{Suspicions: 2, Refutations: 1, Deaths: 1, FalseDeaths: 1}
 	for round, r := range [][]scaleResult{
-		{scaleRes(1000, 400), scaleRes(2500, 480)},
-		{scaleRes(1000, 400), scaleRes(3000, 420)},
-		{scaleRes(1200, 380), scaleRes(3000, 440)},
+		{scaleRes(1000, 400), scaleRes(2500, 480), scaleRes(4000, 500)},
+		{scaleRes(1000, 400), scaleRes(3000, 420), suspected},
+		{scaleRes(1200, 380), scaleRes(3000, 440), suspected},
 	} {
-		if err := s.addRound(&out, round+1, counts, r, make([]error, 2)); err != nil {
+		if err := s.addRound(&out, round+1, counts, r, make([]error, 3)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if !slices.Equal(s.ratios, []float64{2.5, 3, 2.5}) {
+	if !slices.Equal(s.ratios[3], []float64{2.5, 3, 2.5}) || !slices.Equal(s.ratios[5], []float64{4, 4, 4000.0 / 1200}) {
 		t.Errorf("ratios %v", s.ratios)
+	}
+	if want := (bench.DetectorCounts{Suspicions: 4, Refutations: 2, Deaths: 2, FalseDeaths: 2}); s.detector[5] != want || s.detector[3] != (bench.DetectorCounts{}) {
+		t.Errorf("detector counts %v", s.detector)
 	}
 	s.write(&out, counts, 3)
 	text := out.String()
 	// Medians: 1,000 vs 3,000 decisions/s, ratio 2.5x; CPU 400 vs 440 µs
 	// per decision: 3 x 400 / 440 = 2.73x.
 	for _, want := range []string{"1 replica(s): 1000 decisions/s, 400.0 cpu-µs/decision", "3 replica(s): 3000 decisions/s",
-		"3 vs 1 replica(s): 2.50x decisions/s (per round: 2.50x 3.00x 2.50x); from CPU per decision: 2.73x"} {
+		"3 vs 1 replica(s): 2.50x decisions/s (per round: 2.50x 3.00x 2.50x); from CPU per decision: 2.73x",
+		"5 vs 1 replica(s): 4.00x decisions/s (per round: 4.00x 4.00x 3.33x)",
+		"5 replica(s): 4000 decisions/s, 500.0 cpu-µs/decision; failure detector in its windows: 4 suspicions, 2 refutations, 2 deaths (2 false)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q:\n%s", want, text)
 		}
@@ -104,7 +111,7 @@ func TestScaleSummary(t *testing.T) {
 }
 
 func TestScaleSummaryStopsOnFailure(t *testing.T) {
-	s := scaleSummary{perSec: map[int][]float64{}, cpu: map[int][]float64{}}
+	s := newScaleSummary()
 	failed := scaleRes(100, 1)
 	failed.load.Errors, failed.load.FirstErr = 2, "POST /route: status 503"
 	err := s.addRound(io.Discard, 2, []int{1, 3}, []scaleResult{scaleRes(100, 1), failed}, make([]error, 2))
