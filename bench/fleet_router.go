@@ -134,7 +134,11 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 		rc := cfg
 		rc.ReplicaID = fmt.Sprintf("bench-%d", i)
 		if opts.Replicas > 1 {
-			rc.ClusterBind, rc.ClusterFast = "127.0.0.1:0", true
+			// The production failure detector, not --cluster-fast: a
+			// benchmark loads the machine, and the fast profile's 100 ms
+			// probes declared live replicas dead under that load (README
+			// "Failure detection under load").
+			rc.ClusterBind = "127.0.0.1:0"
 			for _, peer := range f.replicas {
 				rc.ClusterJoin = append(rc.ClusterJoin, peer.ClusterAddr())
 			}

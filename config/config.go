@@ -157,7 +157,7 @@ type Config struct {
 	ClusterBind      string   `flag:"cluster-bind" help:"memberlist bind host:port; empty runs a single replica"`
 	ClusterJoin      []string `flag:"cluster-join" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
 	ClusterAdvertise string   `flag:"cluster-advertise" help:"address peers reach this replica at (default: bind address)"`
-	ClusterFast      bool     `flag:"cluster-fast" help:"fast failure detection for loopback clusters and tests (memberlist probes every 100 ms)"`
+	ClusterFast      bool     `flag:"cluster-fast" help:"fast failure detection for failover tests on loopback (memberlist probes every 100 ms, a silent replica dropped within about 1.2 s): on a loaded machine it declares live replicas dead (measured: 10 false deaths in a 20 s 3-replica kvbench run at 64 qps); the default probes every second and waits 4 s or more before declaring death"`
 	// Dynamo's MAX_REPLICA_BATCH_EVENTS and MAX_REPLICA_BATCH_DURATION.
 	ClusterBatchMaxEvents int           `flag:"cluster-batch-max-events" help:"gossip: send a batch of active-sequence events once it holds this many (Dynamo: 256)"`
 	ClusterBatchInterval  time.Duration `flag:"cluster-batch-interval" help:"gossip: send a batch this long after its first event at the latest (Dynamo: 1ms); longer batches cost peers less per event and add this much to the gossip delay"`
