@@ -46,12 +46,16 @@ const (
 	MaxInboundStreamsLimit = 1 << 16
 )
 
-// Dynamo's batching (MAX_REPLICA_BATCH_EVENTS, MAX_REPLICA_BATCH_DURATION):
 // DefaultConfig's BatchMaxEvents and BatchInterval, and the defaults of the
 // router's cluster-batch-max-events and cluster-batch-interval flags.
+// Dynamo batches up to MAX_REPLICA_BATCH_EVENTS = 256 events or
+// MAX_REPLICA_BATCH_DURATION = 1 ms (constants, not knobs there). We wait
+// 5 ms: fewer, larger batches cost every peer less per applied decision
+// (with stride 8, 3 vs 1 replicas 2.61x at 1 ms, 2.72x at 5 ms), at 4 ms
+// more gossip delay, well under a decision's TTFT.
 const (
 	DefaultBatchMaxEvents = 256
-	DefaultBatchInterval  = time.Millisecond
+	DefaultBatchInterval  = 5 * time.Millisecond
 )
 
 // CheckBatchMaxEvents is the rule for BatchMaxEvents: 1 to MaxBatchEvents.

@@ -120,8 +120,11 @@ func TestScaleOutKnobs(t *testing.T) {
 	if ac := cfg.Actors(); ac.Sequence.Stride != 8 {
 		t.Fatalf("stride not passed to the sequence trackers: %+v", ac.Sequence)
 	}
-	if d := Default(); d.RouterActiveSequenceStride != 1 || d.ClusterBatchInterval != time.Millisecond {
-		t.Fatalf("Dynamo's defaults changed: stride %d, batch %v", d.RouterActiveSequenceStride, d.ClusterBatchInterval)
+	// The scale-out defaults (README "Horizontal scaling, measured"):
+	// stride 8 where Dynamo defaults to 1, 5 ms batches where Dynamo
+	// waits 1 ms.
+	if d := Default(); d.RouterActiveSequenceStride != 8 || d.ClusterBatchInterval != 5*time.Millisecond {
+		t.Fatalf("scale-out defaults changed: stride %d, batch %v", d.RouterActiveSequenceStride, d.ClusterBatchInterval)
 	}
 	for _, args := range [][]string{
 		{"--router-active-sequence-stride", "-2"},
@@ -179,7 +182,7 @@ func TestUsageListsFlagsWithoutPanics(t *testing.T) {
 	if strings.Contains(usage, "panic") {
 		t.Fatalf("usage reports panics:\n%s", usage)
 	}
-	for _, want := range []string{"-use-kv-events", "-block-size", "(default 16)", "-cluster-batch-interval", "(default 1ms)"} {
+	for _, want := range []string{"-use-kv-events", "-block-size", "(default 16)", "-cluster-batch-interval", "(default 5ms)"} {
 		if !strings.Contains(usage, want) {
 			t.Errorf("usage lacks %q", want)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/replica"
 )
 
@@ -102,12 +103,12 @@ func writeLifetimeDetector(ctx context.Context, w io.Writer, counts []int, clust
 // register defines scale's flags on fs.
 func (f *scaleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.replicas, "replicas", "1,3,5", "comma-separated replica counts to compare, each with the first")
-	fs.Float64Var(&f.cpuPerReplica, "cpu-per-replica", 0.5, "cores each replica process may use (its own cgroup CPU quota); 0 = no cap")
+	fs.Float64Var(&f.cpuPerReplica, "cpu-per-replica", 0.2, "cores each replica process may use (its own cgroup CPU quota; five replicas and the load generator fit in two cores at 0.2); 0 = no cap")
 	fs.IntVar(&f.workers, "workers", 16, "workers registered (static; /route never contacts them)")
 	fs.IntVar(&f.promptTokens, "prompt-tokens", 4096, "tokens per prompt")
 	fs.IntVar(&f.prompts, "prompts", 64, "distinct prompts, used in turn")
 	fs.IntVar(&f.blockSize, "block-size", 16, "KV block size")
-	fs.IntVar(&f.stride, "router-active-sequence-stride", 1, "the replicas' router-active-sequence-stride (hashes per gossiped add: prompt blocks / stride)")
+	fs.IntVar(&f.stride, "router-active-sequence-stride", config.DefaultActiveSequenceStride, "the replicas' router-active-sequence-stride (hashes per gossiped add: prompt blocks / stride)")
 	fs.IntVar(&f.clientsPerRepl, "clients-per-replica", 4, "closed-loop clients per replica")
 	fs.DurationVar(&f.warmup, "warmup", 3*time.Second, "load before measuring")
 	fs.DurationVar(&f.measure, "duration", 10*time.Second, "measured window per replica count")

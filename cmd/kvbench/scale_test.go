@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/config"
 )
 
 func TestParseCounts(t *testing.T) {
@@ -26,12 +27,13 @@ func TestParseCounts(t *testing.T) {
 }
 
 func TestParseScaleFlags(t *testing.T) {
-	f, counts, err := parseScaleFlags([]string{"--replicas", "2,4", "--interleave", "3s", "--router-active-sequence-stride", "8", "--no-gossip"}, io.Discard)
-	if err != nil || !slices.Equal(counts, []int{2, 4}) || f.interleave != 3*time.Second || f.stride != 8 || !f.noGossip {
+	f, counts, err := parseScaleFlags([]string{"--replicas", "2,4", "--interleave", "3s", "--router-active-sequence-stride", "1", "--no-gossip"}, io.Discard)
+	if err != nil || !slices.Equal(counts, []int{2, 4}) || f.interleave != 3*time.Second || f.stride != 1 || !f.noGossip {
 		t.Errorf("flags %+v counts %v err %v", f, counts, err)
 	}
 	f, counts, err = parseScaleFlags(nil, io.Discard)
-	if err != nil || !slices.Equal(counts, []int{1, 3}) || f.cpuPerReplica != 0.5 || f.workers != 16 || f.rounds != 3 {
+	if err != nil || !slices.Equal(counts, []int{1, 3, 5}) || f.cpuPerReplica != 0.2 || f.workers != 16 || f.rounds != 3 ||
+		f.stride != config.DefaultActiveSequenceStride {
 		t.Errorf("defaults %+v counts %v err %v", f, counts, err)
 	}
 }
