@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/bench"
 	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/internal/testutil"
 )
@@ -81,6 +82,28 @@ func TestPartitionedReplicaReconciles(t *testing.T) {
 	}
 	healed := agree("after the partition heals", 11, all...)
 	t.Logf("all three replicas hold the same 11 requests %v after the cut-off replica came back", healed)
+	// The failure detector's metrics tell the story: both peers suspected
+	// and buried a replica that then came back with its boot key (a false
+	// death, as a stall or a partition looks), and it refuted its death.
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		for _, u := range []string{a, b} {
+			d, err := bench.ScrapeDetector(t.Context(), []string{u})
+			if err != nil {
+				return err
+			}
+			if d.Suspicions < 1 || d.Deaths < 1 || d.FalseDeaths < 1 {
+				return fmt.Errorf("%s: %s; want the cut-off replica suspected, declared dead and counted as a false death", u, d)
+			}
+		}
+		d, err := bench.ScrapeDetector(t.Context(), []string{cut.BaseURL})
+		if err != nil {
+			return err
+		}
+		if d.Refutations < 1 {
+			return fmt.Errorf("cut-off replica: %s; want its death refuted", d)
+		}
+		return nil
+	})
 	// And they keep agreeing as the load changes.
 	free(cut.BaseURL, "cut-0")
 	free(b, "b-0")
