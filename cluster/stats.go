@@ -53,7 +53,7 @@ type Stats struct {
 	// Failure detector (detector.go).
 	Suspicions     uint64 // live peers this replica marked suspect
 	Refutations    uint64 // suspicions or deaths of this replica it refuted
-	Deaths         uint64 // members this replica marked dead or left (graceful leaves included)
+	Deaths         uint64 // members this replica marked dead or left (graceful leaves, its own included)
 	FalseDeaths    uint64 // peers marked dead or left that came back with the same boot key
 	DegradedProbes uint64 // probes slowed by this replica's own poor health (Lifeguard awareness)
 	HealthScore    int64  // Lifeguard awareness now: 0 healthy, up to AwarenessMaxMultiplier-1
