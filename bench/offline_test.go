@@ -27,6 +27,9 @@ import (
 //
 //	KVBENCH_OFFLINE=shared-prefix QPS=8,40,64 go test ./bench -run TestOfflineReplay -v
 //
+// STRIDE sets router-active-sequence-stride (default 1, the sequence
+// package's; the router's is 8).
+//
 // Workloads: shared-prefix (the demo's shape), multi-turn (30
 // conversations of 5 turns), mooncake (the first 1,500 trace requests);
 // the first requests warm the caches as in the README's runs (120, 150
@@ -49,12 +52,13 @@ type offlineResult struct {
 // offlineReplay routes reqs over ranks engines of config cfg with the scheduling
 // config sc, or round-robin / least-loaded when policy says so; the
 // first warmup requests are not counted.
-func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Request, warmup int, policy string, sc scheduling.Config) offlineResult {
+func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Request, warmup int, policy string, sc scheduling.Config, seqCfg sequence.Config) offlineResult {
 	t.Helper()
+	stride := seqCfg.EffectiveStride()
 	base := time.Unix(0, 0)
 	rs := make([]*offlineRank, ranks)
 	for i := range rs {
-		rr := &offlineRank{index: map[kv.SequenceHash]struct{}{}, seqs: sequence.New(sequence.DefaultConfig())}
+		rr := &offlineRank{index: map[kv.SequenceHash]struct{}{}, seqs: sequence.New(seqCfg)}
 		c := cfg
 		c.WorkerID = kv.WorkerID(i + 1)
 		engine, err := mockengine.NewRank(c, 0, func(ev kv.Event) {
@@ -98,7 +102,7 @@ func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Reques
 			seqs := hashing.SequenceHashes(hashing.BlockHashes(rq.Tokens, cfg.BlockSize, hashing.Options{}))
 			cands := make([]scheduling.Candidate, ranks)
 			for i, r := range rs {
-				cands[i] = r.candidate(i, seqs, base.Add(now), uint64(cfg.TotalKVBlocks))
+				cands[i] = r.candidate(i, seqs, stride, base.Add(now), uint64(cfg.TotalKVBlocks))
 			}
 			var pick int
 			switch policy {
@@ -121,7 +125,7 @@ func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Reques
 			}
 			r := rs[pick]
 			uncached := uint64(len(rq.Tokens)) - min(uint64(cands[pick].DeviceOverlap)*uint64(cfg.BlockSize), uint64(len(rq.Tokens)))
-			if err := r.seqs.AddRequest(sequence.Request{ID: rq.ID, SequenceHashes: seqs, PromptBlocks: uint64(len(seqs)),
+			if err := r.seqs.AddRequest(sequence.Request{ID: rq.ID, SequenceHashes: sequence.Sample(seqs, stride), PromptBlocks: uint64(len(seqs)),
 				ISL: uint64(len(rq.Tokens)), PrefillTokens: uncached, TrackPrefill: true}, base.Add(now)); err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +175,7 @@ func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Reques
 
 // candidate is what the router's actors would hand scheduling.Select
 // for this rank (route.go candidates).
-func (r *offlineRank) candidate(i int, seqs []kv.SequenceHash, now time.Time, capacity uint64) scheduling.Candidate {
+func (r *offlineRank) candidate(i int, seqs []kv.SequenceHash, stride int, now time.Time, capacity uint64) scheduling.Candidate {
 	overlap := 0
 	for _, h := range seqs {
 		if _, ok := r.index[h]; !ok {
@@ -183,7 +187,7 @@ func (r *offlineRank) candidate(i int, seqs []kv.SequenceHash, now time.Time, ca
 	c := scheduling.Candidate{
 		Worker: kv.WorkerWithDpRank{WorkerID: kv.WorkerID(i + 1)}, DeviceOverlap: uint32(overlap), HasLoad: true,
 		ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks, ActiveRequests: l.ActiveRequests,
-		NewBlocks: r.seqs.NewBlocks(seqs, uint64(len(seqs))), PrefillTokensPerSec: r.rate.TokensPerSec(), CapacityBlocks: capacity,
+		NewBlocks: r.seqs.NewBlocks(sequence.Sample(seqs, stride), uint64(len(seqs))), PrefillTokensPerSec: r.rate.TokensPerSec(), CapacityBlocks: capacity,
 	}
 	c.ActivePrefixBlocks = uint32(uint64(len(seqs)) - c.NewBlocks)
 	if tokens, started, ok := r.seqs.HeadPrefill(); ok {
@@ -235,6 +239,12 @@ func TestOfflineReplay(t *testing.T) {
 	default:
 		t.Fatalf("unknown workload %q", workload)
 	}
+	seqCfg := sequence.DefaultConfig()
+	if v := os.Getenv("STRIDE"); v != "" { // router-active-sequence-stride
+		if seqCfg.Stride, err = strconv.Atoi(v); err != nil {
+			t.Fatal(err)
+		}
+	}
 	dynamo, ttft := scheduling.DefaultConfig(), scheduling.DefaultConfig()
 	ttft.RouterCost = scheduling.CostTTFT
 	const ranks = 8
@@ -259,7 +269,7 @@ func TestOfflineReplay(t *testing.T) {
 			name string
 			sc   scheduling.Config
 		}{{PolicyRoundRobin, dynamo}, {PolicyLeastLoaded, dynamo}, {PolicyKVRouter, dynamo}, {PolicyKVRouterTTFT, ttft}} {
-			r := offlineReplay(t, cfg, ranks, reqs, warmup, p.name, p.sc)
+			r := offlineReplay(t, cfg, ranks, reqs, warmup, p.name, p.sc, seqCfg)
 			fmt.Printf("  %-14s hit %.3f (%.2f of timed)  TTFT p50 %6.0f  p90 %6.0f  p99 %6.0f ms\n",
 				p.name, r.hit, r.hit/b.Timed, r.p50, r.p90, r.p99)
 		}
