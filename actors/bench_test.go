@@ -95,8 +95,16 @@ func runDecisions(b *testing.B, decide func(ctx context.Context, n int64) error)
 // gossip the add to a peer replica (a second in-process router applying
 // it), then free it (applied and gossiped too). One decision = one Route
 // with update_states and its Free; the latency is their sum.
-func BenchmarkScheduleActor(b *testing.B) {
-	peer := startRouter(b, func(c *Config) { c.ReplicaID = "peer"; c.Shards = 1 })
+func BenchmarkScheduleActor(b *testing.B) { benchmarkScheduleActor(b, 1) }
+
+// BenchmarkScheduleActorStride8 is the same decision at the router's
+// default router-active-sequence-stride (8; the actors' own default and
+// Dynamo's is 1): the add, its gossip and the peer's apply carry 32
+// hashes instead of 256.
+func BenchmarkScheduleActorStride8(b *testing.B) { benchmarkScheduleActor(b, 8) }
+
+func benchmarkScheduleActor(b *testing.B, stride int) {
+	peer := startRouter(b, func(c *Config) { c.ReplicaID = "peer"; c.Shards = 1; c.Sequence.Stride = stride })
 	for id := uint64(1); id <= 64; id++ {
 		register(b, peer, id)
 	}
@@ -104,6 +112,7 @@ func BenchmarkScheduleActor(b *testing.B) {
 	r, prompts := scheduleFixture(b, func(c *Config) {
 		c.ReplicaID = "local"
 		c.Publish = peer.ApplyRemote
+		c.Sequence.Stride = stride
 	})
 	runDecisions(b, func(ctx context.Context, n int64) error {
 		id := "d-" + strconv.FormatInt(n, 10)
