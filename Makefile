@@ -2,6 +2,7 @@
 GO            ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/...
 
 .PHONY: system-deps node-deps tokenizer-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
@@ -68,7 +69,10 @@ bench:
 proto:
 	@command -v protoc >/dev/null || (apt-get update -qq && apt-get install -y -qq protobuf-compiler)
 	GOBIN=$$(pwd)/.bin $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$$(pwd)/.bin $(GO) install $(PROTOC_GEN_GO_GRPC)
 	PATH=$$(pwd)/.bin:$$PATH protoc -I messages --go_out=messages --go_opt=paths=source_relative messages/kvrouter.proto
+	PATH=$$(pwd)/.bin:$$PATH protoc -I messages --go_out=messages --go_opt=paths=source_relative \
+		--go-grpc_out=messages --go-grpc_opt=paths=source_relative messages/kvrouterv1/router.proto
 
 # The chat variant of the demo: a router serving Qwen3's tokenizer and
 # chat template, 4 tokenizing mock workers, kvbench's chat workload
