@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvrouter/kvrouter/routeapi"
 )
 
 // MinTokenLen is the shortest bearer token accepted in a token file: a
@@ -212,9 +214,9 @@ func (s *Server) dataGate(w http.ResponseWriter, r *http.Request) bool {
 	if presented && (t.Valid(tok) || (s.opts.AdminTokens != nil && s.opts.AdminTokens.Valid(tok))) {
 		return true
 	}
-	msg := "missing bearer token (send Authorization: Bearer <a token of --api-token-file>)"
+	msg := routeapi.MsgTokenMissing
 	if presented {
-		msg = "invalid bearer token"
+		msg = routeapi.MsgTokenInvalid
 	}
 	unauthorized(w, "kvrouter", presented, msg)
 	return false

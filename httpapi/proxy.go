@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/routeapi"
 	"github.com/kvrouter/kvrouter/sequence"
 )
 
@@ -164,7 +165,7 @@ func (e *routeFailure) Error() string { return e.err.Error() }
 // failure the routed request is freed before returning.
 func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response, uint64, error) {
 	s := p.s
-	p.requestID = newRequestID()
+	p.requestID = routeapi.NewRequestID()
 	req := &messages.RouteRequest{
 		RequestId: p.requestID, TokenIds: p.tokens, UpdateStates: true, ExpectedOutputTokens: p.maxTokens,
 		LoraName: p.lora, SessionId: p.session,

@@ -2,12 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync"
 
-	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/routeapi"
 	"github.com/kvrouter/kvrouter/scheduling"
 )
 
@@ -59,52 +58,25 @@ type RouteResult struct {
 }
 
 func (b *RouteBody) toMessage() (*messages.RouteRequest, error) {
-	if b.TokenIDs == nil {
-		return nil, errors.New("token_ids is required (or prompt or messages, with a tokenizer)")
+	r := routeapi.Route{
+		RequestID: b.RequestID, HasTokens: b.TokenIDs != nil, LoraName: b.LoraName, UpdateStates: b.UpdateStates,
+		AllowedWorkerIDs: b.AllowedWorkerIDs, ExpectedOutputTokens: b.ExpectedOutputTokens, PriorityJump: b.PriorityJump,
 	}
-	if len(*b.TokenIDs) == 0 {
-		return nil, errors.New("token_ids must not be empty")
-	}
-	update := b.UpdateStates == nil || *b.UpdateStates
-	m := &messages.RouteRequest{
-		RequestId: b.RequestID, TokenIds: *b.TokenIDs, LoraName: b.LoraName, UpdateStates: update,
-		AllowedWorkerIds: b.AllowedWorkerIDs, ExpectedOutputTokens: b.ExpectedOutputTokens,
-		PriorityJump: b.PriorityJump,
-	}
-	if update && m.RequestId == "" {
-		m.RequestId = newRequestID()
+	if b.TokenIDs != nil {
+		r.Tokens = *b.TokenIDs
 	}
 	if b.PinnedWorker != nil {
-		m.PinnedWorker = &messages.WorkerRank{WorkerId: b.PinnedWorker.WorkerID, DpRank: b.PinnedWorker.DpRank}
+		r.Pinned = &messages.WorkerRank{WorkerId: b.PinnedWorker.WorkerID, DpRank: b.PinnedWorker.DpRank}
 	}
 	if o := b.RouterConfigOverride; o != nil {
-		m.RouterConfigOverride = &messages.RouterConfigOverride{
+		r.Override = &messages.RouterConfigOverride{
 			OverlapScoreWeight: o.OverlapScoreWeight, RouterTemperature: o.RouterTemperature,
 			OverlapScoreCredit: o.OverlapScoreCredit, PrefillLoadScale: o.PrefillLoadScale,
 			TrackPrefillTokens: o.TrackPrefillTokens, AssumeKvReuse: o.AssumeKVReuse,
 			SharedCacheMultiplier: o.SharedCacheMultiplier,
 		}
-		if err := validateOverride(o); err != nil {
-			return nil, err
-		}
 	}
-	return m, nil
-}
-
-func validateOverride(o *ConfigOverride) error {
-	check := func(name string, v *float64, lo, hi float64) error {
-		if v != nil && (*v < lo || *v > hi || *v != *v) {
-			return errors.New("router_config_override." + name + " is out of range")
-		}
-		return nil
-	}
-	return errors.Join(
-		check("overlap_score_weight", o.OverlapScoreWeight, 0, 1e9),
-		check("router_temperature", o.RouterTemperature, 0, 1e9),
-		check("overlap_score_credit", o.OverlapScoreCredit, 0, 1),
-		check("prefill_load_scale", o.PrefillLoadScale, 0, 1e9),
-		check("shared_cache_multiplier", o.SharedCacheMultiplier, 0, 1e9),
-	)
+	return routeapi.RouteMessage(r)
 }
 
 // maxScratchTokens keeps one huge prompt from pinning a huge buffer.
@@ -161,32 +133,18 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// writeRouterError maps the router's typed errors to status codes.
+// writeRouterError answers a router error with routeapi's status and
+// message (the gRPC API sends the same message).
 func (s *Server) writeRouterError(w http.ResponseWriter, err error) {
-	var re *actors.RouteError
-	switch {
-	case errors.As(err, &re) && errors.Is(err, actors.ErrOverloaded):
-		depth, limit := re.QueueDepth, re.QueueLimit
-		writeJSON(w, http.StatusTooManyRequests, errorBody{Error: re.Message, QueueDepth: &depth, QueueLimit: &limit})
-	case errors.Is(err, actors.ErrNoEligibleWorker):
-		writeError(w, http.StatusServiceUnavailable, "%v", err)
-	case errors.Is(err, actors.ErrUnknownRequest):
-		writeError(w, http.StatusNotFound, "%v", err)
-	case errors.Is(err, actors.ErrBadRequest):
-		writeError(w, http.StatusBadRequest, "%v", err)
-	case errors.Is(err, actors.ErrLimit):
-		writeError(w, http.StatusTooManyRequests, "%v", err)
-	case errors.Is(err, actors.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "%v", err)
-	case errors.Is(err, context.Canceled):
-		// The client left; nobody reads this (nginx's 499 in the logs).
-		writeError(w, 499, "client closed the request")
-	case errors.Is(err, actors.ErrStopped):
-		writeError(w, http.StatusServiceUnavailable, "router is shutting down")
-	default:
+	f := routeapi.Classify(err)
+	if f.Unexpected {
 		s.log.Error("router call failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "%v", err)
 	}
+	body := errorBody{Error: f.Message}
+	if f.Queue != nil {
+		body.QueueDepth, body.QueueLimit = &f.Queue.Depth, &f.Queue.Limit
+	}
+	writeJSON(w, f.HTTPStatus, body)
 }
 
 type requestIDBody struct {
@@ -198,8 +156,8 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, call func(con
 	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
-	if body.RequestID == "" {
-		writeError(w, http.StatusBadRequest, "request_id is required")
+	if err := routeapi.CheckRequestID(body.RequestID); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	if err := call(r.Context(), body.RequestID); err != nil {
@@ -233,8 +191,12 @@ func (s *Server) decodeTokens(w http.ResponseWriter, r *http.Request) (tokensBod
 	if body.promptTokens, ok = s.textTokens(w, r, &body.textInput, &body.TokenIDs, &body.LoraName); !ok {
 		return body, false
 	}
-	if body.TokenIDs == nil || len(*body.TokenIDs) == 0 {
-		writeError(w, http.StatusBadRequest, "token_ids is required and must not be empty (or prompt or messages, with a tokenizer)")
+	var tokens []uint32
+	if body.TokenIDs != nil {
+		tokens = *body.TokenIDs
+	}
+	if err := routeapi.CheckQueryTokens(tokens); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return body, false
 	}
 	return body, true

@@ -13,8 +13,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -339,12 +337,6 @@ func (w *statusWriter) Flush() {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (it crashes the program instead)
-	return "kvr-" + hex.EncodeToString(b[:])
-}
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

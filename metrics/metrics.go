@@ -34,6 +34,7 @@ type Router struct {
 	sessionMoves    *prometheus.CounterVec
 	sessions        prometheus.Gauge
 	HTTPRequests    *prometheus.CounterVec
+	GRPCRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
 }
@@ -107,6 +108,10 @@ func New() *Router {
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint and status code.",
 		}, []string{"endpoint", "code"}),
+		GRPCRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_grpc_requests_total",
+			Help: "gRPC API calls by method (Lifecycle/Route, Lifecycle/Free, Lifecycle/PrefillDone for the calls a Lifecycle stream carries) and status code (OK, InvalidArgument, ...).",
+		}, []string{"method", "code"}),
 		ProxyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_proxy_requests_total", Help: "Proxied completions by outcome.",
 		}, []string{"outcome"}),
@@ -119,7 +124,7 @@ func New() *Router {
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions,
-		m.HTTPRequests, m.ProxyRequests, m.ProxyTTFT,
+		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -1,0 +1,184 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvrouter/kvrouter/messages"
+	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
+	"github.com/kvrouter/kvrouter/routeapi"
+	"github.com/kvrouter/kvrouter/scheduling"
+)
+
+// service implements kvrouter.v1.Router on the router's façade.
+type service struct {
+	pb.UnimplementedRouterServer
+	s *Server
+}
+
+// failure is a routeapi failure as a gRPC status (the queue figures of a
+// full queue as a QueueFull detail).
+func (s *Server) failure(f routeapi.Failure) *status.Status {
+	st := status.New(f.Code, f.Message)
+	if f.Queue != nil {
+		if d, err := st.WithDetails(&pb.QueueFull{QueueDepth: uint32(f.Queue.Depth), QueueLimit: uint32(f.Queue.Limit)}); err == nil {
+			st = d
+		}
+	}
+	return st
+}
+
+// routerError maps an error of the router's façade.
+func (s *Server) routerError(err error) error {
+	f := routeapi.Classify(err)
+	if f.Unexpected {
+		s.log.Error("router call failed", "err", err)
+	}
+	return s.failure(f).Err()
+}
+
+func invalid(err error) error { return status.Error(codes.InvalidArgument, err.Error()) }
+
+// routeMessage is a Route request as the router's message. token_ids
+// cannot be told missing from empty in proto3: empty is "must not be
+// empty".
+func routeMessage(r *pb.RouteRequest) (*messages.RouteRequest, error) {
+	in := routeapi.Route{
+		RequestID: r.GetRequestId(), Tokens: r.GetTokenIds(), HasTokens: true, LoraName: r.GetLoraName(),
+		UpdateStates: r.UpdateStates, AllowedWorkerIDs: r.GetAllowedWorkerIds(),
+		ExpectedOutputTokens: r.GetExpectedOutputTokens(), PriorityJump: r.GetPriorityJump(),
+	}
+	if p := r.GetPinnedWorker(); p != nil {
+		in.Pinned = &messages.WorkerRank{WorkerId: p.WorkerId, DpRank: p.DpRank}
+	}
+	if o := r.GetRouterConfigOverride(); o != nil {
+		in.Override = &messages.RouterConfigOverride{
+			OverlapScoreWeight: o.OverlapScoreWeight, RouterTemperature: o.RouterTemperature,
+			OverlapScoreCredit: o.OverlapScoreCredit, PrefillLoadScale: o.PrefillLoadScale,
+			TrackPrefillTokens: o.TrackPrefillTokens, AssumeKvReuse: o.AssumeKvReuse,
+		}
+	}
+	return routeapi.RouteMessage(in)
+}
+
+func (s *Server) route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteResponse, error) {
+	msg, err := routeMessage(r)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	reply, err := s.opts.Router.Route(ctx, msg)
+	if err != nil {
+		return nil, s.routerError(err)
+	}
+	res := &pb.RouteResponse{
+		WorkerId: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
+		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens,
+	}
+	if msg.UpdateStates {
+		res.RequestId = msg.RequestId
+	}
+	return res, nil
+}
+
+// lifecycle runs prefill_done (prefill) or free.
+func (s *Server) lifecycle(ctx context.Context, r *pb.RequestRef, prefill bool) (*pb.Ack, error) {
+	id := r.GetRequestId()
+	if err := routeapi.CheckRequestID(id); err != nil {
+		return nil, invalid(err)
+	}
+	call := s.opts.Router.Free
+	if prefill {
+		call = s.opts.Router.MarkPrefillCompleted
+	}
+	if err := call(ctx, id); err != nil {
+		return nil, s.routerError(err)
+	}
+	return &pb.Ack{RequestId: id}, nil
+}
+
+func (v *service) Route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteResponse, error) {
+	return v.s.route(ctx, r)
+}
+
+func (v *service) PrefillDone(ctx context.Context, r *pb.RequestRef) (*pb.Ack, error) {
+	return v.s.lifecycle(ctx, r, true)
+}
+
+func (v *service) Free(ctx context.Context, r *pb.RequestRef) (*pb.Ack, error) {
+	return v.s.lifecycle(ctx, r, false)
+}
+
+func (v *service) OverlapScores(ctx context.Context, r *pb.TokensRequest) (*pb.OverlapScoresResponse, error) {
+	if err := routeapi.CheckQueryTokens(r.GetTokenIds()); err != nil {
+		return nil, invalid(err)
+	}
+	reply, err := v.s.opts.Router.OverlapScores(ctx, r.GetTokenIds(), r.GetLoraName())
+	if err != nil {
+		return nil, v.s.routerError(err)
+	}
+	cfg := v.s.opts.Router.Config().Scheduling
+	res := &pb.OverlapScoresResponse{RequestBlocks: reply.RequestBlocks, Scores: make([]*pb.OverlapRow, 0, len(reply.Overlaps))}
+	for _, o := range reply.Overlaps {
+		credit, cached := scheduling.CacheHitEstimate(cfg, v.s.opts.BlockSize, o.DeviceBlocks, o.HostBlocks, o.DiskBlocks)
+		res.Scores = append(res.Scores, &pb.OverlapRow{
+			WorkerId: o.Worker.GetWorkerId(), DpRank: o.Worker.GetDpRank(),
+			DeviceBlocks: o.DeviceBlocks, HostBlocks: o.HostBlocks, DiskBlocks: o.DiskBlocks,
+			Credit: credit, CachedTokens: cached, TreeSize: o.TreeSize,
+		})
+	}
+	return res, nil
+}
+
+func (v *service) PotentialLoads(ctx context.Context, r *pb.TokensRequest) (*pb.PotentialLoadsResponse, error) {
+	if err := routeapi.CheckQueryTokens(r.GetTokenIds()); err != nil {
+		return nil, invalid(err)
+	}
+	reply, err := v.s.opts.Router.PotentialLoads(ctx, r.GetTokenIds(), r.GetLoraName())
+	if err != nil {
+		return nil, v.s.routerError(err)
+	}
+	res := &pb.PotentialLoadsResponse{Loads: make([]*pb.LoadRow, 0, len(reply.Loads))}
+	for _, l := range reply.Loads {
+		res.Loads = append(res.Loads, &pb.LoadRow{
+			WorkerId: l.Worker.GetWorkerId(), DpRank: l.Worker.GetDpRank(),
+			PotentialPrefillTokens: l.PotentialPrefillTokens, PotentialDecodeBlocks: l.PotentialDecodeBlocks,
+			ActiveRequests: l.ActiveRequests,
+		})
+	}
+	return res, nil
+}
+
+func (v *service) Workers(ctx context.Context, _ *pb.WorkersRequest) (*pb.WorkersResponse, error) {
+	st, err := v.s.opts.Router.Status(ctx)
+	if err != nil {
+		return nil, v.s.routerError(err)
+	}
+	res := &pb.WorkersResponse{
+		QueueDepth: st.QueueDepth, TrackedRequests: st.TrackedRequests, IndexCounters: st.IndexCounters,
+		IndexDigest: st.IndexDigest, RegistryDigest: st.RegistryDigest, UnregisteredIndexed: st.UnregisteredIndexed,
+	}
+	for _, w := range st.Workers {
+		ws := &pb.WorkerStatus{
+			WorkerId: w.WorkerID, Url: w.URL, ModelName: w.ModelName,
+			DataParallelStartRank: w.DataParallelStartRank, DataParallelSize: w.DataParallelSize,
+			TotalKvBlocks: w.TotalKVBlocks, Static: w.Static, LastSeenUnixNano: w.LastSeenUnixNano,
+			Draining: w.Draining, DrainingSinceUnixNano: w.DrainingSinceUnixNano, Unhealthy: w.Unhealthy,
+			BusyRanks: w.BusyRanks,
+		}
+		for _, r := range w.Ranks {
+			ws.Ranks = append(ws.Ranks, &pb.RankStatus{
+				DpRank: r.DpRank, State: r.State, IndexedBlocks: r.IndexedBlocks, ActiveRequests: r.ActiveRequests,
+				ActivePrefillTokens: r.ActivePrefillTokens, ActiveDecodeBlocks: r.ActiveDecodeBlocks,
+				PrefillTokensPerSec: r.PrefillTokensPerSec,
+			})
+		}
+		res.Workers = append(res.Workers, ws)
+	}
+	return res, nil
+}
+
+// errNoCall is a Lifecycle request that names no call.
+var errNoCall = errors.New("lifecycle request names no call (route, prefill_done or free)")

@@ -1,0 +1,101 @@
+package routeapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// Route is a route request as an API decoded it.
+type Route struct {
+	RequestID string
+	// Tokens is the prompt; HasTokens says the client sent the field at
+	// all (JSON can tell a missing array from an empty one).
+	Tokens    []uint32
+	HasTokens bool
+	LoraName  string
+	// UpdateStates nil means true (the APIs' default).
+	UpdateStates         *bool
+	Pinned               *messages.WorkerRank
+	AllowedWorkerIDs     []uint64
+	ExpectedOutputTokens uint64
+	PriorityJump         float64
+	Override             *messages.RouterConfigOverride
+}
+
+// Messages of invalid requests, the same over both APIs.
+const (
+	MsgTokensRequired  = "token_ids is required (or prompt or messages, with a tokenizer)"
+	MsgTokensEmpty     = "token_ids must not be empty"
+	MsgQueryTokens     = "token_ids is required and must not be empty (or prompt or messages, with a tokenizer)"
+	MsgRequestIDNeeded = "request_id is required"
+)
+
+// RouteMessage checks a route request and builds the router's message:
+// a recorded decision without a request id gets a fresh one.
+func RouteMessage(r Route) (*messages.RouteRequest, error) {
+	if !r.HasTokens {
+		return nil, errors.New(MsgTokensRequired)
+	}
+	if len(r.Tokens) == 0 {
+		return nil, errors.New(MsgTokensEmpty)
+	}
+	update := r.UpdateStates == nil || *r.UpdateStates
+	m := &messages.RouteRequest{
+		RequestId: r.RequestID, TokenIds: r.Tokens, LoraName: r.LoraName, UpdateStates: update,
+		AllowedWorkerIds: r.AllowedWorkerIDs, ExpectedOutputTokens: r.ExpectedOutputTokens,
+		PriorityJump: r.PriorityJump, PinnedWorker: r.Pinned, RouterConfigOverride: r.Override,
+	}
+	if update && m.RequestId == "" {
+		m.RequestId = NewRequestID()
+	}
+	if r.Override != nil {
+		if err := ValidateOverride(r.Override); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ValidateOverride checks router_config_override's ranges (NaN is out of
+// every range).
+func ValidateOverride(o *messages.RouterConfigOverride) error {
+	check := func(name string, v *float64, lo, hi float64) error {
+		if v != nil && (*v < lo || *v > hi || *v != *v) {
+			return errors.New("router_config_override." + name + " is out of range")
+		}
+		return nil
+	}
+	return errors.Join(
+		check("overlap_score_weight", o.OverlapScoreWeight, 0, 1e9),
+		check("router_temperature", o.RouterTemperature, 0, 1e9),
+		check("overlap_score_credit", o.OverlapScoreCredit, 0, 1),
+		check("prefill_load_scale", o.PrefillLoadScale, 0, 1e9),
+		check("shared_cache_multiplier", o.SharedCacheMultiplier, 0, 1e9),
+	)
+}
+
+// CheckRequestID is the rule of prefill_done and free.
+func CheckRequestID(id string) error {
+	if id == "" {
+		return errors.New(MsgRequestIDNeeded)
+	}
+	return nil
+}
+
+// CheckQueryTokens is the rule of overlap_scores and potential_loads.
+func CheckQueryTokens(tokens []uint32) error {
+	if len(tokens) == 0 {
+		return errors.New(MsgQueryTokens)
+	}
+	return nil
+}
+
+// NewRequestID names a recorded decision whose client gave no id.
+func NewRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (it crashes the program instead)
+	return "kvr-" + hex.EncodeToString(b[:])
+}
