@@ -53,6 +53,12 @@ type Config struct {
 	HTTPIdleTimeout       time.Duration `flag:"http-idle-timeout" help:"close a keep-alive connection idle this long (keep it above the load balancer's idle timeout)"`
 	HTTPMaxConns          int           `flag:"http-max-conns" help:"most client connections open at once on the HTTP listener; more wait in the kernel's accept queue (0 = no cap)"`
 
+	// ---- gRPC API (kvrouter.v1, grpcapi) ----
+	GRPCAddr           string `flag:"grpc-addr" help:"listen address of the gRPC routing API (kvrouter.v1.Router, grpc.health.v1, reflection); empty = off. Same client token (--api-token-file, as authorization: Bearer metadata), message limit (--max-body-bytes) and idle timeout (--http-idle-timeout) as HTTP"`
+	GRPCMaxConns       int    `flag:"grpc-max-conns" help:"most client connections open at once on the gRPC listener; more wait in the kernel's accept queue (0 = no cap)"`
+	GRPCMaxStreams     int    `flag:"grpc-max-streams" help:"most calls in flight on one gRPC connection (HTTP/2 concurrent streams)"`
+	GRPCStreamInFlight int    `flag:"grpc-stream-inflight" help:"most calls in flight on one Lifecycle stream; past it the router stops reading the stream until one finishes"`
+
 	// ---- NATS ----
 	NATSURL                 string        `flag:"nats-url" help:"external NATS URL; empty starts an embedded NATS server"`
 	NATSListen              string        `flag:"nats-listen" help:"embedded NATS listen address (host:port; port 0 = random); beyond loopback it requires authentication (--nats-user, --nats-nkey or --nats-server-config) unless --nats-insecure"`
@@ -199,6 +205,9 @@ func Default() Config {
 		HTTPWriteTimeout:      30 * time.Second,
 		HTTPIdleTimeout:       120 * time.Second,
 		HTTPMaxConns:          8192,
+		GRPCMaxConns:          1024,
+		GRPCMaxStreams:        1024,
+		GRPCStreamInFlight:    1024,
 
 		NATSListen:       "127.0.0.1:4222",
 		KVEventsSubject:  "kvrouter.kv_events",

@@ -32,6 +32,18 @@ func (c *Config) validateHTTP() []error {
 	if c.HTTPIdleTimeout == 0 {
 		errs = append(errs, errors.New("http-idle-timeout must be > 0: without it idle keep-alive connections are held forever"))
 	}
+	if c.GRPCAddr != "" && (c.GRPCAddr == c.HTTPAddr || c.GRPCAddr == c.AdminAddr) && !strings.HasSuffix(c.GRPCAddr, ":0") {
+		errs = append(errs, fmt.Errorf("grpc-addr must differ from http-addr and admin-addr (%s)", c.GRPCAddr))
+	}
+	if c.GRPCMaxConns < 0 {
+		errs = append(errs, fmt.Errorf("grpc-max-conns must be >= 0, got %d", c.GRPCMaxConns))
+	}
+	if c.GRPCMaxStreams <= 0 || c.GRPCMaxStreams > 1<<20 {
+		errs = append(errs, fmt.Errorf("grpc-max-streams must be in 1..%d, got %d", 1<<20, c.GRPCMaxStreams))
+	}
+	if c.GRPCStreamInFlight <= 0 {
+		errs = append(errs, fmt.Errorf("grpc-stream-inflight must be > 0, got %d", c.GRPCStreamInFlight))
+	}
 	if c.HTTPMaxConns < 0 {
 		errs = append(errs, fmt.Errorf("http-max-conns must be >= 0, got %d", c.HTTPMaxConns))
 	}

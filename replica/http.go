@@ -50,6 +50,14 @@ func (r *Replica) listen() error {
 				"admin_addr", aln.Addr().String())
 		}
 	}
+	if cfg.GRPCAddr != "" {
+		gln, err := net.Listen("tcp", cfg.GRPCAddr)
+		if err != nil {
+			return fmt.Errorf("listen on grpc-addr %s: %w", cfg.GRPCAddr, err)
+		}
+		r.grpcLn = httpapi.LimitListener(gln, cfg.GRPCMaxConns)
+		own = append(own, gln.Addr())
+	}
 	allow, err := netpolicy.Parse(cfg.WorkerURLAllow)
 	if err != nil {
 		return err

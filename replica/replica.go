@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/grpcapi"
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/metrics"
@@ -53,8 +54,11 @@ type Replica struct {
 
 	// The admin listener (--admin-addr), tokens and worker-address
 	// policy (http.go).
-	adminHTTP   *http.Server
-	adminLn     net.Listener
+	adminHTTP *http.Server
+	adminLn   net.Listener
+	// The gRPC API (--grpc-addr; grpc.go).
+	grpc        *grpcapi.Server
+	grpcLn      net.Listener
 	adminTokens *httpapi.Tokens
 	apiTokens   *httpapi.Tokens
 	policy      *netpolicy.Policy
@@ -134,6 +138,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	if err = r.serveHTTP(); err != nil {
 		return nil, err
 	}
+	r.serveGRPC()
 	if err = r.joinCluster(ctx); err != nil {
 		return nil, err
 	}
@@ -274,6 +279,11 @@ func (r *Replica) Shutdown(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("drain admin HTTP: %w", err))
 			}
 		}
+		if r.grpc != nil {
+			if err := r.grpc.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		r.closeListeners()
 		if r.cluster != nil {
 			r.publish.Store(nil)
@@ -309,6 +319,11 @@ func (r *Replica) Kill() {
 		if r.adminHTTP != nil {
 			_ = r.adminHTTP.Close()
 		}
+		if r.grpc != nil {
+			cut, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = r.grpc.Stop(cut) // a cancelled context: connections are cut at once, as by a crash
+		}
 		r.closeListeners()
 		if r.cluster != nil {
 			r.publish.Store(nil)
@@ -330,7 +345,7 @@ func (r *Replica) Kill() {
 // failed between listen and serve); closing a served one again is
 // harmless.
 func (r *Replica) closeListeners() {
-	for _, ln := range []net.Listener{r.ln, r.adminLn} {
+	for _, ln := range []net.Listener{r.ln, r.adminLn, r.grpcLn} {
 		if ln != nil {
 			_ = ln.Close() // already closed by its server, or never served: nothing to report
 		}
