@@ -7,6 +7,11 @@
 // 	protoc        v3.21.12
 // source: kvrouter.proto
 
+// Not kvrouter.v1: that is the public gRPC API (kvrouterv1/router.proto),
+// and the Go protobuf registry refuses two files declaring the same full
+// names. These messages travel as bare protobuf bytes (no type URLs), so
+// the package name is not on the wire.
+
 package messages
 
 import (
@@ -444,7 +449,7 @@ type KvEvent struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Worker  *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	EventId uint64                 `protobuf:"varint,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	Tier    StorageTier            `protobuf:"varint,3,opt,name=tier,proto3,enum=kvrouter.v1.StorageTier" json:"tier,omitempty"`
+	Tier    StorageTier            `protobuf:"varint,3,opt,name=tier,proto3,enum=kvrouter.internal.StorageTier" json:"tier,omitempty"`
 	// Types that are valid to be assigned to Data:
 	//
 	//	*KvEvent_Stored
@@ -658,7 +663,7 @@ func (x *RemoveWorker) GetWorkerId() uint64 {
 type WorkerCondition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      uint64                 `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Condition     WorkerState            `protobuf:"varint,2,opt,name=condition,proto3,enum=kvrouter.v1.WorkerState" json:"condition,omitempty"`
+	Condition     WorkerState            `protobuf:"varint,2,opt,name=condition,proto3,enum=kvrouter.internal.WorkerState" json:"condition,omitempty"`
 	On            bool                   `protobuf:"varint,3,opt,name=on,proto3" json:"on,omitempty"`
 	DpRanks       []uint32               `protobuf:"varint,4,rep,packed,name=dp_ranks,json=dpRanks,proto3" json:"dp_ranks,omitempty"`
 	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // logged with the transition
@@ -2471,7 +2476,7 @@ func (x *Tick) GetUnixNano() int64 {
 
 type RouteError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          RouteErrorCode         `protobuf:"varint,1,opt,name=code,proto3,enum=kvrouter.v1.RouteErrorCode" json:"code,omitempty"`
+	Code          RouteErrorCode         `protobuf:"varint,1,opt,name=code,proto3,enum=kvrouter.internal.RouteErrorCode" json:"code,omitempty"`
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	QueueDepth    uint32                 `protobuf:"varint,3,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
 	QueueLimit    uint32                 `protobuf:"varint,4,opt,name=queue_limit,json=queueLimit,proto3" json:"queue_limit,omitempty"`
@@ -3875,7 +3880,7 @@ type RankEntry struct {
 	Worker              *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	Pid                 string                 `protobuf:"bytes,2,opt,name=pid,proto3" json:"pid,omitempty"`
 	MaxNumBatchedTokens uint64                 `protobuf:"varint,3,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3" json:"max_num_batched_tokens,omitempty"` // the rank's queue-threshold unit
-	State               WorkerState            `protobuf:"varint,4,opt,name=state,proto3,enum=kvrouter.v1.WorkerState" json:"state,omitempty"`                               // only ACTIVE ranks are routed to
+	State               WorkerState            `protobuf:"varint,4,opt,name=state,proto3,enum=kvrouter.internal.WorkerState" json:"state,omitempty"`                         // only ACTIVE ranks are routed to
 	TotalKvBlocks       uint64                 `protobuf:"varint,5,opt,name=total_kv_blocks,json=totalKvBlocks,proto3" json:"total_kv_blocks,omitempty"`                     // the rank's KV cache (heartbeat); 0 = unknown
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
@@ -4636,7 +4641,7 @@ var File_kvrouter_proto protoreflect.FileDescriptor
 
 const file_kvrouter_proto_rawDesc = "" +
 	"\n" +
-	"\x0ekvrouter.proto\x12\vkvrouter.v1\"B\n" +
+	"\x0ekvrouter.proto\x12\x11kvrouter.internal\"B\n" +
 	"\n" +
 	"WorkerRank\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12\x17\n" +
@@ -4645,30 +4650,30 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\n" +
 	"block_hash\x18\x01 \x01(\x04R\tblockHash\x12\x1f\n" +
 	"\vtokens_hash\x18\x02 \x01(\x04R\n" +
-	"tokensHash\"u\n" +
+	"tokensHash\"{\n" +
 	"\vBlockStored\x12$\n" +
 	"\vparent_hash\x18\x01 \x01(\x04H\x00R\n" +
-	"parentHash\x88\x01\x01\x120\n" +
-	"\x06blocks\x18\x02 \x03(\v2\x18.kvrouter.v1.StoredBlockR\x06blocksB\x0e\n" +
+	"parentHash\x88\x01\x01\x126\n" +
+	"\x06blocks\x18\x02 \x03(\v2\x1e.kvrouter.internal.StoredBlockR\x06blocksB\x0e\n" +
 	"\f_parent_hash\"1\n" +
 	"\fBlockRemoved\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\"\x12\n" +
-	"\x10AllBlocksCleared\"\xb1\x02\n" +
-	"\aKvEvent\x12/\n" +
-	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x19\n" +
-	"\bevent_id\x18\x02 \x01(\x04R\aeventId\x12,\n" +
-	"\x04tier\x18\x03 \x01(\x0e2\x18.kvrouter.v1.StorageTierR\x04tier\x122\n" +
-	"\x06stored\x18\x04 \x01(\v2\x18.kvrouter.v1.BlockStoredH\x00R\x06stored\x125\n" +
-	"\aremoved\x18\x05 \x01(\v2\x19.kvrouter.v1.BlockRemovedH\x00R\aremoved\x129\n" +
-	"\acleared\x18\x06 \x01(\v2\x1d.kvrouter.v1.AllBlocksClearedH\x00R\aclearedB\x06\n" +
-	"\x04data\"<\n" +
-	"\fKvEventBatch\x12,\n" +
-	"\x06events\x18\x01 \x03(\v2\x14.kvrouter.v1.KvEventR\x06events\"+\n" +
+	"\x10AllBlocksCleared\"\xcf\x02\n" +
+	"\aKvEvent\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12\x19\n" +
+	"\bevent_id\x18\x02 \x01(\x04R\aeventId\x122\n" +
+	"\x04tier\x18\x03 \x01(\x0e2\x1e.kvrouter.internal.StorageTierR\x04tier\x128\n" +
+	"\x06stored\x18\x04 \x01(\v2\x1e.kvrouter.internal.BlockStoredH\x00R\x06stored\x12;\n" +
+	"\aremoved\x18\x05 \x01(\v2\x1f.kvrouter.internal.BlockRemovedH\x00R\aremoved\x12?\n" +
+	"\acleared\x18\x06 \x01(\v2#.kvrouter.internal.AllBlocksClearedH\x00R\aclearedB\x06\n" +
+	"\x04data\"B\n" +
+	"\fKvEventBatch\x122\n" +
+	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.internal.KvEventR\x06events\"+\n" +
 	"\fRemoveWorker\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\"\xcd\x01\n" +
+	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\"\xd3\x01\n" +
 	"\x0fWorkerCondition\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x126\n" +
-	"\tcondition\x18\x02 \x01(\x0e2\x18.kvrouter.v1.WorkerStateR\tcondition\x12\x0e\n" +
+	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12<\n" +
+	"\tcondition\x18\x02 \x01(\x0e2\x1e.kvrouter.internal.WorkerStateR\tcondition\x12\x0e\n" +
 	"\x02on\x18\x03 \x01(\bR\x02on\x12\x19\n" +
 	"\bdp_ranks\x18\x04 \x03(\rR\adpRanks\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\"\n" +
@@ -4678,9 +4683,9 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\achanged\x18\x02 \x01(\bR\achanged\"L\n" +
 	"\fScoreRequest\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12!\n" +
-	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"\x9a\x02\n" +
-	"\rWorkerOverlap\x12/\n" +
-	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12#\n" +
+	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"\xa0\x02\n" +
+	"\rWorkerOverlap\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12#\n" +
 	"\rdevice_blocks\x18\x02 \x01(\rR\fdeviceBlocks\x12\x1f\n" +
 	"\vhost_blocks\x18\x03 \x01(\rR\n" +
 	"hostBlocks\x12\x1f\n" +
@@ -4688,17 +4693,17 @@ const file_kvrouter_proto_rawDesc = "" +
 	"diskBlocks\x12\x1b\n" +
 	"\ttree_size\x18\x05 \x01(\x04R\btreeSize\x12\x1c\n" +
 	"\tpredicted\x18\x06 \x01(\bR\tpredicted\x126\n" +
-	"\x17confirmed_device_blocks\x18\a \x01(\rR\x15confirmedDeviceBlocks\"\x9c\x01\n" +
+	"\x17confirmed_device_blocks\x18\a \x01(\rR\x15confirmedDeviceBlocks\"\xa2\x01\n" +
 	"\fOverlapReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12\x14\n" +
-	"\x05shard\x18\x02 \x01(\rR\x05shard\x126\n" +
-	"\boverlaps\x18\x03 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\x12#\n" +
-	"\rshared_blocks\x18\x04 \x01(\rR\fsharedBlocks\"\x8f\x03\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12<\n" +
+	"\boverlaps\x18\x03 \x03(\v2 .kvrouter.internal.WorkerOverlapR\boverlaps\x12#\n" +
+	"\rshared_blocks\x18\x04 \x01(\rR\fsharedBlocks\"\x95\x03\n" +
 	"\n" +
 	"AddRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x12/\n" +
-	"\x06worker\x18\x02 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12'\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x125\n" +
+	"\x06worker\x18\x02 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12'\n" +
 	"\x0fsequence_hashes\x18\x03 \x03(\x06R\x0esequenceHashes\x12%\n" +
 	"\x0eprefill_tokens\x18\x04 \x01(\x04R\rprefillTokens\x124\n" +
 	"\x16expected_output_tokens\x18\x05 \x01(\x04R\x14expectedOutputTokens\x120\n" +
@@ -4722,10 +4727,10 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\tLoadQuery\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12'\n" +
 	"\x0fsequence_hashes\x18\x02 \x03(\x04R\x0esequenceHashes\x12#\n" +
-	"\rprompt_blocks\x18\x03 \x01(\rR\fpromptBlocks\"\x9a\x03\n" +
+	"\rprompt_blocks\x18\x03 \x01(\rR\fpromptBlocks\"\xa0\x03\n" +
 	"\tLoadReply\x12\x19\n" +
-	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12/\n" +
-	"\x06worker\x18\x02 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x122\n" +
+	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x125\n" +
+	"\x06worker\x18\x02 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x122\n" +
 	"\x15active_prefill_tokens\x18\x03 \x01(\x04R\x13activePrefillTokens\x12#\n" +
 	"\ractive_blocks\x18\x04 \x01(\x01R\factiveBlocks\x12\x1d\n" +
 	"\n" +
@@ -4748,18 +4753,18 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
 	"\x10_assume_kv_reuseB\x1a\n" +
-	"\x18_shared_cache_multiplier\"\xee\x03\n" +
+	"\x18_shared_cache_multiplier\"\xfa\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12\x1b\n" +
 	"\tlora_name\x18\x03 \x01(\tR\bloraName\x12#\n" +
-	"\rupdate_states\x18\x04 \x01(\bR\fupdateStates\x12<\n" +
-	"\rpinned_worker\x18\x05 \x01(\v2\x17.kvrouter.v1.WorkerRankR\fpinnedWorker\x12,\n" +
+	"\rupdate_states\x18\x04 \x01(\bR\fupdateStates\x12B\n" +
+	"\rpinned_worker\x18\x05 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\fpinnedWorker\x12,\n" +
 	"\x12allowed_worker_ids\x18\x06 \x03(\x04R\x10allowedWorkerIds\x124\n" +
 	"\x16expected_output_tokens\x18\a \x01(\x04R\x14expectedOutputTokens\x12#\n" +
-	"\rpriority_jump\x18\b \x01(\x01R\fpriorityJump\x12W\n" +
-	"\x16router_config_override\x18\t \x01(\v2!.kvrouter.v1.RouterConfigOverrideR\x14routerConfigOverride\x12!\n" +
+	"\rpriority_jump\x18\b \x01(\x01R\fpriorityJump\x12]\n" +
+	"\x16router_config_override\x18\t \x01(\v2'.kvrouter.internal.RouterConfigOverrideR\x14routerConfigOverride\x12!\n" +
 	"\fcancel_token\x18\n" +
 	" \x01(\x04R\vcancelToken\x12\x1d\n" +
 	"\n" +
@@ -4767,39 +4772,39 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\vCancelRoute\x12!\n" +
 	"\fcancel_token\x18\x01 \x01(\x04R\vcancelToken\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\x89\x01\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x8f\x01\n" +
 	"\n" +
-	"RouteReply\x12/\n" +
-	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12%\n" +
+	"RouteReply\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12%\n" +
 	"\x0eoverlap_blocks\x18\x02 \x01(\rR\roverlapBlocks\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\x04R\fcachedTokens\"\xf4\x02\n" +
+	"\rcached_tokens\x18\x03 \x01(\x04R\fcachedTokens\"\x92\x03\n" +
 	"\rSequenceEvent\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12+\n" +
-	"\x03add\x18\x03 \x01(\v2\x17.kvrouter.v1.AddRequestH\x00R\x03add\x12P\n" +
-	"\x11prefill_completed\x18\x04 \x01(\v2!.kvrouter.v1.MarkPrefillCompletedH\x00R\x10prefillCompleted\x12.\n" +
-	"\x04free\x18\x05 \x01(\v2\x18.kvrouter.v1.FreeRequestH\x00R\x04free\x12@\n" +
-	"\rsession_bound\x18\x06 \x01(\v2\x19.kvrouter.v1.SessionBoundH\x00R\fsessionBound\x12@\n" +
-	"\rsession_ended\x18\a \x01(\v2\x19.kvrouter.v1.SessionEndedH\x00R\fsessionEndedB\x06\n" +
-	"\x04data\"\xbb\x01\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x121\n" +
+	"\x03add\x18\x03 \x01(\v2\x1d.kvrouter.internal.AddRequestH\x00R\x03add\x12V\n" +
+	"\x11prefill_completed\x18\x04 \x01(\v2'.kvrouter.internal.MarkPrefillCompletedH\x00R\x10prefillCompleted\x124\n" +
+	"\x04free\x18\x05 \x01(\v2\x1e.kvrouter.internal.FreeRequestH\x00R\x04free\x12F\n" +
+	"\rsession_bound\x18\x06 \x01(\v2\x1f.kvrouter.internal.SessionBoundH\x00R\fsessionBound\x12F\n" +
+	"\rsession_ended\x18\a \x01(\v2\x1f.kvrouter.internal.SessionEndedH\x00R\fsessionEndedB\x06\n" +
+	"\x04data\"\xc1\x01\n" +
 	"\fSessionBound\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
-	"\x06worker\x18\x02 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x14\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x125\n" +
+	"\x06worker\x18\x02 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12\x14\n" +
 	"\x05stamp\x18\x03 \x01(\x03R\x05stamp\x12\x16\n" +
 	"\x06writer\x18\x04 \x01(\tR\x06writer\x12-\n" +
-	"\x13last_used_unix_nano\x18\x05 \x01(\x03R\x10lastUsedUnixNano\"\xbb\x01\n" +
+	"\x13last_used_unix_nano\x18\x05 \x01(\x03R\x10lastUsedUnixNano\"\xc1\x01\n" +
 	"\fSessionEnded\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05stamp\x18\x02 \x01(\x03R\x05stamp\x12\x16\n" +
 	"\x06writer\x18\x03 \x01(\tR\x06writer\x12-\n" +
-	"\x13last_used_unix_nano\x18\x04 \x01(\x03R\x10lastUsedUnixNano\x12/\n" +
-	"\x06worker\x18\x05 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\"D\n" +
-	"\fSessionTable\x124\n" +
-	"\aentries\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\aentries\"H\n" +
-	"\x12SequenceEventBatch\x122\n" +
-	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"\x99\x03\n" +
+	"\x13last_used_unix_nano\x18\x04 \x01(\x03R\x10lastUsedUnixNano\x125\n" +
+	"\x06worker\x18\x05 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\"J\n" +
+	"\fSessionTable\x12:\n" +
+	"\aentries\x18\x01 \x03(\v2 .kvrouter.internal.SequenceEventR\aentries\"N\n" +
+	"\x12SequenceEventBatch\x128\n" +
+	"\x06events\x18\x01 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"\x99\x03\n" +
 	"\x0fWorkerHeartbeat\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x127\n" +
@@ -4813,66 +4818,66 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x12kv_events_endpoint\x18\b \x01(\tR\x10kvEventsEndpoint\x12'\n" +
 	"\x0freplay_endpoint\x18\t \x01(\tR\x0ereplayEndpoint\x123\n" +
 	"\x16max_num_batched_tokens\x18\n" +
-	" \x01(\x04R\x13maxNumBatchedTokens\"~\n" +
-	"\bWorkerUp\x124\n" +
-	"\x06worker\x18\x01 \x01(\v2\x1c.kvrouter.v1.WorkerHeartbeatR\x06worker\x12\x16\n" +
+	" \x01(\x04R\x13maxNumBatchedTokens\"\x84\x01\n" +
+	"\bWorkerUp\x12:\n" +
+	"\x06worker\x18\x01 \x01(\v2\".kvrouter.internal.WorkerHeartbeatR\x06worker\x12\x16\n" +
 	"\x06static\x18\x02 \x01(\bR\x06static\x12$\n" +
-	"\x0eseen_unix_nano\x18\x03 \x01(\x03R\fseenUnixNano\"e\n" +
-	"\x0fRoutingDecision\x12/\n" +
-	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12!\n" +
+	"\x0eseen_unix_nano\x18\x03 \x01(\x03R\fseenUnixNano\"k\n" +
+	"\x0fRoutingDecision\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12!\n" +
 	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"#\n" +
 	"\x04Tick\x12\x1b\n" +
-	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\x99\x01\n" +
+	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"\x9f\x01\n" +
 	"\n" +
-	"RouteError\x12/\n" +
-	"\x04code\x18\x01 \x01(\x0e2\x1b.kvrouter.v1.RouteErrorCodeR\x04code\x12\x18\n" +
+	"RouteError\x125\n" +
+	"\x04code\x18\x01 \x01(\x0e2!.kvrouter.internal.RouteErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
 	"\vqueue_depth\x18\x03 \x01(\rR\n" +
 	"queueDepth\x12\x1f\n" +
 	"\vqueue_limit\x18\x04 \x01(\rR\n" +
-	"queueLimit\"\xfd\x01\n" +
+	"queueLimit\"\x8f\x02\n" +
 	"\x10RequestLifecycle\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x12P\n" +
-	"\x11prefill_completed\x18\x02 \x01(\v2!.kvrouter.v1.MarkPrefillCompletedH\x00R\x10prefillCompleted\x12.\n" +
-	"\x04free\x18\x03 \x01(\v2\x18.kvrouter.v1.FreeRequestH\x00R\x04free\x12@\n" +
-	"\foutput_block\x18\x04 \x01(\v2\x1b.kvrouter.v1.AddOutputBlockH\x00R\voutputBlockB\x06\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12V\n" +
+	"\x11prefill_completed\x18\x02 \x01(\v2'.kvrouter.internal.MarkPrefillCompletedH\x00R\x10prefillCompleted\x124\n" +
+	"\x04free\x18\x03 \x01(\v2\x1e.kvrouter.internal.FreeRequestH\x00R\x04free\x12F\n" +
+	"\foutput_block\x18\x04 \x01(\v2!.kvrouter.internal.AddOutputBlockH\x00R\voutputBlockB\x06\n" +
 	"\x04step\"E\n" +
 	"\x0eLifecycleReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\"\x0f\n" +
-	"\rRegistryQuery\"\xa1\x02\n" +
-	"\x10RegisteredWorker\x124\n" +
-	"\x06worker\x18\x01 \x01(\v2\x1c.kvrouter.v1.WorkerHeartbeatR\x06worker\x12\x16\n" +
+	"\rRegistryQuery\"\xa7\x02\n" +
+	"\x10RegisteredWorker\x12:\n" +
+	"\x06worker\x18\x01 \x01(\v2\".kvrouter.internal.WorkerHeartbeatR\x06worker\x12\x16\n" +
 	"\x06static\x18\x02 \x01(\bR\x06static\x12-\n" +
 	"\x13last_seen_unix_nano\x18\x03 \x01(\x03R\x10lastSeenUnixNano\x12\x1a\n" +
 	"\bdraining\x18\x04 \x01(\bR\bdraining\x127\n" +
 	"\x18draining_since_unix_nano\x18\x05 \x01(\x03R\x15drainingSinceUnixNano\x12\x1c\n" +
 	"\tunhealthy\x18\x06 \x01(\bR\tunhealthy\x12\x1d\n" +
 	"\n" +
-	"busy_ranks\x18\a \x03(\rR\tbusyRanks\"\xac\x01\n" +
-	"\rRegistryReply\x127\n" +
-	"\aworkers\x18\x01 \x03(\v2\x1d.kvrouter.v1.RegisteredWorkerR\aworkers\x12\x1f\n" +
+	"busy_ranks\x18\a \x03(\rR\tbusyRanks\"\xb2\x01\n" +
+	"\rRegistryReply\x12=\n" +
+	"\aworkers\x18\x01 \x03(\v2#.kvrouter.internal.RegisteredWorkerR\aworkers\x12\x1f\n" +
 	"\vqueue_depth\x18\x02 \x01(\rR\n" +
 	"queueDepth\x12)\n" +
 	"\x10tracked_requests\x18\x03 \x01(\x04R\x0ftrackedRequests\x12\x16\n" +
 	"\x06digest\x18\x04 \x01(\x04R\x06digest\"\x11\n" +
-	"\x0fShardStatsQuery\"W\n" +
-	"\fWorkerBlocks\x12/\n" +
-	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x16\n" +
-	"\x06blocks\x18\x02 \x01(\x04R\x06blocks\"\x93\x02\n" +
+	"\x0fShardStatsQuery\"]\n" +
+	"\fWorkerBlocks\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12\x16\n" +
+	"\x06blocks\x18\x02 \x01(\x04R\x06blocks\"\x9f\x02\n" +
 	"\x0fShardStatsReply\x12\x14\n" +
-	"\x05shard\x18\x01 \x01(\rR\x05shard\x121\n" +
-	"\x06blocks\x18\x02 \x03(\v2\x19.kvrouter.v1.WorkerBlocksR\x06blocks\x12F\n" +
-	"\bcounters\x18\x03 \x03(\v2*.kvrouter.v1.ShardStatsReply.CountersEntryR\bcounters\x12\x16\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x127\n" +
+	"\x06blocks\x18\x02 \x03(\v2\x1f.kvrouter.internal.WorkerBlocksR\x06blocks\x12L\n" +
+	"\bcounters\x18\x03 \x03(\v20.kvrouter.internal.ShardStatsReply.CountersEntryR\bcounters\x12\x16\n" +
 	"\x06digest\x18\x04 \x01(\x04R\x06digest\x12\x1a\n" +
 	"\brestarts\x18\x05 \x01(\x04R\brestarts\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x90\x02\n" +
-	"\rPotentialLoad\x12/\n" +
-	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x128\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x96\x02\n" +
+	"\rPotentialLoad\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x128\n" +
 	"\x18potential_prefill_tokens\x18\x02 \x01(\x04R\x16potentialPrefillTokens\x126\n" +
 	"\x17potential_decode_blocks\x18\x03 \x01(\x01R\x15potentialDecodeBlocks\x12'\n" +
 	"\x0factive_requests\x18\x04 \x01(\rR\x0eactiveRequests\x123\n" +
@@ -4886,63 +4891,63 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13ActiveRequestsQuery\x12\x1b\n" +
 	"\x06origin\x18\x01 \x01(\tH\x00R\x06origin\x88\x01\x01\x12\x19\n" +
 	"\bquery_id\x18\x02 \x01(\x04R\aqueryIdB\t\n" +
-	"\a_origin\"v\n" +
-	"\x13ActiveRequestsReply\x122\n" +
-	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\x12\x19\n" +
+	"\a_origin\"|\n" +
+	"\x13ActiveRequestsReply\x128\n" +
+	"\x06events\x18\x01 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\x12\x19\n" +
 	"\bquery_id\x18\x02 \x01(\x04R\aqueryId\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"[\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"a\n" +
 	"\rReplaceOrigin\x12\x16\n" +
-	"\x06origin\x18\x01 \x01(\tR\x06origin\x122\n" +
-	"\x06events\x18\x02 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"N\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x128\n" +
+	"\x06events\x18\x02 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"N\n" +
 	"\x12OverlapScoresQuery\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
-	"\tlora_name\x18\x02 \x01(\tR\bloraName\"\x98\x01\n" +
-	"\x12OverlapScoresReply\x126\n" +
-	"\boverlaps\x18\x01 \x03(\v2\x1a.kvrouter.v1.WorkerOverlapR\boverlaps\x12%\n" +
+	"\tlora_name\x18\x02 \x01(\tR\bloraName\"\x9e\x01\n" +
+	"\x12OverlapScoresReply\x12<\n" +
+	"\boverlaps\x18\x01 \x03(\v2 .kvrouter.internal.WorkerOverlapR\boverlaps\x12%\n" +
 	"\x0erequest_blocks\x18\x02 \x01(\rR\rrequestBlocks\x12#\n" +
 	"\rshared_blocks\x18\x03 \x01(\rR\fsharedBlocks\"O\n" +
 	"\x13PotentialLoadsQuery\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
-	"\tlora_name\x18\x02 \x01(\tR\bloraName\"G\n" +
-	"\x13PotentialLoadsReply\x120\n" +
-	"\x05loads\x18\x01 \x03(\v2\x1a.kvrouter.v1.PotentialLoadR\x05loads\"c\n" +
+	"\tlora_name\x18\x02 \x01(\tR\bloraName\"M\n" +
+	"\x13PotentialLoadsReply\x126\n" +
+	"\x05loads\x18\x01 \x03(\v2 .kvrouter.internal.PotentialLoadR\x05loads\"c\n" +
 	"\rClusterDigest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x04R\x05count\x12\x12\n" +
 	"\x04hash\x18\x04 \x01(\x04R\x04hash\",\n" +
 	"\fStateRequest\x12\x1c\n" +
-	"\trequester\x18\x01 \x01(\tR\trequester\"m\n" +
+	"\trequester\x18\x01 \x01(\tR\trequester\"s\n" +
 	"\rStateSnapshot\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\x122\n" +
-	"\x06events\x18\x03 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"\t\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x128\n" +
+	"\x06events\x18\x03 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"\t\n" +
 	"\aBarrier\"\v\n" +
-	"\tDumpQuery\"\xdb\x01\n" +
-	"\tRankEntry\x12/\n" +
-	"\x06worker\x18\x01 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12\x10\n" +
+	"\tDumpQuery\"\xe7\x01\n" +
+	"\tRankEntry\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x123\n" +
-	"\x16max_num_batched_tokens\x18\x03 \x01(\x04R\x13maxNumBatchedTokens\x12.\n" +
-	"\x05state\x18\x04 \x01(\x0e2\x18.kvrouter.v1.WorkerStateR\x05state\x12&\n" +
-	"\x0ftotal_kv_blocks\x18\x05 \x01(\x04R\rtotalKvBlocks\"9\n" +
-	"\tRankTable\x12,\n" +
-	"\x05ranks\x18\x01 \x03(\v2\x16.kvrouter.v1.RankEntryR\x05ranks\"j\n" +
-	"\x0eRemoteActivity\x12+\n" +
-	"\x04busy\x18\x01 \x03(\v2\x17.kvrouter.v1.WorkerRankR\x04busy\x12+\n" +
-	"\x04idle\x18\x02 \x03(\v2\x17.kvrouter.v1.WorkerRankR\x04idle\"<\n" +
-	"\bPeerStep\x120\n" +
-	"\x05event\x18\x01 \x01(\v2\x1a.kvrouter.v1.SequenceEventR\x05event\"w\n" +
+	"\x16max_num_batched_tokens\x18\x03 \x01(\x04R\x13maxNumBatchedTokens\x124\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x1e.kvrouter.internal.WorkerStateR\x05state\x12&\n" +
+	"\x0ftotal_kv_blocks\x18\x05 \x01(\x04R\rtotalKvBlocks\"?\n" +
+	"\tRankTable\x122\n" +
+	"\x05ranks\x18\x01 \x03(\v2\x1c.kvrouter.internal.RankEntryR\x05ranks\"v\n" +
+	"\x0eRemoteActivity\x121\n" +
+	"\x04busy\x18\x01 \x03(\v2\x1d.kvrouter.internal.WorkerRankR\x04busy\x121\n" +
+	"\x04idle\x18\x02 \x03(\v2\x1d.kvrouter.internal.WorkerRankR\x04idle\"B\n" +
+	"\bPeerStep\x126\n" +
+	"\x05event\x18\x01 \x01(\v2 .kvrouter.internal.SequenceEventR\x05event\"}\n" +
 	"\rRestoreOrigin\x12\x16\n" +
-	"\x06origin\x18\x01 \x01(\tR\x06origin\x12+\n" +
-	"\x04adds\x18\x02 \x03(\v2\x17.kvrouter.v1.AddRequestR\x04adds\x12!\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x121\n" +
+	"\x04adds\x18\x02 \x03(\v2\x1d.kvrouter.internal.AddRequestR\x04adds\x12!\n" +
 	"\fprefill_done\x18\x03 \x03(\tR\vprefillDone\"\x0e\n" +
 	"\fTrackedQuery\"Z\n" +
 	"\fTrackedReply\x12)\n" +
 	"\x10tracked_requests\x18\x01 \x01(\x04R\x0ftrackedRequests\x12\x1f\n" +
 	"\vqueue_depth\x18\x02 \x01(\rR\n" +
-	"queueDepth\"D\n" +
-	"\x0eSessionUpdates\x122\n" +
-	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.v1.SequenceEventR\x06events\"+\n" +
+	"queueDepth\"J\n" +
+	"\x0eSessionUpdates\x128\n" +
+	"\x06events\x18\x01 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"+\n" +
 	"\n" +
 	"EndSession\x12\x1d\n" +
 	"\n" +
@@ -4952,10 +4957,10 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"-\n" +
 	"\fSessionQuery\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x9a\x01\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\xa0\x01\n" +
 	"\fSessionReply\x12\x14\n" +
-	"\x05found\x18\x01 \x01(\bR\x05found\x12/\n" +
-	"\x06worker\x18\x02 \x01(\v2\x17.kvrouter.v1.WorkerRankR\x06worker\x12-\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x125\n" +
+	"\x06worker\x18\x02 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12-\n" +
 	"\x13last_used_unix_nano\x18\x03 \x01(\x03R\x10lastUsedUnixNano\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"\x14\n" +
 	"\x12SessionDigestQuery\">\n" +
@@ -4999,133 +5004,133 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_kvrouter_proto_goTypes = []any{
-	(StorageTier)(0),             // 0: kvrouter.v1.StorageTier
-	(WorkerState)(0),             // 1: kvrouter.v1.WorkerState
-	(RouteErrorCode)(0),          // 2: kvrouter.v1.RouteErrorCode
-	(*WorkerRank)(nil),           // 3: kvrouter.v1.WorkerRank
-	(*StoredBlock)(nil),          // 4: kvrouter.v1.StoredBlock
-	(*BlockStored)(nil),          // 5: kvrouter.v1.BlockStored
-	(*BlockRemoved)(nil),         // 6: kvrouter.v1.BlockRemoved
-	(*AllBlocksCleared)(nil),     // 7: kvrouter.v1.AllBlocksCleared
-	(*KvEvent)(nil),              // 8: kvrouter.v1.KvEvent
-	(*KvEventBatch)(nil),         // 9: kvrouter.v1.KvEventBatch
-	(*RemoveWorker)(nil),         // 10: kvrouter.v1.RemoveWorker
-	(*WorkerCondition)(nil),      // 11: kvrouter.v1.WorkerCondition
-	(*WorkerConditionReply)(nil), // 12: kvrouter.v1.WorkerConditionReply
-	(*ScoreRequest)(nil),         // 13: kvrouter.v1.ScoreRequest
-	(*WorkerOverlap)(nil),        // 14: kvrouter.v1.WorkerOverlap
-	(*OverlapReply)(nil),         // 15: kvrouter.v1.OverlapReply
-	(*AddRequest)(nil),           // 16: kvrouter.v1.AddRequest
-	(*MarkPrefillCompleted)(nil), // 17: kvrouter.v1.MarkPrefillCompleted
-	(*FreeRequest)(nil),          // 18: kvrouter.v1.FreeRequest
-	(*AddOutputBlock)(nil),       // 19: kvrouter.v1.AddOutputBlock
-	(*LoadQuery)(nil),            // 20: kvrouter.v1.LoadQuery
-	(*LoadReply)(nil),            // 21: kvrouter.v1.LoadReply
-	(*RouterConfigOverride)(nil), // 22: kvrouter.v1.RouterConfigOverride
-	(*RouteRequest)(nil),         // 23: kvrouter.v1.RouteRequest
-	(*CancelRoute)(nil),          // 24: kvrouter.v1.CancelRoute
-	(*RouteReply)(nil),           // 25: kvrouter.v1.RouteReply
-	(*SequenceEvent)(nil),        // 26: kvrouter.v1.SequenceEvent
-	(*SessionBound)(nil),         // 27: kvrouter.v1.SessionBound
-	(*SessionEnded)(nil),         // 28: kvrouter.v1.SessionEnded
-	(*SessionTable)(nil),         // 29: kvrouter.v1.SessionTable
-	(*SequenceEventBatch)(nil),   // 30: kvrouter.v1.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 31: kvrouter.v1.WorkerHeartbeat
-	(*WorkerUp)(nil),             // 32: kvrouter.v1.WorkerUp
-	(*RoutingDecision)(nil),      // 33: kvrouter.v1.RoutingDecision
-	(*Tick)(nil),                 // 34: kvrouter.v1.Tick
-	(*RouteError)(nil),           // 35: kvrouter.v1.RouteError
-	(*RequestLifecycle)(nil),     // 36: kvrouter.v1.RequestLifecycle
-	(*LifecycleReply)(nil),       // 37: kvrouter.v1.LifecycleReply
-	(*RegistryQuery)(nil),        // 38: kvrouter.v1.RegistryQuery
-	(*RegisteredWorker)(nil),     // 39: kvrouter.v1.RegisteredWorker
-	(*RegistryReply)(nil),        // 40: kvrouter.v1.RegistryReply
-	(*ShardStatsQuery)(nil),      // 41: kvrouter.v1.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 42: kvrouter.v1.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 43: kvrouter.v1.ShardStatsReply
-	(*PotentialLoad)(nil),        // 44: kvrouter.v1.PotentialLoad
-	(*DropOrigin)(nil),           // 45: kvrouter.v1.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 46: kvrouter.v1.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 47: kvrouter.v1.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 48: kvrouter.v1.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 49: kvrouter.v1.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 50: kvrouter.v1.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 51: kvrouter.v1.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 52: kvrouter.v1.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 53: kvrouter.v1.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 54: kvrouter.v1.ClusterDigest
-	(*StateRequest)(nil),         // 55: kvrouter.v1.StateRequest
-	(*StateSnapshot)(nil),        // 56: kvrouter.v1.StateSnapshot
-	(*Barrier)(nil),              // 57: kvrouter.v1.Barrier
-	(*DumpQuery)(nil),            // 58: kvrouter.v1.DumpQuery
-	(*RankEntry)(nil),            // 59: kvrouter.v1.RankEntry
-	(*RankTable)(nil),            // 60: kvrouter.v1.RankTable
-	(*RemoteActivity)(nil),       // 61: kvrouter.v1.RemoteActivity
-	(*PeerStep)(nil),             // 62: kvrouter.v1.PeerStep
-	(*RestoreOrigin)(nil),        // 63: kvrouter.v1.RestoreOrigin
-	(*TrackedQuery)(nil),         // 64: kvrouter.v1.TrackedQuery
-	(*TrackedReply)(nil),         // 65: kvrouter.v1.TrackedReply
-	(*SessionUpdates)(nil),       // 66: kvrouter.v1.SessionUpdates
-	(*EndSession)(nil),           // 67: kvrouter.v1.EndSession
-	(*EndSessionReply)(nil),      // 68: kvrouter.v1.EndSessionReply
-	(*SessionQuery)(nil),         // 69: kvrouter.v1.SessionQuery
-	(*SessionReply)(nil),         // 70: kvrouter.v1.SessionReply
-	(*SessionDigestQuery)(nil),   // 71: kvrouter.v1.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 72: kvrouter.v1.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 73: kvrouter.v1.SessionSnapshotQuery
-	nil,                          // 74: kvrouter.v1.ShardStatsReply.CountersEntry
+	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
+	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
+	(RouteErrorCode)(0),          // 2: kvrouter.internal.RouteErrorCode
+	(*WorkerRank)(nil),           // 3: kvrouter.internal.WorkerRank
+	(*StoredBlock)(nil),          // 4: kvrouter.internal.StoredBlock
+	(*BlockStored)(nil),          // 5: kvrouter.internal.BlockStored
+	(*BlockRemoved)(nil),         // 6: kvrouter.internal.BlockRemoved
+	(*AllBlocksCleared)(nil),     // 7: kvrouter.internal.AllBlocksCleared
+	(*KvEvent)(nil),              // 8: kvrouter.internal.KvEvent
+	(*KvEventBatch)(nil),         // 9: kvrouter.internal.KvEventBatch
+	(*RemoveWorker)(nil),         // 10: kvrouter.internal.RemoveWorker
+	(*WorkerCondition)(nil),      // 11: kvrouter.internal.WorkerCondition
+	(*WorkerConditionReply)(nil), // 12: kvrouter.internal.WorkerConditionReply
+	(*ScoreRequest)(nil),         // 13: kvrouter.internal.ScoreRequest
+	(*WorkerOverlap)(nil),        // 14: kvrouter.internal.WorkerOverlap
+	(*OverlapReply)(nil),         // 15: kvrouter.internal.OverlapReply
+	(*AddRequest)(nil),           // 16: kvrouter.internal.AddRequest
+	(*MarkPrefillCompleted)(nil), // 17: kvrouter.internal.MarkPrefillCompleted
+	(*FreeRequest)(nil),          // 18: kvrouter.internal.FreeRequest
+	(*AddOutputBlock)(nil),       // 19: kvrouter.internal.AddOutputBlock
+	(*LoadQuery)(nil),            // 20: kvrouter.internal.LoadQuery
+	(*LoadReply)(nil),            // 21: kvrouter.internal.LoadReply
+	(*RouterConfigOverride)(nil), // 22: kvrouter.internal.RouterConfigOverride
+	(*RouteRequest)(nil),         // 23: kvrouter.internal.RouteRequest
+	(*CancelRoute)(nil),          // 24: kvrouter.internal.CancelRoute
+	(*RouteReply)(nil),           // 25: kvrouter.internal.RouteReply
+	(*SequenceEvent)(nil),        // 26: kvrouter.internal.SequenceEvent
+	(*SessionBound)(nil),         // 27: kvrouter.internal.SessionBound
+	(*SessionEnded)(nil),         // 28: kvrouter.internal.SessionEnded
+	(*SessionTable)(nil),         // 29: kvrouter.internal.SessionTable
+	(*SequenceEventBatch)(nil),   // 30: kvrouter.internal.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 31: kvrouter.internal.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 32: kvrouter.internal.WorkerUp
+	(*RoutingDecision)(nil),      // 33: kvrouter.internal.RoutingDecision
+	(*Tick)(nil),                 // 34: kvrouter.internal.Tick
+	(*RouteError)(nil),           // 35: kvrouter.internal.RouteError
+	(*RequestLifecycle)(nil),     // 36: kvrouter.internal.RequestLifecycle
+	(*LifecycleReply)(nil),       // 37: kvrouter.internal.LifecycleReply
+	(*RegistryQuery)(nil),        // 38: kvrouter.internal.RegistryQuery
+	(*RegisteredWorker)(nil),     // 39: kvrouter.internal.RegisteredWorker
+	(*RegistryReply)(nil),        // 40: kvrouter.internal.RegistryReply
+	(*ShardStatsQuery)(nil),      // 41: kvrouter.internal.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 42: kvrouter.internal.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 43: kvrouter.internal.ShardStatsReply
+	(*PotentialLoad)(nil),        // 44: kvrouter.internal.PotentialLoad
+	(*DropOrigin)(nil),           // 45: kvrouter.internal.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 46: kvrouter.internal.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 47: kvrouter.internal.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 48: kvrouter.internal.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 49: kvrouter.internal.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 50: kvrouter.internal.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 51: kvrouter.internal.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 52: kvrouter.internal.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 53: kvrouter.internal.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 54: kvrouter.internal.ClusterDigest
+	(*StateRequest)(nil),         // 55: kvrouter.internal.StateRequest
+	(*StateSnapshot)(nil),        // 56: kvrouter.internal.StateSnapshot
+	(*Barrier)(nil),              // 57: kvrouter.internal.Barrier
+	(*DumpQuery)(nil),            // 58: kvrouter.internal.DumpQuery
+	(*RankEntry)(nil),            // 59: kvrouter.internal.RankEntry
+	(*RankTable)(nil),            // 60: kvrouter.internal.RankTable
+	(*RemoteActivity)(nil),       // 61: kvrouter.internal.RemoteActivity
+	(*PeerStep)(nil),             // 62: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 63: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 64: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 65: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 66: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 67: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 68: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 69: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 70: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 71: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 72: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 73: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 74: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
-	4,  // 0: kvrouter.v1.BlockStored.blocks:type_name -> kvrouter.v1.StoredBlock
-	3,  // 1: kvrouter.v1.KvEvent.worker:type_name -> kvrouter.v1.WorkerRank
-	0,  // 2: kvrouter.v1.KvEvent.tier:type_name -> kvrouter.v1.StorageTier
-	5,  // 3: kvrouter.v1.KvEvent.stored:type_name -> kvrouter.v1.BlockStored
-	6,  // 4: kvrouter.v1.KvEvent.removed:type_name -> kvrouter.v1.BlockRemoved
-	7,  // 5: kvrouter.v1.KvEvent.cleared:type_name -> kvrouter.v1.AllBlocksCleared
-	8,  // 6: kvrouter.v1.KvEventBatch.events:type_name -> kvrouter.v1.KvEvent
-	1,  // 7: kvrouter.v1.WorkerCondition.condition:type_name -> kvrouter.v1.WorkerState
-	3,  // 8: kvrouter.v1.WorkerOverlap.worker:type_name -> kvrouter.v1.WorkerRank
-	14, // 9: kvrouter.v1.OverlapReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
-	3,  // 10: kvrouter.v1.AddRequest.worker:type_name -> kvrouter.v1.WorkerRank
-	3,  // 11: kvrouter.v1.LoadReply.worker:type_name -> kvrouter.v1.WorkerRank
-	3,  // 12: kvrouter.v1.RouteRequest.pinned_worker:type_name -> kvrouter.v1.WorkerRank
-	22, // 13: kvrouter.v1.RouteRequest.router_config_override:type_name -> kvrouter.v1.RouterConfigOverride
-	3,  // 14: kvrouter.v1.RouteReply.worker:type_name -> kvrouter.v1.WorkerRank
-	16, // 15: kvrouter.v1.SequenceEvent.add:type_name -> kvrouter.v1.AddRequest
-	17, // 16: kvrouter.v1.SequenceEvent.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
-	18, // 17: kvrouter.v1.SequenceEvent.free:type_name -> kvrouter.v1.FreeRequest
-	27, // 18: kvrouter.v1.SequenceEvent.session_bound:type_name -> kvrouter.v1.SessionBound
-	28, // 19: kvrouter.v1.SequenceEvent.session_ended:type_name -> kvrouter.v1.SessionEnded
-	3,  // 20: kvrouter.v1.SessionBound.worker:type_name -> kvrouter.v1.WorkerRank
-	3,  // 21: kvrouter.v1.SessionEnded.worker:type_name -> kvrouter.v1.WorkerRank
-	26, // 22: kvrouter.v1.SessionTable.entries:type_name -> kvrouter.v1.SequenceEvent
-	26, // 23: kvrouter.v1.SequenceEventBatch.events:type_name -> kvrouter.v1.SequenceEvent
-	31, // 24: kvrouter.v1.WorkerUp.worker:type_name -> kvrouter.v1.WorkerHeartbeat
-	3,  // 25: kvrouter.v1.RoutingDecision.worker:type_name -> kvrouter.v1.WorkerRank
-	2,  // 26: kvrouter.v1.RouteError.code:type_name -> kvrouter.v1.RouteErrorCode
-	17, // 27: kvrouter.v1.RequestLifecycle.prefill_completed:type_name -> kvrouter.v1.MarkPrefillCompleted
-	18, // 28: kvrouter.v1.RequestLifecycle.free:type_name -> kvrouter.v1.FreeRequest
-	19, // 29: kvrouter.v1.RequestLifecycle.output_block:type_name -> kvrouter.v1.AddOutputBlock
-	31, // 30: kvrouter.v1.RegisteredWorker.worker:type_name -> kvrouter.v1.WorkerHeartbeat
-	39, // 31: kvrouter.v1.RegistryReply.workers:type_name -> kvrouter.v1.RegisteredWorker
-	3,  // 32: kvrouter.v1.WorkerBlocks.worker:type_name -> kvrouter.v1.WorkerRank
-	42, // 33: kvrouter.v1.ShardStatsReply.blocks:type_name -> kvrouter.v1.WorkerBlocks
-	74, // 34: kvrouter.v1.ShardStatsReply.counters:type_name -> kvrouter.v1.ShardStatsReply.CountersEntry
-	3,  // 35: kvrouter.v1.PotentialLoad.worker:type_name -> kvrouter.v1.WorkerRank
-	26, // 36: kvrouter.v1.ActiveRequestsReply.events:type_name -> kvrouter.v1.SequenceEvent
-	26, // 37: kvrouter.v1.ReplaceOrigin.events:type_name -> kvrouter.v1.SequenceEvent
-	14, // 38: kvrouter.v1.OverlapScoresReply.overlaps:type_name -> kvrouter.v1.WorkerOverlap
-	44, // 39: kvrouter.v1.PotentialLoadsReply.loads:type_name -> kvrouter.v1.PotentialLoad
-	26, // 40: kvrouter.v1.StateSnapshot.events:type_name -> kvrouter.v1.SequenceEvent
-	3,  // 41: kvrouter.v1.RankEntry.worker:type_name -> kvrouter.v1.WorkerRank
-	1,  // 42: kvrouter.v1.RankEntry.state:type_name -> kvrouter.v1.WorkerState
-	59, // 43: kvrouter.v1.RankTable.ranks:type_name -> kvrouter.v1.RankEntry
-	3,  // 44: kvrouter.v1.RemoteActivity.busy:type_name -> kvrouter.v1.WorkerRank
-	3,  // 45: kvrouter.v1.RemoteActivity.idle:type_name -> kvrouter.v1.WorkerRank
-	26, // 46: kvrouter.v1.PeerStep.event:type_name -> kvrouter.v1.SequenceEvent
-	16, // 47: kvrouter.v1.RestoreOrigin.adds:type_name -> kvrouter.v1.AddRequest
-	26, // 48: kvrouter.v1.SessionUpdates.events:type_name -> kvrouter.v1.SequenceEvent
-	3,  // 49: kvrouter.v1.SessionReply.worker:type_name -> kvrouter.v1.WorkerRank
+	4,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
+	3,  // 1: kvrouter.internal.KvEvent.worker:type_name -> kvrouter.internal.WorkerRank
+	0,  // 2: kvrouter.internal.KvEvent.tier:type_name -> kvrouter.internal.StorageTier
+	5,  // 3: kvrouter.internal.KvEvent.stored:type_name -> kvrouter.internal.BlockStored
+	6,  // 4: kvrouter.internal.KvEvent.removed:type_name -> kvrouter.internal.BlockRemoved
+	7,  // 5: kvrouter.internal.KvEvent.cleared:type_name -> kvrouter.internal.AllBlocksCleared
+	8,  // 6: kvrouter.internal.KvEventBatch.events:type_name -> kvrouter.internal.KvEvent
+	1,  // 7: kvrouter.internal.WorkerCondition.condition:type_name -> kvrouter.internal.WorkerState
+	3,  // 8: kvrouter.internal.WorkerOverlap.worker:type_name -> kvrouter.internal.WorkerRank
+	14, // 9: kvrouter.internal.OverlapReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
+	3,  // 10: kvrouter.internal.AddRequest.worker:type_name -> kvrouter.internal.WorkerRank
+	3,  // 11: kvrouter.internal.LoadReply.worker:type_name -> kvrouter.internal.WorkerRank
+	3,  // 12: kvrouter.internal.RouteRequest.pinned_worker:type_name -> kvrouter.internal.WorkerRank
+	22, // 13: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
+	3,  // 14: kvrouter.internal.RouteReply.worker:type_name -> kvrouter.internal.WorkerRank
+	16, // 15: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
+	17, // 16: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	18, // 17: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
+	27, // 18: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
+	28, // 19: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
+	3,  // 20: kvrouter.internal.SessionBound.worker:type_name -> kvrouter.internal.WorkerRank
+	3,  // 21: kvrouter.internal.SessionEnded.worker:type_name -> kvrouter.internal.WorkerRank
+	26, // 22: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
+	26, // 23: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
+	31, // 24: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	3,  // 25: kvrouter.internal.RoutingDecision.worker:type_name -> kvrouter.internal.WorkerRank
+	2,  // 26: kvrouter.internal.RouteError.code:type_name -> kvrouter.internal.RouteErrorCode
+	17, // 27: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	18, // 28: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
+	19, // 29: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
+	31, // 30: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	39, // 31: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
+	3,  // 32: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
+	42, // 33: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
+	74, // 34: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	3,  // 35: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
+	26, // 36: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
+	26, // 37: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
+	14, // 38: kvrouter.internal.OverlapScoresReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
+	44, // 39: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
+	26, // 40: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
+	3,  // 41: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
+	1,  // 42: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
+	59, // 43: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
+	3,  // 44: kvrouter.internal.RemoteActivity.busy:type_name -> kvrouter.internal.WorkerRank
+	3,  // 45: kvrouter.internal.RemoteActivity.idle:type_name -> kvrouter.internal.WorkerRank
+	26, // 46: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
+	16, // 47: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
+	26, // 48: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
+	3,  // 49: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
 	50, // [50:50] is the sub-list for method output_type
 	50, // [50:50] is the sub-list for method input_type
 	50, // [50:50] is the sub-list for extension type_name

@@ -29,7 +29,6 @@ func (r *Replica) serveGRPC() {
 			r.log.Error("gRPC server stopped", "err", err)
 		}
 	}()
-	r.log.Info("gRPC API listening", "addr", ln.Addr().String())
 }
 
 // GRPCAddr is the gRPC API's address ("" without --grpc-addr).

@@ -38,7 +38,11 @@ func Serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return fmt.Errorf("start replica: %w", err)
 	}
 	own := log.With("component", "replica", "replica", rep.ID())
-	own.Info("kvrouter serving", "http", rep.HTTPAddr(), "nats", rep.NATSURL())
+	attrs := []any{"http", rep.HTTPAddr(), "nats", rep.NATSURL()}
+	if a := rep.GRPCAddr(); a != "" {
+		attrs = append(attrs, "grpc", a)
+	}
+	own.Info("kvrouter serving", attrs...)
 	<-ctx.Done()
 	own.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
