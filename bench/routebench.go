@@ -55,6 +55,11 @@ func (s SLO) Judge(st RouteStep) (bool, string) {
 
 // RouteStep is one rate of an HTTP routing benchmark, as reported.
 type RouteStep struct {
+	// API is the API the step went through (APIJSON, APIGRPC,
+	// APIGRPCStream); Phase names a step measured at a fraction of the
+	// API's max ("50% of max"), empty for the search's or list's steps.
+	API          string         `json:"api,omitempty"`
+	Phase        string         `json:"phase,omitempty"`
 	OfferedRate  float64        `json:"offered_rate"`
 	AchievedRate float64        `json:"achieved_rate"`
 	SentRate     float64        `json:"sent_rate"`
@@ -114,6 +119,9 @@ type RouteBenchReport struct {
 	// MaxSustained is the highest offered rate that met the SLO (0 when
 	// none did); set by sweeps.
 	MaxSustained float64 `json:"max_sustained_rate,omitempty"`
+	// APIs measured in turn, and each one's max sustained rate.
+	APIs              []string           `json:"apis,omitempty"`
+	MaxSustainedByAPI map[string]float64 `json:"max_sustained_rate_by_api,omitempty"`
 }
 
 func fmtMs(ms float64) string {

@@ -66,7 +66,11 @@ type RouteLoadConfig struct {
 	// AdminToken with the setup calls (/workers); each falls back to the
 	// other when empty, for routers that require tokens.
 	APIToken, AdminToken string
-	Logger               *slog.Logger
+	// GRPCAddr is the router's gRPC API (host:port), for the gRPC APIs;
+	// GRPCConns connections are shared by the senders (default 4).
+	GRPCAddr  string
+	GRPCConns int
+	Logger    *slog.Logger
 }
 
 // Validate reports the first unusable setting with the flag-like name of
@@ -153,12 +157,14 @@ type RouteTarget struct {
 	client   *http.Client
 	prefixes [][]uint32
 	prompts  [][]byte // token_ids JSON arrays
-	run      string   // unique per RouteTarget: request ids never collide across runs
-	steps    int
-	busy     []string
-	ids      []uint64 // workers this harness registered
-	eventID  uint64
-	firstErr atomic.Pointer[string]
+	// promptTokens are the same prompts, for the gRPC API.
+	promptTokens [][]uint32
+	run          string // unique per RouteTarget: request ids never collide across runs
+	steps        int
+	busy         []string
+	ids          []uint64 // workers this harness registered
+	eventID      uint64
+	firstErr     atomic.Pointer[string]
 
 	// Setup describes what PrepareRouteTarget did, for the report.
 	Setup RouteSetup
@@ -199,6 +205,7 @@ func PrepareRouteTarget(ctx context.Context, cfg RouteLoadConfig) (_ *RouteTarge
 	}
 	var prompts [][]uint32
 	t.prefixes, prompts = RoutePrompts(cfg)
+	t.promptTokens = prompts
 	for _, p := range prompts {
 		t.prompts = append(t.prompts, appendTokenJSON(nil, p))
 	}
@@ -481,11 +488,25 @@ func (t *RouteTarget) appendID(dst []byte, step, seq int) []byte {
 	return strconv.AppendInt(dst, int64(seq), 10)
 }
 
-// Run offers the load at cfg's rate and returns the measured window.
+// Run offers the load at cfg's rate over the JSON API and returns the
+// measured window.
 func (t *RouteTarget) Run(ctx context.Context, cfg OpenLoopConfig) (OpenLoopResult, error) {
+	return t.RunAPI(ctx, cfg, APIJSON)
+}
+
+// RunAPI offers the load at cfg's rate through api (APIJSON, APIGRPC,
+// APIGRPCStream) and returns the measured window.
+func (t *RouteTarget) RunAPI(ctx context.Context, cfg OpenLoopConfig, api string) (OpenLoopResult, error) {
 	t.steps++
 	step := t.steps
 	t.firstErr.Store(nil)
+	switch api {
+	case APIGRPC, APIGRPCStream:
+		return t.runGRPC(ctx, cfg, step, api == APIGRPCStream)
+	case APIJSON:
+	default:
+		return OpenLoopResult{}, fmt.Errorf("unknown API %q", api)
+	}
 	return RunOpenLoop(ctx, cfg, func(int) Sender {
 		conn, _ := NewRawHTTPConn(t.cfg.URL, t.cfg.Timeout) // validated in PrepareRouteTarget
 		conn.SetBearer(cmp.Or(t.cfg.APIToken, t.cfg.AdminToken))

@@ -57,6 +57,10 @@ type httpFlags struct {
 	timeout                 time.Duration
 	sloP99                  time.Duration
 	sloErrors, sloAchieved  float64
+	apis                    string
+	grpcAddr                string
+	grpcConns               int
+	atMaxFractions          string
 	out                     string
 	seed                    uint64
 	logLevel                string
@@ -66,8 +70,12 @@ type httpFlags struct {
 // list (or the single --rate), or a search.
 type httpPlan struct {
 	rates  []float64
-	search *bench.MaxSearch
+	search *bench.MaxSearch // a template: each API searches with a copy
 	slo    bench.SLO
+	apis   []string
+	// fractions of each API's max sustained rate measured after its
+	// search (--at-max-fractions).
+	fractions []float64
 }
 
 func parseHTTPFlags(args []string, stderr io.Writer) (httpFlags, httpPlan, error) {
@@ -119,6 +127,10 @@ Without --url it starts a router in-process (kvrouter serve's defaults).
 	fs.DurationVar(&f.sloP99, "slo-p99", 10*time.Millisecond, "a rate is sustained when p99 latency is at most this (0 = no bound) ...")
 	fs.Float64Var(&f.sloErrors, "slo-errors", 0.001, "... at most this fraction of scheduled requests failed (dropped included) ...")
 	fs.Float64Var(&f.sloAchieved, "slo-achieved", 0.95, "... and achieved decisions/s are at least this fraction of the offered rate")
+	fs.StringVar(&f.apis, "apis", "json", "comma-separated APIs measured in turn against the same router and fleet: json (POST /route, /free), grpc (unary Route, Free of kvrouter.v1), grpc-stream (Route, Free over Lifecycle streams)")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", "", "with --url and a gRPC API: the router's --grpc-addr (host:port); the in-process router serves gRPC on a random loopback port")
+	fs.IntVar(&f.grpcConns, "grpc-conns", 4, "gRPC APIs: connections the --max-inflight senders share (grpc-stream: one Lifecycle stream each)")
+	fs.StringVar(&f.atMaxFractions, "at-max-fractions", "", "with --find-max: after each API's search, measure at these fractions of its max sustained rate (e.g. 0.5,0.9)")
 	fs.StringVar(&f.out, "out", "", "write the report as JSON to this file")
 	fs.Uint64Var(&f.seed, "seed", 1, "prompt seed")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the in-process router and the harness")
@@ -153,6 +165,32 @@ func (f *httpFlags) check(set map[string]bool) (httpPlan, error) {
 			if set[name] {
 				return plan, fmt.Errorf("--%s applies to --url only (the in-process router is set up by the harness)", name)
 			}
+		}
+	}
+	apis, err := bench.ParseAPIs(f.apis)
+	if err != nil {
+		return plan, fmt.Errorf("--apis: %w", err)
+	}
+	plan.apis = apis
+	if f.url != "" && bench.UsesGRPC(apis) && f.grpcAddr == "" {
+		return plan, errors.New("--apis with a gRPC API and --url need --grpc-addr (the router's gRPC listener)")
+	}
+	if f.url == "" && set["grpc-addr"] {
+		return plan, errors.New("--grpc-addr applies to --url only (the in-process router serves gRPC on a random port)")
+	}
+	if f.grpcConns < 1 {
+		return plan, fmt.Errorf("--grpc-conns must be at least 1, got %d", f.grpcConns)
+	}
+	if f.atMaxFractions != "" {
+		if !f.findMax {
+			return plan, errors.New("--at-max-fractions needs --find-max (the fractions are of the max it finds)")
+		}
+		for _, part := range strings.Split(f.atMaxFractions, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+			if err != nil || !(v > 0 && v <= 1) {
+				return plan, fmt.Errorf("--at-max-fractions: %q is not a fraction in (0, 1]", part)
+			}
+			plan.fractions = append(plan.fractions, v)
 		}
 	}
 	if f.noSetup && set["nats-url"] {
@@ -219,6 +257,7 @@ func (f *httpFlags) loadConfig(url string, blockSize int) bench.RouteLoadConfig 
 		Groups: f.groups, Prompts: f.prompts, BlockSize: blockSize, BusyPerWorker: f.busy, BusyTokens: f.busyTokens,
 		UpdateStates: f.updateStates, Timeout: f.timeout, Seed: f.seed, NoSetup: f.noSetup,
 		NATSURL: f.natsURL, KVEventsSubject: f.eventsSubj, Cleanup: f.url != "" && !f.keepWorkers,
+		GRPCAddr: f.grpcAddr, GRPCConns: f.grpcConns,
 	}
 }
 
@@ -246,12 +285,13 @@ func runHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("--admin-token-file: %w", err)
 	}
 	if f.url == "" {
-		r, serveCfg, stop, err := startInProcessRouter(ctx, f, log)
+		r, serveCfg, stop, err := startInProcessRouter(ctx, f, log, bench.UsesGRPC(plan.apis))
 		if err != nil {
 			return err
 		}
 		defer stop()
 		cfg.URL, cfg.NATSURL, cfg.KVEventsSubject, cfg.BlockSize = "http://"+r.HTTPAddr(), r.NATSURL(), serveCfg.KVEventsSubject, serveCfg.BlockSize
+		cfg.GRPCAddr = r.GRPCAddr()
 		rep.Target = "in-process router (kvrouter serve defaults, --jetstream=false"
 		if f.routerArgs != "" {
 			rep.Target += ", " + f.routerArgs
@@ -288,13 +328,16 @@ func runHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // startInProcessRouter starts a replica exactly as `kvrouter serve` would
 // with its defaults, on loopback random ports with embedded NATS (no
 // JetStream: the load does not touch it), plus --router-args.
-func startInProcessRouter(ctx context.Context, f httpFlags, log *slog.Logger) (*replica.Replica, config.Config, func(), error) {
+func startInProcessRouter(ctx context.Context, f httpFlags, log *slog.Logger, grpc bool) (*replica.Replica, config.Config, func(), error) {
 	dir, err := os.MkdirTemp("", "kvbench-http-")
 	if err != nil {
 		return nil, config.Config{}, nil, err
 	}
 	args := []string{"--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--jetstream=false", "--data-dir", dir,
 		"--replica-id", "kvbench-http", "--log-level", f.logLevel, "--block-size", strconv.Itoa(f.blockSize)}
+	if grpc {
+		args = append(args, "--grpc-addr", "127.0.0.1:0")
+	}
 	args = append(args, strings.Fields(f.routerArgs)...)
 	cfg, err := config.Load(args, func(string) string { return "" })
 	if err != nil {
@@ -377,25 +420,126 @@ func (p httpPlan) next(i int) (float64, bool) {
 	return 0, false
 }
 
-// runHTTPSteps measures each rate of the plan and prints it as it ends.
+// runHTTPSteps measures each API in turn: the plan's rates (a search
+// starts afresh per API), then the fractions of the API's max.
 func runHTTPSteps(ctx context.Context, w io.Writer, f httpFlags, plan httpPlan, target *bench.RouteTarget, rep *bench.RouteBenchReport) error {
+	rep.APIs = plan.apis
+	for i, api := range plan.apis {
+		if len(plan.apis) > 1 {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "API %s (%s)\n", api, apiDescription(api, f))
+		}
+		p := plan
+		if plan.search != nil {
+			s := *plan.search
+			p.search = &s
+		}
+		best, err := runAPISteps(ctx, w, f, p, target, rep, api)
+		if err != nil {
+			return err
+		}
+		if rep.MaxSustainedByAPI == nil {
+			rep.MaxSustainedByAPI = map[string]float64{}
+		}
+		rep.MaxSustainedByAPI[api] = best
+		if best > 0 && len(plan.fractions) > 0 {
+			fmt.Fprintf(w, "at fractions of %s's max sustained rate (%.0f/s):\n", api, best)
+			for _, frac := range plan.fractions {
+				if err := pause(ctx, f.pause); err != nil {
+					return err
+				}
+				st, err := measureHTTPStep(ctx, f, target, best*frac, api)
+				if err != nil {
+					return err
+				}
+				st.Pass, st.Why = plan.slo.Judge(st)
+				st.Phase = fmt.Sprintf("%.0f%% of max", 100*frac)
+				rep.Steps = append(rep.Steps, st)
+				bench.WriteRouteStep(w, st)
+			}
+		}
+	}
+	if len(plan.apis) > 1 {
+		writeAPISummary(w, rep, plan)
+	}
+	return nil
+}
+
+func apiDescription(api string, f httpFlags) string {
+	switch api {
+	case bench.APIGRPC:
+		return fmt.Sprintf("unary kvrouter.v1 Route then Free, %d senders over %d connections", f.maxInFlight, f.grpcConns)
+	case bench.APIGRPCStream:
+		return fmt.Sprintf("Route then Free over %d Lifecycle streams (one per connection), %d senders", f.grpcConns, f.maxInFlight)
+	}
+	return fmt.Sprintf("POST /route then /free, %d keep-alive connections", f.maxInFlight)
+}
+
+// writeAPISummary prints each API's max and its latency at the fractions.
+func writeAPISummary(w io.Writer, rep *bench.RouteBenchReport, plan httpPlan) {
+	fmt.Fprintf(w, "\nsummary (decisions/s with the plan's state updates; latency from scheduled send to the route answer):\n")
+	fmt.Fprintf(w, "%-12s %12s", "api", "max/s")
+	for _, frac := range plan.fractions {
+		fmt.Fprintf(w, "  %28s", fmt.Sprintf("p50/p99/p99.9 at %.0f%%", 100*frac))
+	}
+	fmt.Fprintln(w)
+	for _, api := range plan.apis {
+		fmt.Fprintf(w, "%-12s %12.0f", api, rep.MaxSustainedByAPI[api])
+		for _, frac := range plan.fractions {
+			cell := "-"
+			phase := fmt.Sprintf("%.0f%% of max", 100*frac)
+			for _, st := range rep.Steps {
+				if st.API == api && st.Phase == phase {
+					l := st.LatencyMs
+					cell = fmtMs(l.P50) + "/" + fmtMs(l.P99) + "/" + fmtMs(l.P999)
+				}
+			}
+			fmt.Fprintf(w, "  %28s", cell)
+		}
+		fmt.Fprintln(w)
+	}
+	if j := rep.MaxSustainedByAPI[bench.APIJSON]; j > 0 {
+		for _, api := range plan.apis {
+			if api != bench.APIJSON && rep.MaxSustainedByAPI[api] > 0 {
+				fmt.Fprintf(w, "%s / json max: %.2fx\n", api, rep.MaxSustainedByAPI[api]/j)
+			}
+		}
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runAPISteps measures each rate of the plan through one API and prints
+// it as it ends; it returns the highest rate that met the SLO.
+func runAPISteps(ctx context.Context, w io.Writer, f httpFlags, plan httpPlan, target *bench.RouteTarget, rep *bench.RouteBenchReport, api string) (float64, error) {
 	bench.WriteRouteStepHeader(w)
 	best := 0.0
+	n := 0
 	for i := 0; ; i++ {
 		rate, ok := plan.next(i)
 		if !ok {
 			break
 		}
-		if i > 0 && f.pause > 0 {
-			select {
-			case <-time.After(f.pause):
-			case <-ctx.Done():
-				return ctx.Err()
+		if i > 0 {
+			if err := pause(ctx, f.pause); err != nil {
+				return 0, err
 			}
 		}
-		st, err := measureHTTPStep(ctx, f, target, rate)
+		st, err := measureHTTPStep(ctx, f, target, rate, api)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		st.Pass, st.Why = plan.slo.Judge(st)
 		if st.Pass {
@@ -405,32 +549,33 @@ func runHTTPSteps(ctx context.Context, w io.Writer, f httpFlags, plan httpPlan, 
 			plan.search.Record(rate, st.Pass)
 		}
 		rep.Steps = append(rep.Steps, st)
+		n++
 		bench.WriteRouteStep(w, st)
 		if st.SendLagMs.P99 > 1 { // ms
 			fmt.Fprintf(w, "%9s note: requests left late (send lag p50 %s, p99 %s: the generator or every connection was busy); the latency includes it\n",
 				"", fmtMs(st.SendLagMs.P50), fmtMs(st.SendLagMs.P99))
 		}
 	}
-	if len(rep.Steps) > 1 {
-		rep.MaxSustained = best
+	if n > 1 {
+		rep.MaxSustained = max(rep.MaxSustained, best)
 		if best > 0 {
 			fmt.Fprintf(w, "\nmax sustained: %.0f decisions/s (the highest offered rate that met the SLO)\n", best)
 		} else {
 			fmt.Fprintln(w, "\nmax sustained: none of the rates met the SLO")
 		}
 	}
-	return nil
+	return best, nil
 }
 
 // measureHTTPStep runs one rate and adds the CPU the kvbench process and,
 // with --router-pid, the router used meanwhile.
-func measureHTTPStep(ctx context.Context, f httpFlags, target *bench.RouteTarget, rate float64) (bench.RouteStep, error) {
+func measureHTTPStep(ctx context.Context, f httpFlags, target *bench.RouteTarget, rate float64, api string) (bench.RouteStep, error) {
 	cpu0, wall0 := selfCPU(), time.Now()
 	router0, err := routerCPU(f.routerPID)
 	if err != nil {
 		return bench.RouteStep{}, err
 	}
-	res, err := target.Run(ctx, bench.OpenLoopConfig{Rate: rate, Warmup: f.warmup, Duration: f.duration, MaxInFlight: f.maxInFlight, Timeout: f.timeout})
+	res, err := target.RunAPI(ctx, bench.OpenLoopConfig{Rate: rate, Warmup: f.warmup, Duration: f.duration, MaxInFlight: f.maxInFlight, Timeout: f.timeout}, api)
 	if err != nil {
 		return bench.RouteStep{}, err
 	}
@@ -440,6 +585,7 @@ func measureHTTPStep(ctx context.Context, f httpFlags, target *bench.RouteTarget
 	}
 	wall := time.Since(wall0).Seconds()
 	st := bench.NewRouteStep(res)
+	st.API = api
 	st.ProcessCores = (selfCPU() - cpu0).Seconds() / wall
 	if f.routerPID > 0 && res.AllSent > 0 {
 		st.RouterCPUPerDecision = float64((router1 - router0).Microseconds()) / float64(res.AllSent)

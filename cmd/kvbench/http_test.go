@@ -154,7 +154,7 @@ func TestHTTPAgainstRunningRouter(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, _, stop, err := startInProcessRouter(ctx, f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, _, stop, err := startInProcessRouter(ctx, f, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
 	if err != nil {
 		t.Fatal(err)
 	}
