@@ -114,8 +114,12 @@ func (t *RouteTarget) runGRPC(ctx context.Context, cfg OpenLoopConfig, step int,
 			return OpenLoopResult{}, fmt.Errorf("gRPC sample decision: %w", err)
 		}
 	}
+	encoded := make([]EncodedRoute, len(t.promptTokens))
+	for i, p := range t.promptTokens {
+		encoded[i] = NewEncodedRoute(p)
+	}
 	return RunOpenLoop(ctx, cfg, func(i int) Sender {
-		s := &grpcSender{t: t, step: step, client: pool.clients[i%len(pool.clients)]}
+		s := &grpcSender{t: t, step: step, client: pool.clients[i%len(pool.clients)], encoded: encoded}
 		if stream {
 			s.stream = pool.streams[i%len(pool.streams)]
 		}
@@ -130,6 +134,11 @@ type grpcSender struct {
 	client *kvclient.Client
 	stream *kvclient.Stream // nil: unary calls
 	id     []byte
+	// Unary calls send the prompts encoded once (as the JSON sender
+	// sends pre-serialized token arrays).
+	encoded []EncodedRoute
+	buf     []byte
+	res     pb.RouteResponse
 }
 
 func (s *grpcSender) Close() {}
@@ -150,7 +159,10 @@ func (s *grpcSender) Send(ctx context.Context, seq int) (time.Time, string) {
 	if s.stream != nil {
 		res, err = s.stream.Route(cctx, req)
 	} else {
-		res, err = s.client.Route(cctx, req)
+		s.buf = s.encoded[seq%len(s.encoded)].Append(s.buf[:0], req.RequestId, s.t.cfg.UpdateStates)
+		s.res.Reset()
+		res = &s.res
+		err = RouteEncoded(cctx, s.client.Conn(), s.buf, res)
 	}
 	done := time.Now()
 	if class := s.t.classifyGRPC(ctx, "route", err); class != "" {

@@ -80,7 +80,7 @@ func TestEveryRPC(t *testing.T) {
 // decoded.
 func TestMessageSizeLimit(t *testing.T) {
 	e := newEnv(t, envOptions{workers: 1, maxRecvBytes: 64 << 10})
-	_, err := e.client.Route(context.Background(), &pb.RouteRequest{TokenIds: prompt(40000, 1 << 20), UpdateStates: new(false)})
+	_, err := e.client.Route(context.Background(), &pb.RouteRequest{TokenIds: prompt(40000, 1<<20), UpdateStates: new(false)})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a 160 kB prompt against a 64 kB limit: %v, want ResourceExhausted", err)
 	}
