@@ -101,6 +101,7 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, log: opts.Log.With("component", "grpcapi"), health: health.NewServer(),
 		stop: make(chan struct{})}
 	s.grpc = grpc.NewServer(
+		grpc.ForceServerCodecV2(newRouteCodec()),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
 		// A Workers answer for a large fleet outgrows a prompt.
 		grpc.MaxSendMsgSize(max(opts.MaxRecvBytes, 64<<20)),

@@ -71,8 +71,13 @@ func (s *Server) route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteRespon
 	}
 	reply, err := s.opts.Router.Route(ctx, msg)
 	if err != nil {
+		// A decision that timed out may still read the tokens later: the
+		// buffer is not recycled.
 		return nil, s.routerError(err)
 	}
+	// The scheduler replied, so it is done with the request's tokens.
+	recycleTokens(r.TokenIds)
+	r.TokenIds = nil
 	res := &pb.RouteResponse{
 		WorkerId: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
 		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens,

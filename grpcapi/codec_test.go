@@ -1,0 +1,36 @@
+package grpcapi
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
+)
+
+// FuzzDecodeRouteRequest checks the route decoder against protobuf-go:
+// the same bytes give the same message or both an error.
+func FuzzDecodeRouteRequest(f *testing.F) {
+	full, _ := proto.Marshal(&pb.RouteRequest{RequestId: "r", TokenIds: []uint32{0, 1, 127, 128, 300, 1<<32 - 1}, LoraName: "l",
+		UpdateStates: new(true), PinnedWorker: &pb.WorkerRef{WorkerId: 3}, AllowedWorkerIds: []uint64{1, 2}, PriorityJump: 1.5,
+		RouterConfigOverride: &pb.ConfigOverride{OverlapScoreWeight: new(2.0)}})
+	f.Add(full)
+	unpacked := protowire.AppendTag(nil, 2, protowire.VarintType)
+	unpacked = protowire.AppendVarint(unpacked, 1<<40+5) // truncated to 32 bits, as protobuf does
+	f.Add(append(unpacked, full...))
+	f.Add([]byte{0x12, 0x02, 0x80, 0x80})                                                 // truncated varint
+	f.Add([]byte{0x12, 0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // overflowing varint
+	f.Add([]byte{0x0a, 0x02, 0xff, 0xfe})                                                 // invalid UTF-8 request id
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got pb.RouteRequest
+		werr := proto.Unmarshal(b, &want)
+		gerr := DecodeRouteRequest(b, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%x: protobuf-go %v, ours %v", b, werr, gerr)
+		}
+		if werr == nil && !proto.Equal(&want, &got) {
+			t.Fatalf("%x: protobuf-go %v, ours %v", b, &want, &got)
+		}
+	})
+}
