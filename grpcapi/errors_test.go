@@ -63,6 +63,11 @@ func TestErrorsMatchHTTP(t *testing.T) {
 				RouterConfigOverride: &pb.ConfigOverride{RouterTemperature: &nan}})
 			return err
 		}, 400, codes.InvalidArgument},
+		{"shared cache multiplier out of range", "/route", `{"token_ids":[1],"router_config_override":{"shared_cache_multiplier":-1}}`, func() error {
+			_, err := e.client.Route(ctx, &pb.RouteRequest{TokenIds: []uint32{1},
+				RouterConfigOverride: &pb.ConfigOverride{SharedCacheMultiplier: new(-1.0)}})
+			return err
+		}, 400, codes.InvalidArgument},
 		{"request id already active", "/route", `{"request_id":"dup","token_ids":[1]}`, func() error {
 			_, err := e.client.Route(ctx, &pb.RouteRequest{RequestId: "dup", TokenIds: []uint32{1}})
 			return err

@@ -59,6 +59,7 @@ func routeMessage(r *pb.RouteRequest) (*messages.RouteRequest, error) {
 			OverlapScoreWeight: o.OverlapScoreWeight, RouterTemperature: o.RouterTemperature,
 			OverlapScoreCredit: o.OverlapScoreCredit, PrefillLoadScale: o.PrefillLoadScale,
 			TrackPrefillTokens: o.TrackPrefillTokens, AssumeKvReuse: o.AssumeKvReuse,
+			SharedCacheMultiplier: o.SharedCacheMultiplier,
 		}
 	}
 	return routeapi.RouteMessage(in)
@@ -125,13 +126,16 @@ func (v *service) OverlapScores(ctx context.Context, r *pb.TokensRequest) (*pb.O
 		return nil, v.s.routerError(err)
 	}
 	cfg := v.s.opts.Router.Config().Scheduling
-	res := &pb.OverlapScoresResponse{RequestBlocks: reply.RequestBlocks, Scores: make([]*pb.OverlapRow, 0, len(reply.Overlaps))}
+	res := &pb.OverlapScoresResponse{RequestBlocks: reply.RequestBlocks, SharedBlocks: reply.SharedBlocks,
+		Scores: make([]*pb.OverlapRow, 0, len(reply.Overlaps))}
 	for _, o := range reply.Overlaps {
 		credit, cached := scheduling.CacheHitEstimate(cfg, v.s.opts.BlockSize, o.DeviceBlocks, o.HostBlocks, o.DiskBlocks)
 		res.Scores = append(res.Scores, &pb.OverlapRow{
 			WorkerId: o.Worker.GetWorkerId(), DpRank: o.Worker.GetDpRank(),
 			DeviceBlocks: o.DeviceBlocks, HostBlocks: o.HostBlocks, DiskBlocks: o.DiskBlocks,
 			Credit: credit, CachedTokens: cached, TreeSize: o.TreeSize,
+			SharedBeyondDeviceBlocks: scheduling.SharedBeyondDevice(o.DeviceBlocks, reply.SharedBlocks),
+			SharedCreditBlocks:       scheduling.SharedCredit(cfg.SharedCacheMultiplier, o.DeviceBlocks, reply.SharedBlocks),
 		})
 	}
 	return res, nil

@@ -84,15 +84,16 @@ func (x *WorkerRef) GetDpRank() uint32 {
 // ConfigOverride is router_config_override (Dynamo's names); unset
 // fields keep the router's setting.
 type ConfigOverride struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	OverlapScoreWeight *float64               `protobuf:"fixed64,1,opt,name=overlap_score_weight,json=overlapScoreWeight,proto3,oneof" json:"overlap_score_weight,omitempty"`
-	RouterTemperature  *float64               `protobuf:"fixed64,2,opt,name=router_temperature,json=routerTemperature,proto3,oneof" json:"router_temperature,omitempty"`
-	OverlapScoreCredit *float64               `protobuf:"fixed64,3,opt,name=overlap_score_credit,json=overlapScoreCredit,proto3,oneof" json:"overlap_score_credit,omitempty"`
-	PrefillLoadScale   *float64               `protobuf:"fixed64,4,opt,name=prefill_load_scale,json=prefillLoadScale,proto3,oneof" json:"prefill_load_scale,omitempty"`
-	TrackPrefillTokens *bool                  `protobuf:"varint,5,opt,name=track_prefill_tokens,json=trackPrefillTokens,proto3,oneof" json:"track_prefill_tokens,omitempty"`
-	AssumeKvReuse      *bool                  `protobuf:"varint,6,opt,name=assume_kv_reuse,json=assumeKvReuse,proto3,oneof" json:"assume_kv_reuse,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	OverlapScoreWeight    *float64               `protobuf:"fixed64,1,opt,name=overlap_score_weight,json=overlapScoreWeight,proto3,oneof" json:"overlap_score_weight,omitempty"`
+	RouterTemperature     *float64               `protobuf:"fixed64,2,opt,name=router_temperature,json=routerTemperature,proto3,oneof" json:"router_temperature,omitempty"`
+	OverlapScoreCredit    *float64               `protobuf:"fixed64,3,opt,name=overlap_score_credit,json=overlapScoreCredit,proto3,oneof" json:"overlap_score_credit,omitempty"`
+	PrefillLoadScale      *float64               `protobuf:"fixed64,4,opt,name=prefill_load_scale,json=prefillLoadScale,proto3,oneof" json:"prefill_load_scale,omitempty"`
+	TrackPrefillTokens    *bool                  `protobuf:"varint,5,opt,name=track_prefill_tokens,json=trackPrefillTokens,proto3,oneof" json:"track_prefill_tokens,omitempty"`
+	AssumeKvReuse         *bool                  `protobuf:"varint,6,opt,name=assume_kv_reuse,json=assumeKvReuse,proto3,oneof" json:"assume_kv_reuse,omitempty"`
+	SharedCacheMultiplier *float64               `protobuf:"fixed64,7,opt,name=shared_cache_multiplier,json=sharedCacheMultiplier,proto3,oneof" json:"shared_cache_multiplier,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ConfigOverride) Reset() {
@@ -165,6 +166,13 @@ func (x *ConfigOverride) GetAssumeKvReuse() bool {
 		return *x.AssumeKvReuse
 	}
 	return false
+}
+
+func (x *ConfigOverride) GetSharedCacheMultiplier() float64 {
+	if x != nil && x.SharedCacheMultiplier != nil {
+		return *x.SharedCacheMultiplier
+	}
+	return 0
 }
 
 type RouteRequest struct {
@@ -498,17 +506,21 @@ func (x *TokensRequest) GetLoraName() string {
 }
 
 type OverlapRow struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      uint64                 `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	DpRank        uint32                 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
-	DeviceBlocks  uint32                 `protobuf:"varint,3,opt,name=device_blocks,json=deviceBlocks,proto3" json:"device_blocks,omitempty"`
-	HostBlocks    uint32                 `protobuf:"varint,4,opt,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`
-	DiskBlocks    uint32                 `protobuf:"varint,5,opt,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`
-	Credit        float64                `protobuf:"fixed64,6,opt,name=credit,proto3" json:"credit,omitempty"`
-	CachedTokens  uint64                 `protobuf:"varint,7,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
-	TreeSize      uint64                 `protobuf:"varint,8,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId     uint64                 `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	DpRank       uint32                 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	DeviceBlocks uint32                 `protobuf:"varint,3,opt,name=device_blocks,json=deviceBlocks,proto3" json:"device_blocks,omitempty"`
+	HostBlocks   uint32                 `protobuf:"varint,4,opt,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`
+	DiskBlocks   uint32                 `protobuf:"varint,5,opt,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`
+	Credit       float64                `protobuf:"fixed64,6,opt,name=credit,proto3" json:"credit,omitempty"`
+	CachedTokens uint64                 `protobuf:"varint,7,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	TreeSize     uint64                 `protobuf:"varint,8,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`
+	// The prompt's shared-tier prefix beyond this rank's device prefix,
+	// and what the cost credits for it (× shared_cache_multiplier).
+	SharedBeyondDeviceBlocks uint32  `protobuf:"varint,9,opt,name=shared_beyond_device_blocks,json=sharedBeyondDeviceBlocks,proto3" json:"shared_beyond_device_blocks,omitempty"`
+	SharedCreditBlocks       float64 `protobuf:"fixed64,10,opt,name=shared_credit_blocks,json=sharedCreditBlocks,proto3" json:"shared_credit_blocks,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *OverlapRow) Reset() {
@@ -597,10 +609,26 @@ func (x *OverlapRow) GetTreeSize() uint64 {
 	return 0
 }
 
+func (x *OverlapRow) GetSharedBeyondDeviceBlocks() uint32 {
+	if x != nil {
+		return x.SharedBeyondDeviceBlocks
+	}
+	return 0
+}
+
+func (x *OverlapRow) GetSharedCreditBlocks() float64 {
+	if x != nil {
+		return x.SharedCreditBlocks
+	}
+	return 0
+}
+
 type OverlapScoresResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestBlocks uint32                 `protobuf:"varint,1,opt,name=request_blocks,json=requestBlocks,proto3" json:"request_blocks,omitempty"`
 	Scores        []*OverlapRow          `protobuf:"bytes,2,rep,name=scores,proto3" json:"scores,omitempty"`
+	// shared_blocks is the prompt's prefix held in the shared KV tier.
+	SharedBlocks  uint32 `protobuf:"varint,3,opt,name=shared_blocks,json=sharedBlocks,proto3" json:"shared_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +675,13 @@ func (x *OverlapScoresResponse) GetScores() []*OverlapRow {
 		return x.Scores
 	}
 	return nil
+}
+
+func (x *OverlapScoresResponse) GetSharedBlocks() uint32 {
+	if x != nil {
+		return x.SharedBlocks
+	}
+	return 0
 }
 
 type LoadRow struct {
@@ -1466,20 +1501,22 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x17kvrouterv1/router.proto\x12\vkvrouter.v1\"A\n" +
 	"\tWorkerRef\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12\x17\n" +
-	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\"\xd6\x03\n" +
+	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\"\xaf\x04\n" +
 	"\x0eConfigOverride\x125\n" +
 	"\x14overlap_score_weight\x18\x01 \x01(\x01H\x00R\x12overlapScoreWeight\x88\x01\x01\x122\n" +
 	"\x12router_temperature\x18\x02 \x01(\x01H\x01R\x11routerTemperature\x88\x01\x01\x125\n" +
 	"\x14overlap_score_credit\x18\x03 \x01(\x01H\x02R\x12overlapScoreCredit\x88\x01\x01\x121\n" +
 	"\x12prefill_load_scale\x18\x04 \x01(\x01H\x03R\x10prefillLoadScale\x88\x01\x01\x125\n" +
 	"\x14track_prefill_tokens\x18\x05 \x01(\bH\x04R\x12trackPrefillTokens\x88\x01\x01\x12+\n" +
-	"\x0fassume_kv_reuse\x18\x06 \x01(\bH\x05R\rassumeKvReuse\x88\x01\x01B\x17\n" +
+	"\x0fassume_kv_reuse\x18\x06 \x01(\bH\x05R\rassumeKvReuse\x88\x01\x01\x12;\n" +
+	"\x17shared_cache_multiplier\x18\a \x01(\x01H\x06R\x15sharedCacheMultiplier\x88\x01\x01B\x17\n" +
 	"\x15_overlap_score_weightB\x15\n" +
 	"\x13_router_temperatureB\x17\n" +
 	"\x15_overlap_score_creditB\x15\n" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
-	"\x10_assume_kv_reuse\"\xbc\x03\n" +
+	"\x10_assume_kv_reuseB\x1a\n" +
+	"\x18_shared_cache_multiplier\"\xbc\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1508,7 +1545,7 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"I\n" +
 	"\rTokensRequest\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
-	"\tlora_name\x18\x02 \x01(\tR\bloraName\"\x83\x02\n" +
+	"\tlora_name\x18\x02 \x01(\tR\bloraName\"\xf4\x02\n" +
 	"\n" +
 	"OverlapRow\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12\x17\n" +
@@ -1520,10 +1557,14 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"diskBlocks\x12\x16\n" +
 	"\x06credit\x18\x06 \x01(\x01R\x06credit\x12#\n" +
 	"\rcached_tokens\x18\a \x01(\x04R\fcachedTokens\x12\x1b\n" +
-	"\ttree_size\x18\b \x01(\x04R\btreeSize\"o\n" +
+	"\ttree_size\x18\b \x01(\x04R\btreeSize\x12=\n" +
+	"\x1bshared_beyond_device_blocks\x18\t \x01(\rR\x18sharedBeyondDeviceBlocks\x120\n" +
+	"\x14shared_credit_blocks\x18\n" +
+	" \x01(\x01R\x12sharedCreditBlocks\"\x94\x01\n" +
 	"\x15OverlapScoresResponse\x12%\n" +
 	"\x0erequest_blocks\x18\x01 \x01(\rR\rrequestBlocks\x12/\n" +
-	"\x06scores\x18\x02 \x03(\v2\x17.kvrouter.v1.OverlapRowR\x06scores\"\xda\x01\n" +
+	"\x06scores\x18\x02 \x03(\v2\x17.kvrouter.v1.OverlapRowR\x06scores\x12#\n" +
+	"\rshared_blocks\x18\x03 \x01(\rR\fsharedBlocks\"\xda\x01\n" +
 	"\aLoadRow\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x128\n" +
