@@ -57,7 +57,16 @@ func (a *registryActor) Receive(ctx actor.Context) {
 
 func shapeOf(hb *messages.WorkerHeartbeat) registry.Shape {
 	return registry.Shape{DpStart: hb.DataParallelStartRank, DpSize: hb.DataParallelSize,
-		MaxNumBatchedTokens: hb.MaxNumBatchedTokens}
+		MaxNumBatchedTokens: hb.MaxNumBatchedTokens, Role: roleOf(hb.Role)}
+}
+
+// roleOf maps a wire role to kv.Role; a value this build does not know
+// counts as both (the worker stays routable as before roles existed).
+func roleOf(r messages.WorkerRole) kv.Role {
+	if r < 0 || kv.Role(r) >= kv.NumRoles {
+		return kv.RoleBoth
+	}
+	return kv.Role(r)
 }
 
 // workerUp registers or refreshes a worker and answers with the rank
@@ -66,7 +75,7 @@ func shapeOf(hb *messages.WorkerHeartbeat) registry.Shape {
 func (a *registryActor) workerUp(ctx actor.Context, m *messages.WorkerUp) {
 	hb := m.Worker
 	id := kv.WorkerID(hb.WorkerId)
-	budget := a.reg.Budget(id)
+	budget, role := a.reg.Budget(id), a.reg.Role(id)
 	ch, err := a.reg.Upsert(id, shapeOf(hb), hb, m.Static, time.Unix(0, m.SeenUnixNano))
 	if err != nil {
 		a.cfg.Observer.WorkerRejected("registry_full")
@@ -79,10 +88,10 @@ func (a *registryActor) workerUp(ctx actor.Context, m *messages.WorkerUp) {
 	a.applyChange(ctx, ch)
 	if !ch.Empty() {
 		a.log.Info("worker registered", "worker", id, "url", hb.Url, "dp_start", hb.DataParallelStartRank,
-			"dp_size", max(hb.DataParallelSize, 1), "static", m.Static)
+			"dp_size", max(hb.DataParallelSize, 1), "static", m.Static, "role", roleOf(hb.Role).String())
 	}
 	var table *messages.RankTable
-	if !ch.Empty() || budget != a.reg.Budget(id) {
+	if !ch.Empty() || budget != a.reg.Budget(id) || role != a.reg.Role(id) {
 		table = a.publish(ctx)
 	}
 	if ctx.Sender() != nil {
@@ -160,6 +169,7 @@ func (a *registryActor) table() *messages.RankTable {
 		t.Ranks = append(t.Ranks, &messages.RankEntry{
 			Worker: rankMsg(w), Pid: a.pids[w].Id, MaxNumBatchedTokens: a.reg.Budget(w.WorkerID),
 			State: messages.WorkerState(a.reg.State(w)), TotalKvBlocks: kvBlocks[w.WorkerID],
+			Role: messages.WorkerRole(a.reg.Role(w.WorkerID)),
 		})
 	}
 	return t

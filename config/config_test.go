@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/kv"
 )
 
 func TestLoadPrecedence(t *testing.T) {
@@ -80,7 +81,12 @@ func TestParseStaticWorkers(t *testing.T) {
 	if err != nil || len(ws) != 1 || ws[0].ID != 7 || ws[0].URL != "http://h:1" || ws[0].DpStart != 2 || ws[0].DpSize != 4 {
 		t.Fatalf("got %+v, %v", ws, err)
 	}
-	for _, bad := range []string{"x=http://h", "7=http://h@2", "7=http://h@a:b", "7=http://h@0:0"} {
+	ws, err = ParseStaticWorkers([]string{"8=http://p:1;role=prefill", "9=http://d:1@0:2;role=decode"})
+	if err != nil || ws[0].Role != kv.RolePrefill || ws[0].URL != "http://p:1" || ws[1].Role != kv.RoleDecode || ws[1].DpSize != 2 {
+		t.Fatalf("roles: got %+v, %v", ws, err)
+	}
+	for _, bad := range []string{"x=http://h", "7=http://h@2", "7=http://h@a:b", "7=http://h@0:0",
+		"7=http://h;role=producer", "7=http://h;dp=2"} {
 		if _, err := ParseStaticWorkers([]string{bad}); err == nil {
 			t.Errorf("%q: want error", bad)
 		}

@@ -4,15 +4,19 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/kv"
 )
 
 // StaticWorker is a worker registered by configuration, for setups
-// without heartbeats: "id=url" or "id=url@dp_start:dp_size".
+// without heartbeats: "id=url", "id=url@dp_start:dp_size", either with
+// ";role=prefill|decode|both" appended (default both).
 type StaticWorker struct {
 	ID      uint64
 	URL     string
 	DpStart uint32
 	DpSize  uint32
+	Role    kv.Role
 }
 
 // ParseStaticWorkers parses the --static-workers entries.
@@ -21,13 +25,25 @@ func ParseStaticWorkers(specs []string) ([]StaticWorker, error) {
 	for _, spec := range specs {
 		id, rest, ok := strings.Cut(spec, "=")
 		if !ok {
-			return nil, fmt.Errorf("static worker %q: want id=url[@dp_start:dp_size]", spec)
+			return nil, fmt.Errorf("static worker %q: want id=url[@dp_start:dp_size][;role=R]", spec)
+		}
+		var role kv.Role
+		if r, opt, ok := strings.Cut(rest, ";"); ok {
+			k, v, _ := strings.Cut(opt, "=")
+			if k != "role" {
+				return nil, fmt.Errorf("static worker %q: unknown option %q (want role=prefill|decode|both)", spec, k)
+			}
+			var err error
+			if role, err = kv.ParseRole(v); err != nil {
+				return nil, fmt.Errorf("static worker %q: %w", spec, err)
+			}
+			rest = r
 		}
 		n, err := strconv.ParseUint(id, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("static worker %q: id: %w", spec, err)
 		}
-		w := StaticWorker{ID: n, URL: rest, DpSize: 1}
+		w := StaticWorker{ID: n, URL: rest, DpSize: 1, Role: role}
 		if url, dp, ok := strings.Cut(rest, "@"); ok {
 			w.URL = url
 			start, size, ok := strings.Cut(dp, ":")

@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kvrouter/kvrouter/kv"
 )
 
 // KubeClients are the API clients of the Kubernetes sources.
@@ -72,6 +74,11 @@ const (
 	AnnotationDPSize       = AnnotationPrefix + "dp-size"
 	AnnotationBlockSize    = AnnotationPrefix + "block-size"
 	AnnotationModel        = AnnotationPrefix + "model"
+	// AnnotationRole is the engine's pool: prefill, decode or both
+	// (default); without it LabelLLMDRole is read.
+	AnnotationRole = AnnotationPrefix + "role"
+	// LabelLLMDRole is llm-d's P/D role label.
+	LabelLLMDRole = "llm-d.ai/role"
 	// AnnotationPort is the engine's HTTP port (a number or a container
 	// port name), over the source's port option.
 	AnnotationPort = AnnotationPrefix + "port"
@@ -272,6 +279,12 @@ func (s *podSource) podRecord(pod *corev1.Pod, port string) (Record, bool, error
 	n, perr := podPort(pod, port)
 	if perr != nil {
 		return Record{}, false, errors.Join(err, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, perr))
+	}
+	if ann.Get("role") == "" {
+		// llm-d labels its P/D pods llm-d.ai/role=prefill|decode|both.
+		if role, rerr := kv.ParseRole(pod.Labels[LabelLLMDRole]); rerr == nil && pod.Labels[LabelLLMDRole] != "" {
+			d.Role = role
+		}
 	}
 	rec := d.record("k8s-pod/"+string(pod.UID), pod.Namespace+"/"+pod.Name, pod.Status.PodIP, n)
 	rec.Ready = podReady(pod)

@@ -21,6 +21,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kvrouter/kvrouter/kv"
 )
 
 // These tests drive the real informer code over client-go's fake
@@ -124,6 +126,9 @@ func TestPodSource(t *testing.T) {
 
 	recs := awaitView(t, updates, view{"vllm-0": true, "vllm-1": false})
 	r := recs[0]
+	if r.Role != kv.RoleBoth {
+		t.Fatalf("unannotated pod role %v", r.Role)
+	}
 	if r.Key != "k8s-pod/uid-vllm-0" || r.ID != WorkerID("k8s-pod/uid-vllm-0") || r.URL != "http://10.1.0.1:8000" ||
 		r.KVEventsEndpoint != "tcp://10.1.0.1:5557" || r.ReplayEndpoint != "tcp://10.1.0.1:5558" || r.DPSize != 1 ||
 		!reflect.DeepEqual(r.Models, []string{"llama"}) {
@@ -139,14 +144,15 @@ func TestPodSource(t *testing.T) {
 	mustUpdate(t, pods, p0)
 	p3 := pod("vllm-3", "10.1.0.4", true, vllmLabels, map[string]string{
 		AnnotationKVEventsPort: "6000", AnnotationReplayPort: "0", AnnotationDPSize: "4", AnnotationBlockSize: "32",
-		AnnotationModel: "qwen", AnnotationPort: "metrics"})
+		AnnotationModel: "qwen", AnnotationPort: "metrics", AnnotationRole: "decode"})
 	if _, err := pods.Create(ctx, p3, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	recs = awaitView(t, updates, view{"vllm-0": false, "vllm-1": true, "vllm-3": true})
 	for _, r := range recs {
 		if r.Name == "inference/vllm-3" && (r.URL != "http://10.1.0.4:9090" || r.KVEventsEndpoint != "tcp://10.1.0.4:6000" ||
-			r.ReplayEndpoint != "" || r.DPSize != 4 || r.BlockSize != 32 || !reflect.DeepEqual(r.Models, []string{"qwen"})) {
+			r.ReplayEndpoint != "" || r.DPSize != 4 || r.BlockSize != 32 || !reflect.DeepEqual(r.Models, []string{"qwen"}) ||
+			r.Role != kv.RoleDecode) {
 			t.Fatalf("annotated pod %+v", r)
 		}
 	}

@@ -49,6 +49,9 @@ type Record struct {
 	// Ready is false for an engine that is present but not serving (a
 	// pod that is not Ready): registered, but unhealthy.
 	Ready bool
+	// Role is the engine's pool in a disaggregated fleet (role option,
+	// kvrouter.io/role annotation or llm-d's llm-d.ai/role label).
+	Role kv.Role
 }
 
 // WorkerID derives a worker id from an engine's identity: the same on
@@ -67,7 +70,7 @@ func (r Record) String() string {
 func (r Record) same(o Record) bool {
 	return r.Key == o.Key && r.ID == o.ID && r.Name == o.Name && r.URL == o.URL && r.DPSize == o.DPSize &&
 		r.BlockSize == o.BlockSize && r.KVEventsEndpoint == o.KVEventsEndpoint &&
-		r.ReplayEndpoint == o.ReplayEndpoint && slices.Equal(r.Models, o.Models)
+		r.ReplayEndpoint == o.ReplayEndpoint && slices.Equal(r.Models, o.Models) && r.Role == o.Role
 }
 
 // Defaults fill what a source cannot see: per source from its URI query,
@@ -81,6 +84,7 @@ type Defaults struct {
 	DPSize     uint32
 	BlockSize  uint32
 	Model      string
+	Role       kv.Role
 }
 
 // DefaultDefaults are vLLM's: KV events on 5557, replay on 5558, dp 1.
@@ -89,7 +93,7 @@ func DefaultDefaults() Defaults { return Defaults{KVEventsPort: 5557, ReplayPort
 // record builds a Record for an engine at host:port.
 func (d Defaults) record(key, name, host string, port int) Record {
 	r := Record{Key: key, ID: WorkerID(key), Name: name, URL: "http://" + joinHostPort(host, port),
-		DPSize: max(d.DPSize, 1), BlockSize: d.BlockSize, Ready: true}
+		DPSize: max(d.DPSize, 1), BlockSize: d.BlockSize, Ready: true, Role: d.Role}
 	if d.KVEventsPort > 0 {
 		r.KVEventsEndpoint = "tcp://" + joinHostPort(host, d.KVEventsPort)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvrouter/kvrouter/kv"
 )
 
 // Source finds engines. Run reports the full set it sees through emit
@@ -42,7 +44,8 @@ type Options struct {
 //	k8s-inferencepool://NAMESPACE/NAME[?api=GROUP/VERSION][&opts]   the pods of an InferencePool
 //
 // opts: kv-events-port (5557; 0 = none), replay-port (5558; 0 = none),
-// dp-size (1), block-size, model; for dns: server=HOST:PORT (a DNS server
+// dp-size (1), block-size, model, role (prefill, decode or both: the
+// engines' pool in a disaggregated fleet; default both); for dns: server=HOST:PORT (a DNS server
 // to ask instead of the system's), interval=DURATION. Pods override them
 // with annotations (kvrouter.io/kv-events-port, …).
 func Parse(uri string, o Options) (Source, error) {
@@ -82,7 +85,7 @@ func Parse(uri string, o Options) (Source, error) {
 
 var knownOption = map[string]bool{
 	"kv-events-port": true, "replay-port": true, "dp-size": true, "block-size": true, "model": true,
-	"server": true, "interval": true, "selector": true, "port": true, "api": true,
+	"server": true, "interval": true, "selector": true, "port": true, "api": true, "role": true,
 }
 
 // parseDefaults reads the record defaults from URI options (or, with the
@@ -112,10 +115,18 @@ func parseDefaults(get interface{ Get(string) string }, d Defaults) (Defaults, e
 		*into = uint32(n)
 		return nil
 	}
-	err := errors.Join(port("kv-events-port", &d.KVEventsPort), port("replay-port", &d.ReplayPort),
+	var err error = errors.Join(port("kv-events-port", &d.KVEventsPort), port("replay-port", &d.ReplayPort),
 		size("dp-size", &d.DPSize, 1024), size("block-size", &d.BlockSize, 1<<16))
 	if m := get.Get("model"); m != "" {
 		d.Model = m
+	}
+	if v := get.Get("role"); v != "" {
+		role, rerr := kv.ParseRole(v)
+		if rerr != nil {
+			err = errors.Join(err, fmt.Errorf("role: %w", rerr))
+		} else {
+			d.Role = role
+		}
 	}
 	return d, err
 }

@@ -245,6 +245,8 @@ func TestDecodeHeartbeat(t *testing.T) {
 		{"ranks overflow", `{"worker_id":7,"data_parallel_start_rank":4294967295,"data_parallel_size":2}`, Heartbeat{}, "do not fit in uint32"},
 		{"truncated", `{"worker_id":7`, Heartbeat{}, "heartbeat JSON"},
 		{"garbage", "\xff", Heartbeat{}, "heartbeat JSON"},
+		{"prefill role", `{"worker_id":3,"role":"prefill"}`, Heartbeat{WorkerID: 3, DataParallelSize: 1, Role: "prefill"}, ""},
+		{"unknown role", `{"worker_id":3,"role":"kv_producer"}`, Heartbeat{}, "unknown worker role"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -267,7 +269,7 @@ func TestDecodeHeartbeat(t *testing.T) {
 				t.Fatalf("round trip through %s: %+v (%v)", data, again, err)
 			}
 			if p := hb.Proto(); p.WorkerId != hb.WorkerID || p.DataParallelSize != hb.DataParallelSize || p.ReplayEndpoint != hb.ReplayEndpoint ||
-				p.MaxNumBatchedTokens != hb.MaxNumBatchedTokens {
+				p.MaxNumBatchedTokens != hb.MaxNumBatchedTokens || p.Role != RoleProto(hb.Role) {
 				t.Fatalf("proto %v does not carry %+v", p, hb)
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -19,6 +20,8 @@ type Heartbeat struct {
 	KVEventsEndpoint      string `json:"kv_events_endpoint,omitempty"`
 	ReplayEndpoint        string `json:"replay_endpoint,omitempty"`
 	MaxNumBatchedTokens   uint64 `json:"max_num_batched_tokens,omitempty"`
+	// Role is "prefill", "decode" or "both" (default, also when empty).
+	Role string `json:"role,omitempty"`
 }
 
 // MaxDataParallelSize bounds an announced dp size: each rank becomes an
@@ -52,6 +55,9 @@ func DecodeHeartbeat(data []byte) (Heartbeat, error) {
 		return hb, malformed("heartbeat: ranks %d..%d+%d do not fit in uint32",
 			hb.DataParallelStartRank, hb.DataParallelStartRank, hb.DataParallelSize-1)
 	}
+	if _, err := kv.ParseRole(hb.Role); err != nil {
+		return hb, malformed("heartbeat: %v", err)
+	}
 	return hb, nil
 }
 
@@ -70,6 +76,16 @@ func (hb Heartbeat) Proto() *messages.WorkerHeartbeat {
 		WorkerId: hb.WorkerID, Url: hb.URL, DataParallelStartRank: hb.DataParallelStartRank,
 		DataParallelSize: hb.DataParallelSize, BlockSize: hb.BlockSize, TotalKvBlocks: hb.TotalKVBlocks,
 		ModelName: hb.ModelName, KvEventsEndpoint: hb.KVEventsEndpoint, ReplayEndpoint: hb.ReplayEndpoint,
-		MaxNumBatchedTokens: hb.MaxNumBatchedTokens,
+		MaxNumBatchedTokens: hb.MaxNumBatchedTokens, Role: RoleProto(hb.Role),
 	}
+}
+
+// RoleProto maps a role name to the wire enum; an unknown name (which
+// DecodeHeartbeat refuses) is both.
+func RoleProto(name string) messages.WorkerRole {
+	r, err := kv.ParseRole(name)
+	if err != nil {
+		return messages.WorkerRole_WORKER_ROLE_BOTH
+	}
+	return messages.WorkerRole(r)
 }

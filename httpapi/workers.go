@@ -29,6 +29,8 @@ type AddWorkerBody struct {
 	BlockSize             uint32  `json:"block_size"`
 	ModelName             string  `json:"model_name"`
 	MaxNumBatchedTokens   uint64  `json:"max_num_batched_tokens"`
+	// Role is "prefill", "decode" or "both" (default).
+	Role string `json:"role"`
 }
 
 // maxDpSize bounds a registration so a typo cannot spawn a million actors.
@@ -51,6 +53,11 @@ func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "data_parallel_size must be in 1..%d, got %d", maxDpSize, size)
 		return
 	}
+	role, err := kv.ParseRole(body.Role)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	if err := s.opts.WorkerPolicy.CheckWorkerURL(r.Context(), body.URL, s.opts.Resolve); err != nil {
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.WorkerRejected("url_" + netpolicy.Reason(err))
@@ -65,10 +72,10 @@ func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "worker block_size %d differs from the router's %d", body.BlockSize, s.opts.BlockSize)
 		return
 	}
-	err := s.opts.Router.RegisterWorker(&messages.WorkerHeartbeat{
+	err = s.opts.Router.RegisterWorker(&messages.WorkerHeartbeat{
 		WorkerId: *body.WorkerID, Url: body.URL, DataParallelStartRank: body.DataParallelStartRank,
 		DataParallelSize: size, TotalKvBlocks: body.TotalKVBlocks, BlockSize: uint32(s.opts.BlockSize),
-		ModelName: body.ModelName, MaxNumBatchedTokens: body.MaxNumBatchedTokens,
+		ModelName: body.ModelName, MaxNumBatchedTokens: body.MaxNumBatchedTokens, Role: messages.WorkerRole(role),
 	}, true)
 	if err != nil {
 		s.writeRouterError(w, err)

@@ -182,3 +182,50 @@ func (s WorkerState) String() string {
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
+
+// Role is which phase of a request a worker serves in a disaggregated
+// fleet (Dynamo's worker_type, llm-d's llm-d.ai/role label). A fleet
+// whose workers are all RoleBoth is aggregated: each request is prefilled
+// and decoded where it is routed.
+type Role uint8
+
+const (
+	// RoleBoth (the default): prefill and decode.
+	RoleBoth Role = iota
+	// RolePrefill: computes prompts and hands their KV blocks to a decode
+	// worker (vLLM's kv_role kv_producer).
+	RolePrefill
+	// RoleDecode: generates from KV blocks a prefill worker computed
+	// (kv_consumer); it may also prefill short prompts itself.
+	RoleDecode
+	NumRoles
+)
+
+var roleNames = [...]string{"both", "prefill", "decode"}
+
+func (r Role) String() string {
+	if int(r) < len(roleNames) {
+		return roleNames[r]
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
+}
+
+// ParseRole reads a role name; "" is RoleBoth.
+func ParseRole(s string) (Role, error) {
+	if s == "" {
+		return RoleBoth, nil
+	}
+	for i, n := range roleNames {
+		if s == n {
+			return Role(i), nil
+		}
+	}
+	return RoleBoth, fmt.Errorf("unknown worker role %q (want both, prefill or decode)", s)
+}
+
+// Prefills reports whether a worker of this role may prefill a request
+// that is decoded elsewhere.
+func (r Role) Prefills() bool { return r == RoleBoth || r == RolePrefill }
+
+// Decodes reports whether a worker of this role may decode.
+func (r Role) Decodes() bool { return r == RoleBoth || r == RoleDecode }

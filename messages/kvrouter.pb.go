@@ -141,6 +141,57 @@ func (WorkerState) EnumDescriptor() ([]byte, []int) {
 	return file_kvrouter_proto_rawDescGZIP(), []int{1}
 }
 
+// WorkerRole is which phase of a request a worker serves (kv.Role):
+// BOTH is the default and an all-BOTH fleet is aggregated.
+type WorkerRole int32
+
+const (
+	WorkerRole_WORKER_ROLE_BOTH    WorkerRole = 0
+	WorkerRole_WORKER_ROLE_PREFILL WorkerRole = 1
+	WorkerRole_WORKER_ROLE_DECODE  WorkerRole = 2
+)
+
+// Enum value maps for WorkerRole.
+var (
+	WorkerRole_name = map[int32]string{
+		0: "WORKER_ROLE_BOTH",
+		1: "WORKER_ROLE_PREFILL",
+		2: "WORKER_ROLE_DECODE",
+	}
+	WorkerRole_value = map[string]int32{
+		"WORKER_ROLE_BOTH":    0,
+		"WORKER_ROLE_PREFILL": 1,
+		"WORKER_ROLE_DECODE":  2,
+	}
+)
+
+func (x WorkerRole) Enum() *WorkerRole {
+	p := new(WorkerRole)
+	*p = x
+	return p
+}
+
+func (x WorkerRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkerRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvrouter_proto_enumTypes[2].Descriptor()
+}
+
+func (WorkerRole) Type() protoreflect.EnumType {
+	return &file_kvrouter_proto_enumTypes[2]
+}
+
+func (x WorkerRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkerRole.Descriptor instead.
+func (WorkerRole) EnumDescriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{2}
+}
+
 type RouteErrorCode int32
 
 const (
@@ -189,11 +240,11 @@ func (x RouteErrorCode) String() string {
 }
 
 func (RouteErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_kvrouter_proto_enumTypes[2].Descriptor()
+	return file_kvrouter_proto_enumTypes[3].Descriptor()
 }
 
 func (RouteErrorCode) Type() protoreflect.EnumType {
-	return &file_kvrouter_proto_enumTypes[2]
+	return &file_kvrouter_proto_enumTypes[3]
 }
 
 func (x RouteErrorCode) Number() protoreflect.EnumNumber {
@@ -202,7 +253,7 @@ func (x RouteErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RouteErrorCode.Descriptor instead.
 func (RouteErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{2}
+	return file_kvrouter_proto_rawDescGZIP(), []int{3}
 }
 
 // A worker rank: the unit the router schedules onto.
@@ -1739,13 +1790,23 @@ func (x *CancelRoute) GetRequestId() string {
 	return ""
 }
 
+// RouteReply is the decision. worker is the rank that decodes (and, when
+// prefill_worker is unset, also prefills). In a disaggregated fleet a
+// request whose uncached prompt is longer than max_local_prefill_length
+// also gets a prefill rank: prefill_worker computes the prompt and hands
+// its KV blocks to worker. The prefill hop is tracked as a request of its
+// own, prefill_request_id, freed when its answer arrives.
 type RouteReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	OverlapBlocks uint32                 `protobuf:"varint,2,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"`
-	CachedTokens  uint64                 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Worker               *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	OverlapBlocks        uint32                 `protobuf:"varint,2,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"`
+	CachedTokens         uint64                 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	PrefillWorker        *WorkerRank            `protobuf:"bytes,4,opt,name=prefill_worker,json=prefillWorker,proto3" json:"prefill_worker,omitempty"`
+	PrefillOverlapBlocks uint32                 `protobuf:"varint,5,opt,name=prefill_overlap_blocks,json=prefillOverlapBlocks,proto3" json:"prefill_overlap_blocks,omitempty"`
+	PrefillCachedTokens  uint64                 `protobuf:"varint,6,opt,name=prefill_cached_tokens,json=prefillCachedTokens,proto3" json:"prefill_cached_tokens,omitempty"`
+	PrefillRequestId     string                 `protobuf:"bytes,7,opt,name=prefill_request_id,json=prefillRequestId,proto3" json:"prefill_request_id,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *RouteReply) Reset() {
@@ -1797,6 +1858,34 @@ func (x *RouteReply) GetCachedTokens() uint64 {
 		return x.CachedTokens
 	}
 	return 0
+}
+
+func (x *RouteReply) GetPrefillWorker() *WorkerRank {
+	if x != nil {
+		return x.PrefillWorker
+	}
+	return nil
+}
+
+func (x *RouteReply) GetPrefillOverlapBlocks() uint32 {
+	if x != nil {
+		return x.PrefillOverlapBlocks
+	}
+	return 0
+}
+
+func (x *RouteReply) GetPrefillCachedTokens() uint64 {
+	if x != nil {
+		return x.PrefillCachedTokens
+	}
+	return 0
+}
+
+func (x *RouteReply) GetPrefillRequestId() string {
+	if x != nil {
+		return x.PrefillRequestId
+	}
+	return ""
 }
 
 // SequenceEvent is an active-sequence change made by one replica, gossiped
@@ -2207,6 +2296,7 @@ type WorkerHeartbeat struct {
 	KvEventsEndpoint      string                 `protobuf:"bytes,8,opt,name=kv_events_endpoint,json=kvEventsEndpoint,proto3" json:"kv_events_endpoint,omitempty"`
 	ReplayEndpoint        string                 `protobuf:"bytes,9,opt,name=replay_endpoint,json=replayEndpoint,proto3" json:"replay_endpoint,omitempty"`
 	MaxNumBatchedTokens   uint64                 `protobuf:"varint,10,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3" json:"max_num_batched_tokens,omitempty"` // engine prefill budget per step; queue threshold unit
+	Role                  WorkerRole             `protobuf:"varint,11,opt,name=role,proto3,enum=kvrouter.internal.WorkerRole" json:"role,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -2309,6 +2399,13 @@ func (x *WorkerHeartbeat) GetMaxNumBatchedTokens() uint64 {
 		return x.MaxNumBatchedTokens
 	}
 	return 0
+}
+
+func (x *WorkerHeartbeat) GetRole() WorkerRole {
+	if x != nil {
+		return x.Role
+	}
+	return WorkerRole_WORKER_ROLE_BOTH
 }
 
 // WorkerUp registers (or refreshes) a worker with the scheduler; its dp
@@ -3882,6 +3979,7 @@ type RankEntry struct {
 	MaxNumBatchedTokens uint64                 `protobuf:"varint,3,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3" json:"max_num_batched_tokens,omitempty"` // the rank's queue-threshold unit
 	State               WorkerState            `protobuf:"varint,4,opt,name=state,proto3,enum=kvrouter.internal.WorkerState" json:"state,omitempty"`                         // only ACTIVE ranks are routed to
 	TotalKvBlocks       uint64                 `protobuf:"varint,5,opt,name=total_kv_blocks,json=totalKvBlocks,proto3" json:"total_kv_blocks,omitempty"`                     // the rank's KV cache (heartbeat); 0 = unknown
+	Role                WorkerRole             `protobuf:"varint,6,opt,name=role,proto3,enum=kvrouter.internal.WorkerRole" json:"role,omitempty"`                            // which pool the rank is in
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -3949,6 +4047,13 @@ func (x *RankEntry) GetTotalKvBlocks() uint64 {
 		return x.TotalKvBlocks
 	}
 	return 0
+}
+
+func (x *RankEntry) GetRole() WorkerRole {
+	if x != nil {
+		return x.Role
+	}
+	return WorkerRole_WORKER_ROLE_BOTH
 }
 
 // RankTable is the registry's whole rank set, sorted by worker then dp
@@ -4772,12 +4877,16 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\vCancelRoute\x12!\n" +
 	"\fcancel_token\x18\x01 \x01(\x04R\vcancelToken\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\x8f\x01\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xed\x02\n" +
 	"\n" +
 	"RouteReply\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12%\n" +
 	"\x0eoverlap_blocks\x18\x02 \x01(\rR\roverlapBlocks\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\x04R\fcachedTokens\"\x92\x03\n" +
+	"\rcached_tokens\x18\x03 \x01(\x04R\fcachedTokens\x12D\n" +
+	"\x0eprefill_worker\x18\x04 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\rprefillWorker\x124\n" +
+	"\x16prefill_overlap_blocks\x18\x05 \x01(\rR\x14prefillOverlapBlocks\x122\n" +
+	"\x15prefill_cached_tokens\x18\x06 \x01(\x04R\x13prefillCachedTokens\x12,\n" +
+	"\x12prefill_request_id\x18\a \x01(\tR\x10prefillRequestId\"\x92\x03\n" +
 	"\rSequenceEvent\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x121\n" +
@@ -4804,7 +4913,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\fSessionTable\x12:\n" +
 	"\aentries\x18\x01 \x03(\v2 .kvrouter.internal.SequenceEventR\aentries\"N\n" +
 	"\x12SequenceEventBatch\x128\n" +
-	"\x06events\x18\x01 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"\x99\x03\n" +
+	"\x06events\x18\x01 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"\xcc\x03\n" +
 	"\x0fWorkerHeartbeat\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x127\n" +
@@ -4818,7 +4927,8 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x12kv_events_endpoint\x18\b \x01(\tR\x10kvEventsEndpoint\x12'\n" +
 	"\x0freplay_endpoint\x18\t \x01(\tR\x0ereplayEndpoint\x123\n" +
 	"\x16max_num_batched_tokens\x18\n" +
-	" \x01(\x04R\x13maxNumBatchedTokens\"\x84\x01\n" +
+	" \x01(\x04R\x13maxNumBatchedTokens\x121\n" +
+	"\x04role\x18\v \x01(\x0e2\x1d.kvrouter.internal.WorkerRoleR\x04role\"\x84\x01\n" +
 	"\bWorkerUp\x12:\n" +
 	"\x06worker\x18\x01 \x01(\v2\".kvrouter.internal.WorkerHeartbeatR\x06worker\x12\x16\n" +
 	"\x06static\x18\x02 \x01(\bR\x06static\x12$\n" +
@@ -4923,13 +5033,14 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x128\n" +
 	"\x06events\x18\x03 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"\t\n" +
 	"\aBarrier\"\v\n" +
-	"\tDumpQuery\"\xe7\x01\n" +
+	"\tDumpQuery\"\x9a\x02\n" +
 	"\tRankEntry\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x123\n" +
 	"\x16max_num_batched_tokens\x18\x03 \x01(\x04R\x13maxNumBatchedTokens\x124\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x1e.kvrouter.internal.WorkerStateR\x05state\x12&\n" +
-	"\x0ftotal_kv_blocks\x18\x05 \x01(\x04R\rtotalKvBlocks\"?\n" +
+	"\x0ftotal_kv_blocks\x18\x05 \x01(\x04R\rtotalKvBlocks\x121\n" +
+	"\x04role\x18\x06 \x01(\x0e2\x1d.kvrouter.internal.WorkerRoleR\x04role\"?\n" +
 	"\tRankTable\x122\n" +
 	"\x05ranks\x18\x01 \x03(\v2\x1c.kvrouter.internal.RankEntryR\x05ranks\"v\n" +
 	"\x0eRemoteActivity\x121\n" +
@@ -4978,7 +5089,12 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13WORKER_STATE_ACTIVE\x10\x00\x12\x15\n" +
 	"\x11WORKER_STATE_BUSY\x10\x01\x12\x1a\n" +
 	"\x16WORKER_STATE_UNHEALTHY\x10\x02\x12\x19\n" +
-	"\x15WORKER_STATE_DRAINING\x10\x03*\xf6\x01\n" +
+	"\x15WORKER_STATE_DRAINING\x10\x03*S\n" +
+	"\n" +
+	"WorkerRole\x12\x14\n" +
+	"\x10WORKER_ROLE_BOTH\x10\x00\x12\x17\n" +
+	"\x13WORKER_ROLE_PREFILL\x10\x01\x12\x16\n" +
+	"\x12WORKER_ROLE_DECODE\x10\x02*\xf6\x01\n" +
 	"\x0eRouteErrorCode\x12\x1b\n" +
 	"\x17ROUTE_ERROR_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eROUTE_ERROR_NO_ELIGIBLE_WORKER\x10\x01\x12\x1a\n" +
@@ -5001,141 +5117,145 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 	return file_kvrouter_proto_rawDescData
 }
 
-var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
-	(RouteErrorCode)(0),          // 2: kvrouter.internal.RouteErrorCode
-	(*WorkerRank)(nil),           // 3: kvrouter.internal.WorkerRank
-	(*StoredBlock)(nil),          // 4: kvrouter.internal.StoredBlock
-	(*BlockStored)(nil),          // 5: kvrouter.internal.BlockStored
-	(*BlockRemoved)(nil),         // 6: kvrouter.internal.BlockRemoved
-	(*AllBlocksCleared)(nil),     // 7: kvrouter.internal.AllBlocksCleared
-	(*KvEvent)(nil),              // 8: kvrouter.internal.KvEvent
-	(*KvEventBatch)(nil),         // 9: kvrouter.internal.KvEventBatch
-	(*RemoveWorker)(nil),         // 10: kvrouter.internal.RemoveWorker
-	(*WorkerCondition)(nil),      // 11: kvrouter.internal.WorkerCondition
-	(*WorkerConditionReply)(nil), // 12: kvrouter.internal.WorkerConditionReply
-	(*ScoreRequest)(nil),         // 13: kvrouter.internal.ScoreRequest
-	(*WorkerOverlap)(nil),        // 14: kvrouter.internal.WorkerOverlap
-	(*OverlapReply)(nil),         // 15: kvrouter.internal.OverlapReply
-	(*AddRequest)(nil),           // 16: kvrouter.internal.AddRequest
-	(*MarkPrefillCompleted)(nil), // 17: kvrouter.internal.MarkPrefillCompleted
-	(*FreeRequest)(nil),          // 18: kvrouter.internal.FreeRequest
-	(*AddOutputBlock)(nil),       // 19: kvrouter.internal.AddOutputBlock
-	(*LoadQuery)(nil),            // 20: kvrouter.internal.LoadQuery
-	(*LoadReply)(nil),            // 21: kvrouter.internal.LoadReply
-	(*RouterConfigOverride)(nil), // 22: kvrouter.internal.RouterConfigOverride
-	(*RouteRequest)(nil),         // 23: kvrouter.internal.RouteRequest
-	(*CancelRoute)(nil),          // 24: kvrouter.internal.CancelRoute
-	(*RouteReply)(nil),           // 25: kvrouter.internal.RouteReply
-	(*SequenceEvent)(nil),        // 26: kvrouter.internal.SequenceEvent
-	(*SessionBound)(nil),         // 27: kvrouter.internal.SessionBound
-	(*SessionEnded)(nil),         // 28: kvrouter.internal.SessionEnded
-	(*SessionTable)(nil),         // 29: kvrouter.internal.SessionTable
-	(*SequenceEventBatch)(nil),   // 30: kvrouter.internal.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 31: kvrouter.internal.WorkerHeartbeat
-	(*WorkerUp)(nil),             // 32: kvrouter.internal.WorkerUp
-	(*RoutingDecision)(nil),      // 33: kvrouter.internal.RoutingDecision
-	(*Tick)(nil),                 // 34: kvrouter.internal.Tick
-	(*RouteError)(nil),           // 35: kvrouter.internal.RouteError
-	(*RequestLifecycle)(nil),     // 36: kvrouter.internal.RequestLifecycle
-	(*LifecycleReply)(nil),       // 37: kvrouter.internal.LifecycleReply
-	(*RegistryQuery)(nil),        // 38: kvrouter.internal.RegistryQuery
-	(*RegisteredWorker)(nil),     // 39: kvrouter.internal.RegisteredWorker
-	(*RegistryReply)(nil),        // 40: kvrouter.internal.RegistryReply
-	(*ShardStatsQuery)(nil),      // 41: kvrouter.internal.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 42: kvrouter.internal.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 43: kvrouter.internal.ShardStatsReply
-	(*PotentialLoad)(nil),        // 44: kvrouter.internal.PotentialLoad
-	(*DropOrigin)(nil),           // 45: kvrouter.internal.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 46: kvrouter.internal.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 47: kvrouter.internal.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 48: kvrouter.internal.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 49: kvrouter.internal.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 50: kvrouter.internal.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 51: kvrouter.internal.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 52: kvrouter.internal.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 53: kvrouter.internal.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 54: kvrouter.internal.ClusterDigest
-	(*StateRequest)(nil),         // 55: kvrouter.internal.StateRequest
-	(*StateSnapshot)(nil),        // 56: kvrouter.internal.StateSnapshot
-	(*Barrier)(nil),              // 57: kvrouter.internal.Barrier
-	(*DumpQuery)(nil),            // 58: kvrouter.internal.DumpQuery
-	(*RankEntry)(nil),            // 59: kvrouter.internal.RankEntry
-	(*RankTable)(nil),            // 60: kvrouter.internal.RankTable
-	(*RemoteActivity)(nil),       // 61: kvrouter.internal.RemoteActivity
-	(*PeerStep)(nil),             // 62: kvrouter.internal.PeerStep
-	(*RestoreOrigin)(nil),        // 63: kvrouter.internal.RestoreOrigin
-	(*TrackedQuery)(nil),         // 64: kvrouter.internal.TrackedQuery
-	(*TrackedReply)(nil),         // 65: kvrouter.internal.TrackedReply
-	(*SessionUpdates)(nil),       // 66: kvrouter.internal.SessionUpdates
-	(*EndSession)(nil),           // 67: kvrouter.internal.EndSession
-	(*EndSessionReply)(nil),      // 68: kvrouter.internal.EndSessionReply
-	(*SessionQuery)(nil),         // 69: kvrouter.internal.SessionQuery
-	(*SessionReply)(nil),         // 70: kvrouter.internal.SessionReply
-	(*SessionDigestQuery)(nil),   // 71: kvrouter.internal.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 72: kvrouter.internal.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 73: kvrouter.internal.SessionSnapshotQuery
-	nil,                          // 74: kvrouter.internal.ShardStatsReply.CountersEntry
+	(WorkerRole)(0),              // 2: kvrouter.internal.WorkerRole
+	(RouteErrorCode)(0),          // 3: kvrouter.internal.RouteErrorCode
+	(*WorkerRank)(nil),           // 4: kvrouter.internal.WorkerRank
+	(*StoredBlock)(nil),          // 5: kvrouter.internal.StoredBlock
+	(*BlockStored)(nil),          // 6: kvrouter.internal.BlockStored
+	(*BlockRemoved)(nil),         // 7: kvrouter.internal.BlockRemoved
+	(*AllBlocksCleared)(nil),     // 8: kvrouter.internal.AllBlocksCleared
+	(*KvEvent)(nil),              // 9: kvrouter.internal.KvEvent
+	(*KvEventBatch)(nil),         // 10: kvrouter.internal.KvEventBatch
+	(*RemoveWorker)(nil),         // 11: kvrouter.internal.RemoveWorker
+	(*WorkerCondition)(nil),      // 12: kvrouter.internal.WorkerCondition
+	(*WorkerConditionReply)(nil), // 13: kvrouter.internal.WorkerConditionReply
+	(*ScoreRequest)(nil),         // 14: kvrouter.internal.ScoreRequest
+	(*WorkerOverlap)(nil),        // 15: kvrouter.internal.WorkerOverlap
+	(*OverlapReply)(nil),         // 16: kvrouter.internal.OverlapReply
+	(*AddRequest)(nil),           // 17: kvrouter.internal.AddRequest
+	(*MarkPrefillCompleted)(nil), // 18: kvrouter.internal.MarkPrefillCompleted
+	(*FreeRequest)(nil),          // 19: kvrouter.internal.FreeRequest
+	(*AddOutputBlock)(nil),       // 20: kvrouter.internal.AddOutputBlock
+	(*LoadQuery)(nil),            // 21: kvrouter.internal.LoadQuery
+	(*LoadReply)(nil),            // 22: kvrouter.internal.LoadReply
+	(*RouterConfigOverride)(nil), // 23: kvrouter.internal.RouterConfigOverride
+	(*RouteRequest)(nil),         // 24: kvrouter.internal.RouteRequest
+	(*CancelRoute)(nil),          // 25: kvrouter.internal.CancelRoute
+	(*RouteReply)(nil),           // 26: kvrouter.internal.RouteReply
+	(*SequenceEvent)(nil),        // 27: kvrouter.internal.SequenceEvent
+	(*SessionBound)(nil),         // 28: kvrouter.internal.SessionBound
+	(*SessionEnded)(nil),         // 29: kvrouter.internal.SessionEnded
+	(*SessionTable)(nil),         // 30: kvrouter.internal.SessionTable
+	(*SequenceEventBatch)(nil),   // 31: kvrouter.internal.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 32: kvrouter.internal.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 33: kvrouter.internal.WorkerUp
+	(*RoutingDecision)(nil),      // 34: kvrouter.internal.RoutingDecision
+	(*Tick)(nil),                 // 35: kvrouter.internal.Tick
+	(*RouteError)(nil),           // 36: kvrouter.internal.RouteError
+	(*RequestLifecycle)(nil),     // 37: kvrouter.internal.RequestLifecycle
+	(*LifecycleReply)(nil),       // 38: kvrouter.internal.LifecycleReply
+	(*RegistryQuery)(nil),        // 39: kvrouter.internal.RegistryQuery
+	(*RegisteredWorker)(nil),     // 40: kvrouter.internal.RegisteredWorker
+	(*RegistryReply)(nil),        // 41: kvrouter.internal.RegistryReply
+	(*ShardStatsQuery)(nil),      // 42: kvrouter.internal.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 43: kvrouter.internal.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 44: kvrouter.internal.ShardStatsReply
+	(*PotentialLoad)(nil),        // 45: kvrouter.internal.PotentialLoad
+	(*DropOrigin)(nil),           // 46: kvrouter.internal.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 47: kvrouter.internal.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 48: kvrouter.internal.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 49: kvrouter.internal.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 50: kvrouter.internal.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 51: kvrouter.internal.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 52: kvrouter.internal.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 53: kvrouter.internal.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 54: kvrouter.internal.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 55: kvrouter.internal.ClusterDigest
+	(*StateRequest)(nil),         // 56: kvrouter.internal.StateRequest
+	(*StateSnapshot)(nil),        // 57: kvrouter.internal.StateSnapshot
+	(*Barrier)(nil),              // 58: kvrouter.internal.Barrier
+	(*DumpQuery)(nil),            // 59: kvrouter.internal.DumpQuery
+	(*RankEntry)(nil),            // 60: kvrouter.internal.RankEntry
+	(*RankTable)(nil),            // 61: kvrouter.internal.RankTable
+	(*RemoteActivity)(nil),       // 62: kvrouter.internal.RemoteActivity
+	(*PeerStep)(nil),             // 63: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 64: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 65: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 66: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 67: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 68: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 69: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 70: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 71: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 72: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 73: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 74: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 75: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
-	4,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
-	3,  // 1: kvrouter.internal.KvEvent.worker:type_name -> kvrouter.internal.WorkerRank
+	5,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
+	4,  // 1: kvrouter.internal.KvEvent.worker:type_name -> kvrouter.internal.WorkerRank
 	0,  // 2: kvrouter.internal.KvEvent.tier:type_name -> kvrouter.internal.StorageTier
-	5,  // 3: kvrouter.internal.KvEvent.stored:type_name -> kvrouter.internal.BlockStored
-	6,  // 4: kvrouter.internal.KvEvent.removed:type_name -> kvrouter.internal.BlockRemoved
-	7,  // 5: kvrouter.internal.KvEvent.cleared:type_name -> kvrouter.internal.AllBlocksCleared
-	8,  // 6: kvrouter.internal.KvEventBatch.events:type_name -> kvrouter.internal.KvEvent
+	6,  // 3: kvrouter.internal.KvEvent.stored:type_name -> kvrouter.internal.BlockStored
+	7,  // 4: kvrouter.internal.KvEvent.removed:type_name -> kvrouter.internal.BlockRemoved
+	8,  // 5: kvrouter.internal.KvEvent.cleared:type_name -> kvrouter.internal.AllBlocksCleared
+	9,  // 6: kvrouter.internal.KvEventBatch.events:type_name -> kvrouter.internal.KvEvent
 	1,  // 7: kvrouter.internal.WorkerCondition.condition:type_name -> kvrouter.internal.WorkerState
-	3,  // 8: kvrouter.internal.WorkerOverlap.worker:type_name -> kvrouter.internal.WorkerRank
-	14, // 9: kvrouter.internal.OverlapReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
-	3,  // 10: kvrouter.internal.AddRequest.worker:type_name -> kvrouter.internal.WorkerRank
-	3,  // 11: kvrouter.internal.LoadReply.worker:type_name -> kvrouter.internal.WorkerRank
-	3,  // 12: kvrouter.internal.RouteRequest.pinned_worker:type_name -> kvrouter.internal.WorkerRank
-	22, // 13: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
-	3,  // 14: kvrouter.internal.RouteReply.worker:type_name -> kvrouter.internal.WorkerRank
-	16, // 15: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
-	17, // 16: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
-	18, // 17: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
-	27, // 18: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
-	28, // 19: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
-	3,  // 20: kvrouter.internal.SessionBound.worker:type_name -> kvrouter.internal.WorkerRank
-	3,  // 21: kvrouter.internal.SessionEnded.worker:type_name -> kvrouter.internal.WorkerRank
-	26, // 22: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
-	26, // 23: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
-	31, // 24: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	3,  // 25: kvrouter.internal.RoutingDecision.worker:type_name -> kvrouter.internal.WorkerRank
-	2,  // 26: kvrouter.internal.RouteError.code:type_name -> kvrouter.internal.RouteErrorCode
-	17, // 27: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
-	18, // 28: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
-	19, // 29: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
-	31, // 30: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	39, // 31: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
-	3,  // 32: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
-	42, // 33: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
-	74, // 34: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
-	3,  // 35: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
-	26, // 36: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
-	26, // 37: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
-	14, // 38: kvrouter.internal.OverlapScoresReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
-	44, // 39: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
-	26, // 40: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
-	3,  // 41: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
-	1,  // 42: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
-	59, // 43: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
-	3,  // 44: kvrouter.internal.RemoteActivity.busy:type_name -> kvrouter.internal.WorkerRank
-	3,  // 45: kvrouter.internal.RemoteActivity.idle:type_name -> kvrouter.internal.WorkerRank
-	26, // 46: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
-	16, // 47: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
-	26, // 48: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
-	3,  // 49: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	4,  // 8: kvrouter.internal.WorkerOverlap.worker:type_name -> kvrouter.internal.WorkerRank
+	15, // 9: kvrouter.internal.OverlapReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
+	4,  // 10: kvrouter.internal.AddRequest.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 11: kvrouter.internal.LoadReply.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 12: kvrouter.internal.RouteRequest.pinned_worker:type_name -> kvrouter.internal.WorkerRank
+	23, // 13: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
+	4,  // 14: kvrouter.internal.RouteReply.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 15: kvrouter.internal.RouteReply.prefill_worker:type_name -> kvrouter.internal.WorkerRank
+	17, // 16: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
+	18, // 17: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	19, // 18: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
+	28, // 19: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
+	29, // 20: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
+	4,  // 21: kvrouter.internal.SessionBound.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 22: kvrouter.internal.SessionEnded.worker:type_name -> kvrouter.internal.WorkerRank
+	27, // 23: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
+	27, // 24: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
+	2,  // 25: kvrouter.internal.WorkerHeartbeat.role:type_name -> kvrouter.internal.WorkerRole
+	32, // 26: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	4,  // 27: kvrouter.internal.RoutingDecision.worker:type_name -> kvrouter.internal.WorkerRank
+	3,  // 28: kvrouter.internal.RouteError.code:type_name -> kvrouter.internal.RouteErrorCode
+	18, // 29: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	19, // 30: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
+	20, // 31: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
+	32, // 32: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	40, // 33: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
+	4,  // 34: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
+	43, // 35: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
+	75, // 36: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	4,  // 37: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
+	27, // 38: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
+	27, // 39: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
+	15, // 40: kvrouter.internal.OverlapScoresReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
+	45, // 41: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
+	27, // 42: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 43: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
+	1,  // 44: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
+	2,  // 45: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
+	60, // 46: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
+	4,  // 47: kvrouter.internal.RemoteActivity.busy:type_name -> kvrouter.internal.WorkerRank
+	4,  // 48: kvrouter.internal.RemoteActivity.idle:type_name -> kvrouter.internal.WorkerRank
+	27, // 49: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
+	17, // 50: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
+	27, // 51: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 52: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -5168,7 +5288,7 @@ func file_kvrouter_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   0,

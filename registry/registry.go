@@ -27,6 +27,9 @@ type Shape struct {
 	// MaxNumBatchedTokens is the engine's prefill budget per step, the
 	// unit of the queue threshold; 0 = the registry's default.
 	MaxNumBatchedTokens uint64
+	// Role is the pool the worker's ranks are in (prefill, decode or
+	// both); a change of role alone keeps the ranks and their requests.
+	Role kv.Role
 }
 
 func (s Shape) size() uint32 { return max(s.DpSize, 1) }
@@ -304,6 +307,25 @@ func (r *Registry[H]) Digest() uint64 {
 		d += xxh3.Hash(b[:]) // wrapping sum: order-independent
 	}
 	return d
+}
+
+// Role is a worker's role (RoleBoth for an unknown worker).
+func (r *Registry[H]) Role(id kv.WorkerID) kv.Role {
+	if w, ok := r.workers[id]; ok {
+		return w.Shape.Role
+	}
+	return kv.RoleBoth
+}
+
+// Disaggregated reports whether some registered worker is not RoleBoth:
+// the fleet then has prefill and decode pools.
+func (r *Registry[H]) Disaggregated() bool {
+	for _, w := range r.workers {
+		if w.Shape.Role != kv.RoleBoth {
+			return true
+		}
+	}
+	return false
 }
 
 // Budget is a worker's prefill budget per step (its own or the default);

@@ -174,7 +174,7 @@ type fleet struct{ r *Replica }
 func (f fleet) Register(ctx context.Context, rec discovery.Record) error {
 	r := f.r
 	hb := events.Heartbeat{WorkerID: uint64(rec.ID), URL: rec.URL, DataParallelSize: rec.DPSize, BlockSize: rec.BlockSize,
-		KVEventsEndpoint: rec.KVEventsEndpoint, ReplayEndpoint: rec.ReplayEndpoint}
+		KVEventsEndpoint: rec.KVEventsEndpoint, ReplayEndpoint: rec.ReplayEndpoint, Role: rec.Role.String()}
 	if len(rec.Models) > 0 {
 		hb.ModelName = rec.Models[0]
 	}

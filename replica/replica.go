@@ -167,7 +167,7 @@ func (r *Replica) registerStatic() error {
 		}
 		err := r.router.RegisterWorker(&messages.WorkerHeartbeat{
 			WorkerId: w.ID, Url: w.URL, DataParallelStartRank: w.DpStart, DataParallelSize: w.DpSize,
-			BlockSize: uint32(r.cfg.BlockSize),
+			BlockSize: uint32(r.cfg.BlockSize), Role: messages.WorkerRole(w.Role),
 		}, true)
 		if err != nil {
 			return fmt.Errorf("static worker %d: %w", w.ID, err)
