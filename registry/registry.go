@@ -317,17 +317,6 @@ func (r *Registry[H]) Role(id kv.WorkerID) kv.Role {
 	return kv.RoleBoth
 }
 
-// Disaggregated reports whether some registered worker is not RoleBoth:
-// the fleet then has prefill and decode pools.
-func (r *Registry[H]) Disaggregated() bool {
-	for _, w := range r.workers {
-		if w.Shape.Role != kv.RoleBoth {
-			return true
-		}
-	}
-	return false
-}
-
 // Budget is a worker's prefill budget per step (its own or the default);
 // 0 for an unknown worker.
 func (r *Registry[H]) Budget(id kv.WorkerID) uint64 {

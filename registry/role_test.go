@@ -8,27 +8,22 @@ import (
 )
 
 // A worker's role is part of its shape: a refresh that only changes the
-// role keeps its ranks (and so its requests), and the fleet is
-// disaggregated while any worker is not RoleBoth.
+// role keeps its ranks (and so its requests).
 func TestRoleRefreshKeepsRanks(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	r := New[string](8192, Limits{})
 	if _, err := r.Upsert(1, Shape{DpSize: 2}, "a", false, t0); err != nil {
 		t.Fatal(err)
 	}
-	if r.Disaggregated() || r.Role(1) != kv.RoleBoth {
-		t.Fatalf("default role: disaggregated %v role %v", r.Disaggregated(), r.Role(1))
+	if r.Role(1) != kv.RoleBoth {
+		t.Fatalf("default role %v", r.Role(1))
 	}
 	ch, err := r.Upsert(1, Shape{DpSize: 2, Role: kv.RolePrefill}, "a", false, t0)
 	if err != nil || !ch.Empty() {
 		t.Fatalf("role change moved ranks: %+v %v", ch, err)
 	}
-	if !r.Disaggregated() || r.Role(1) != kv.RolePrefill || r.Role(99) != kv.RoleBoth {
-		t.Fatalf("after role change: disaggregated %v role %v", r.Disaggregated(), r.Role(1))
-	}
-	r.Remove(1)
-	if r.Disaggregated() {
-		t.Fatal("empty registry is not disaggregated")
+	if r.Role(1) != kv.RolePrefill || r.Role(99) != kv.RoleBoth {
+		t.Fatalf("after role change: role %v, unknown worker's %v", r.Role(1), r.Role(99))
 	}
 }
 

@@ -120,7 +120,18 @@ type Config struct {
 	// with the knobs in TTFT.
 	RouterCost CostModel
 	TTFT       TTFTConfig
+
+	// MaxLocalPrefillLength (max_local_prefill_length, Dynamo's
+	// DisaggRouterConf, default 1000 tokens, ≥ 0) is conditional
+	// disaggregation: in a fleet with prefill and decode pools, a request
+	// whose prompt the chosen decode worker would still have to compute
+	// (prompt tokens − its cached prefix) is no longer than this is
+	// prefilled on the decode worker itself, without a KV transfer.
+	MaxLocalPrefillLength uint64
 }
+
+// DefaultMaxLocalPrefillLength is Dynamo's max_local_prefill_length.
+const DefaultMaxLocalPrefillLength = 1000
 
 // DefaultConfig returns Dynamo's defaults.
 func DefaultConfig() Config {
@@ -140,6 +151,7 @@ func DefaultConfig() Config {
 		DecodeActiveRequestWeight: 0,
 		RouterCost:                CostDynamo,
 		TTFT:                      DefaultTTFTConfig(),
+		MaxLocalPrefillLength:     DefaultMaxLocalPrefillLength,
 	}
 }
 

@@ -18,6 +18,7 @@ func TestDefaultConfig(t *testing.T) {
 		TrackPrefillTokens: true, AssumeKVReuse: true, RouterQueueEnabled: true, RouterQueueThreshold: 16,
 		RouterQueuePolicy: PolicyFCFS, MaxQueueLength: 1024,
 		RouterCost: CostDynamo, TTFT: TTFTConfig{UncachedWeight: 2, KVHeadroom: 0.9, PrefillTokensPerSec: 10000},
+		MaxLocalPrefillLength: 1000,
 	}
 	if c != want {
 		t.Fatalf("DefaultConfig() = %+v, want %+v", c, want)

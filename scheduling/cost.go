@@ -98,10 +98,20 @@ type costContext struct {
 	// rates are the candidates' prefill throughputs for the ttft cost
 	// (effectiveRates), by candidate index.
 	rates []float64
+	// phase is which part of the request the cost prices.
+	phase Phase
 }
 
 // cost is candidate i's cost under the configured model.
 func (cc *costContext) cost(i int, c Candidate) float64 {
+	switch cc.phase {
+	case PhaseDecode:
+		return cc.decodeLogit(c)
+	case PhasePrefill:
+		if cc.cfg.RouterCost != CostTTFT {
+			return cc.prefillLogit(c)
+		}
+	}
 	if cc.cfg.RouterCost == CostTTFT {
 		return TTFTCost(cc.cfg, int(cc.blockSize), int(cc.isl), c, cc.rates[i])
 	}
@@ -131,6 +141,34 @@ func newCostContext(cfg Config, blockSize, isl, requestBlocks int) (costContext,
 	}, nil
 }
 
+// credit is the overlap's worth in prefill blocks, and the prefill
+// blocks the rank would have to compute before it (raw, with the queue
+// already there).
+func (cc *costContext) prefillTerms(c Candidate) (rawPrefill, credit float64) {
+	cfg := &cc.cfg
+	active := c.activePrefill()
+	decay := 1.0
+	if cfg.TrackPrefillTokens {
+		rawPrefill = (float64(active) + cc.isl) / cc.blockSize
+		if cfg.OverlapScoreCreditDecay > 0 && active > cc.minActivePrefill {
+			excessBlocks := float64(active-cc.minActivePrefill) / cc.blockSize
+			decay = 1 / (1 + cfg.OverlapScoreCreditDecay*excessBlocks/cc.requestBlocks)
+		}
+	}
+	return rawPrefill, cc.credit(c, decay)
+}
+
+// credit is Dynamo's overlap_credit_blocks: the device prefix (its
+// credit decayed by decay), the host and disk continuations and the
+// shared tier beyond the device prefix, each at its weight.
+func (cc *costContext) credit(c Candidate, decay float64) float64 {
+	cfg := &cc.cfg
+	return cfg.OverlapScoreCredit*decay*float64(c.DeviceOverlap) +
+		cfg.HostCacheHitWeight*float64(c.HostOverlap) +
+		cfg.DiskCacheHitWeight*float64(c.DiskOverlap) +
+		SharedCredit(cfg.SharedCacheMultiplier, c.DeviceOverlap, c.SharedOverlap)
+}
+
 // logit is Dynamo's worker_logit (2026 formula):
 //
 //	raw_prefill   = track_prefill ? (active_prefill + isl) / block_size : 0
@@ -142,21 +180,7 @@ func newCostContext(cfg Config, blockSize, isl, requestBlocks int) (costContext,
 //	cost          = prefill_load_scale·adjusted + decode + decode_active_request_weight·active_requests
 func (cc *costContext) logit(c Candidate) float64 {
 	cfg := &cc.cfg
-	active := c.activePrefill()
-
-	rawPrefill := 0.0
-	decay := 1.0
-	if cfg.TrackPrefillTokens {
-		rawPrefill = (float64(active) + cc.isl) / cc.blockSize
-		if cfg.OverlapScoreCreditDecay > 0 && active > cc.minActivePrefill {
-			excessBlocks := float64(active-cc.minActivePrefill) / cc.blockSize
-			decay = 1 / (1 + cfg.OverlapScoreCreditDecay*excessBlocks/cc.requestBlocks)
-		}
-	}
-	credit := cfg.OverlapScoreCredit*decay*float64(c.DeviceOverlap) +
-		cfg.HostCacheHitWeight*float64(c.HostOverlap) +
-		cfg.DiskCacheHitWeight*float64(c.DiskOverlap) +
-		SharedCredit(cfg.SharedCacheMultiplier, c.DeviceOverlap, c.SharedOverlap)
+	rawPrefill, credit := cc.prefillTerms(c)
 	adjusted := max(rawPrefill-credit, 0)
 
 	decode := float64(c.NewBlocks)
@@ -198,6 +222,10 @@ func Costs(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) ([]
 }
 
 func prepare(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) (costContext, error) {
+	return preparePhase(PhaseAggregated, cfg, blockSize, isl, requestBlocks, cands)
+}
+
+func preparePhase(phase Phase, cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) (costContext, error) {
 	if err := cfg.Validate(); err != nil {
 		return costContext{}, err
 	}
@@ -218,5 +246,6 @@ func prepare(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) (
 	if cc.cfg.RouterCost == CostTTFT {
 		cc.rates = effectiveRates(cc.cfg.TTFT.PrefillTokensPerSec, cands)
 	}
+	cc.phase = phase
 	return cc, nil
 }

@@ -36,13 +36,19 @@ type Decision struct {
 // are equal. requestBlocks is the prompt's block count (used by the credit
 // decay; 0 counts as 1).
 func Select(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate, rng *rand.Rand) (Decision, error) {
+	return SelectPhase(PhaseAggregated, cfg, blockSize, isl, requestBlocks, cands, rng)
+}
+
+// SelectPhase is Select with the cost of one phase of the request
+// (PhasePrefill, PhaseDecode; PhaseAggregated is Select).
+func SelectPhase(phase Phase, cfg Config, blockSize, isl, requestBlocks int, cands []Candidate, rng *rand.Rand) (Decision, error) {
 	if len(cands) == 0 {
 		return Decision{}, fmt.Errorf("select: %w", ErrNoEligibleWorker)
 	}
 	if rng == nil {
 		return Decision{}, fmt.Errorf("select: nil random source: %w", ErrInvalidInput)
 	}
-	cc, err := prepare(cfg, blockSize, isl, requestBlocks, cands)
+	cc, err := preparePhase(phase, cfg, blockSize, isl, requestBlocks, cands)
 	if err != nil {
 		return Decision{}, fmt.Errorf("select: %w", err)
 	}
