@@ -14,6 +14,10 @@ type Observer interface {
 	// routed, the overlap found and the prompt's block count.
 	Decision(outcome string, overlapBlocks uint32, requestBlocks int)
 	DecisionDegraded(reason string)
+	// Disaggregation records how a decision in a disaggregated fleet
+	// prefilled: "remote", or locally because of "short_prompt",
+	// "no_prefill_worker" or "same_rank" (scheduling.DisaggDecision.Why).
+	Disaggregation(path string)
 	EventApplied(kind string)
 	EventDropped(reason string)
 	ShardRestarted(shard uint32, intact bool)
@@ -45,6 +49,7 @@ type NopObserver struct{}
 func (NopObserver) DecisionPhase(string, time.Duration) {}
 func (NopObserver) Decision(string, uint32, int)        {}
 func (NopObserver) DecisionDegraded(string)             {}
+func (NopObserver) Disaggregation(string)               {}
 func (NopObserver) EventApplied(string)                 {}
 func (NopObserver) EventDropped(string)                 {}
 func (NopObserver) ShardRestarted(uint32, bool)         {}

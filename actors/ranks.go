@@ -19,6 +19,9 @@ type rankView struct {
 	// capacity is each rank's KV cache in blocks (the ttft cost's
 	// headroom); absent when the worker did not announce it.
 	capacity map[kv.WorkerWithDpRank]uint64
+	// roles holds the ranks whose worker is not RoleBoth (nil when none
+	// is: the fleet is aggregated and decisions take the usual path).
+	roles map[kv.WorkerWithDpRank]kv.Role
 }
 
 func emptyRankView() *rankView {
@@ -43,6 +46,12 @@ func newRankView(t *messages.RankTable, address string) *rankView {
 			}
 			v.capacity[w] = e.TotalKvBlocks
 		}
+		if role := roleOf(e.Role); role != kv.RoleBoth {
+			if v.roles == nil {
+				v.roles = map[kv.WorkerWithDpRank]kv.Role{}
+			}
+			v.roles[w] = role
+		}
 		if e.State != messages.WorkerState_WORKER_STATE_ACTIVE {
 			if v.states == nil {
 				v.states = map[kv.WorkerWithDpRank]kv.WorkerState{}
@@ -52,6 +61,12 @@ func newRankView(t *messages.RankTable, address string) *rankView {
 	}
 	return v
 }
+
+// disaggregated reports whether the fleet has prefill and decode pools.
+func (v *rankView) disaggregated() bool { return v.roles != nil }
+
+// role is a rank's role (both when unlisted).
+func (v *rankView) role(w kv.WorkerWithDpRank) kv.Role { return v.roles[w] }
 
 func (v *rankView) has(w kv.WorkerWithDpRank) bool { _, ok := v.pids[w]; return ok }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -35,6 +36,12 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 		return
 	}
 	if m.UpdateStates {
+		if strings.HasSuffix(m.RequestId, scheduling.PrefillRequestSuffix) {
+			s.obs.Decision("bad_request", 0, 0)
+			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST,
+				"request_id %q ends in %q, the suffix of disaggregated prefill hops", m.RequestId, scheduling.PrefillRequestSuffix))
+			return
+		}
 		if _, dup := s.local.Lookup(m.RequestId); dup {
 			s.obs.Decision("bad_request", 0, 0)
 			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST,
@@ -195,6 +202,11 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	}
 	s.release(p)
 	isl := len(p.req.TokenIds)
+	if s.ranks.disaggregated() && p.req.PinnedWorker == nil {
+		// Sticky sessions are not applied to disaggregated decisions.
+		s.decideDisaggregated(ctx, p, cfg, cands, now)
+		return
+	}
 	choose := cands
 	if sticky := s.stickyCandidates(p, cfg, cands); sticky != nil {
 		choose = sticky
@@ -207,13 +219,8 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		return
 	}
 	if p.req.UpdateStates {
-		var newBlocks uint64
-		for _, c := range cands {
-			if c.Worker == d.Worker {
-				newBlocks = c.NewBlocks
-			}
-		}
-		s.record(ctx, p, d, cfg, newBlocks)
+		s.record(ctx, p, d, cfg, newBlocksOf(cands, d.Worker), hop{id: p.req.RequestId, trackPrefill: cfg.TrackPrefillTokens,
+			expectedOutput: p.req.ExpectedOutputTokens, token: p.req.CancelToken})
 		s.recordSession(p, d.Worker, now)
 		s.obs.Decision("routed", d.OverlapBlocks, len(p.local))
 		if p.shared > 0 || cfg.SharedCacheMultiplier > 0 {
@@ -230,9 +237,27 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	})
 }
 
+func newBlocksOf(cands []scheduling.Candidate, w kv.WorkerWithDpRank) uint64 {
+	for _, c := range cands {
+		if c.Worker == w {
+			return c.NewBlocks
+		}
+	}
+	return 0
+}
+
+// hop is what one tracked request of a decision is: the whole request,
+// or in a disaggregated fleet its prefill or decode half.
+type hop struct {
+	id             string
+	trackPrefill   bool   // count its uncached prompt as prefill load
+	expectedOutput uint64 // tokens it will generate (1 for a prefill hop)
+	token          uint64 // cancel token (the client's call)
+}
+
 // record adds the routed request to its worker's active sequences (and,
 // in approximate mode, predicts its blocks as cached there), and gossips.
-func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Decision, cfg scheduling.Config, newBlocks uint64) {
+func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Decision, cfg scheduling.Config, newBlocks uint64, h hop) {
 	isl := uint64(len(p.req.TokenIds))
 	cached := d.CachedTokens
 	if o := p.overlaps[d.Worker]; o != nil && o.Predicted {
@@ -242,14 +267,14 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 	}
 	prefill := isl - min(cached, isl)
 	add := &messages.AddRequest{
-		RequestId: p.req.RequestId, Worker: rankMsg(d.Worker), SequenceHashes: p.sampled,
+		RequestId: h.id, Worker: rankMsg(d.Worker), SequenceHashes: p.sampled,
 		PromptBlocks: uint32(len(p.seqs)), Stride: uint32(s.cfg.Sequence.EffectiveStride()),
-		PrefillTokens: prefill, ExpectedOutputTokens: p.req.ExpectedOutputTokens,
-		TrackPrefillTokens: cfg.TrackPrefillTokens, Isl: isl,
+		PrefillTokens: prefill, ExpectedOutputTokens: h.expectedOutput,
+		TrackPrefillTokens: h.trackPrefill, Isl: isl,
 	}
-	s.local.Track(p.req.RequestId, tracking.Entry{Rank: d.Worker, Origin: s.cfg.ReplicaID, Token: p.req.CancelToken})
+	s.local.Track(h.id, tracking.Entry{Rank: d.Worker, Origin: s.cfg.ReplicaID, Token: h.token})
 	routed := scheduling.Routed{Worker: d.Worker, NewBlocks: newBlocks, Hashes: p.sampled}
-	if cfg.TrackPrefillTokens {
+	if h.trackPrefill {
 		routed.PrefillTokens = prefill
 	}
 	s.noteRouted(routed)

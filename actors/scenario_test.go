@@ -154,6 +154,13 @@ func (s *scenario) run(cmd string, words []string, a map[string]string) {
 		if v, ok := a["kv_blocks"]; ok {
 			hb.TotalKvBlocks = s.num(v)
 		}
+		if v, ok := a["role"]; ok {
+			role, err := kv.ParseRole(v)
+			if err != nil {
+				s.fail("%v", err)
+			}
+			hb.Role = messages.WorkerRole(role)
+		}
 		err := s.router().RegisterWorker(hb, true)
 		if refused := a["refused"] == "true"; refused != errors.Is(err, ErrLimit) || (!refused && err != nil) {
 			s.fail("register: %v, want refused=%v", err, refused)
@@ -307,6 +314,9 @@ func (s *scenario) config(a map[string]string) {
 					c.Sessions.MaxIDBytes = n
 				}
 			})
+		case "max_local_prefill_length":
+			n := s.num(v)
+			s.mutations = append(s.mutations, func(c *Config) { c.Scheduling.MaxLocalPrefillLength = n })
 		case "prefill_tokens_per_sec":
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -443,6 +453,16 @@ func (s *scenario) expect(id string, a map[string]string) {
 	}
 	if v, ok := a["overlap"]; ok && uint64(res.reply.OverlapBlocks) != s.num(v) {
 		s.fail("overlap %d, want %s", res.reply.OverlapBlocks, v)
+	}
+	pf := res.reply.PrefillWorker
+	if v, ok := a["prefill"]; ok && (pf == nil || rankOf(pf) != s.rank(v)) {
+		s.fail("prefill on %v, want %v", pf, s.rank(v))
+	}
+	if a["local"] == "true" && pf != nil {
+		s.fail("prefill on %v, want it local to the decode worker", rankOf(pf))
+	}
+	if v, ok := a["prefill_overlap"]; ok && uint64(res.reply.PrefillOverlapBlocks) != s.num(v) {
+		s.fail("prefill overlap %d, want %s", res.reply.PrefillOverlapBlocks, v)
 	}
 }
 

@@ -171,6 +171,7 @@ func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecyc
 	if gossiped := s.gossip.step(ctx, pid, m); gossiped {
 		if _, ok := m.Step.(*messages.RequestLifecycle_Free); ok {
 			s.local.Untrack(m.RequestId)
+			s.freeCompanion(ctx, m.RequestId)
 		}
 		s.tryDequeue(ctx)
 	}
@@ -199,6 +200,7 @@ func (s *schedulerActor) cancel(ctx actor.Context, m *messages.CancelRoute) {
 	s.gossip.step(ctx, s.ranks.pids[e.Rank], &messages.RequestLifecycle{RequestId: m.RequestId,
 		Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: m.RequestId}}})
 	s.local.Untrack(m.RequestId)
+	s.freeCompanion(ctx, m.RequestId)
 	s.tryDequeue(ctx)
 }
 
@@ -217,6 +219,9 @@ func (s *schedulerActor) peerStep(ctx actor.Context, ev *messages.SequenceEvent)
 	}
 	if pid != nil {
 		ctx.Send(pid, ev)
+	}
+	if c.Step == tracking.StepFree {
+		s.freeCompanion(ctx, c.RequestID)
 	}
 	s.tryDequeue(ctx)
 }

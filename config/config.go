@@ -136,6 +136,7 @@ type Config struct {
 	RouterTTFTUncachedWeight   float64       `flag:"router-ttft-uncached-weight" help:"ttft cost: extra weight of the request's own uncached prefill time, for the requests queued behind it"`
 	RouterTTFTKVHeadroom       float64       `flag:"router-ttft-kv-headroom" help:"ttft cost: fraction of a rank's KV cache active requests may fill before a new request is charged for the wait (0..1]"`
 	RouterPrefillTokensPerSec  float64       `flag:"router-prefill-tokens-per-sec" help:"ttft cost: prefill throughput assumed for a rank until its completions have been measured"`
+	MaxLocalPrefillLength      uint64        `flag:"max-local-prefill-length" help:"disaggregated fleets (workers with role prefill/decode): a prompt whose tokens not cached on the chosen decode worker are at most this many is prefilled there, without a KV transfer (Dynamo's max_local_prefill_length)"`
 	MaxNumBatchedTokens        uint64        `flag:"max-num-batched-tokens" help:"queue-threshold unit for workers that do not announce theirs"`
 	IndexerShards              int           `flag:"indexer-shards" help:"indexer shard actors; 0 = GOMAXPROCS"`
 	MaxWorkers                 int           `flag:"max-workers" help:"most workers the registry holds; more are refused (HTTP 429, counted as worker_rejected{reason=registry_full}); 0 = no bound"`
@@ -261,6 +262,7 @@ func Default() Config {
 		RouterTTFTUncachedWeight:   sc.TTFT.UncachedWeight,
 		RouterTTFTKVHeadroom:       sc.TTFT.KVHeadroom,
 		RouterPrefillTokensPerSec:  sc.TTFT.PrefillTokensPerSec,
+		MaxLocalPrefillLength:      sc.MaxLocalPrefillLength,
 		MaxNumBatchedTokens:        8192,
 		DecisionTimeout:            250 * time.Millisecond,
 		MaxWorkers:                 actors.DefaultMaxWorkers,
@@ -376,6 +378,7 @@ func (c *Config) Scheduling() scheduling.Config {
 	sc.RouterCost = scheduling.CostModel(c.RouterCost)
 	sc.TTFT = scheduling.TTFTConfig{UncachedWeight: c.RouterTTFTUncachedWeight, KVHeadroom: c.RouterTTFTKVHeadroom,
 		PrefillTokensPerSec: c.RouterPrefillTokensPerSec}
+	sc.MaxLocalPrefillLength = c.MaxLocalPrefillLength
 	return sc.Normalized()
 }
 

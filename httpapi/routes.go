@@ -55,6 +55,16 @@ type RouteResult struct {
 	// PromptTokens is the prompt's length in tokens when the router
 	// tokenized it (text or messages).
 	PromptTokens int `json:"prompt_tokens,omitempty"`
+	// In a disaggregated fleet, when the prompt is prefilled remotely:
+	// the prefill rank (worker_id/dp_rank above is the decode rank), its
+	// cached prefix, and the id its hop is tracked under (free it with
+	// POST /free when the prefill answer arrives; freeing request_id
+	// frees both). Absent in aggregated fleets and on the local path.
+	PrefillWorkerID      *uint64 `json:"prefill_worker_id,omitempty"`
+	PrefillDpRank        *uint32 `json:"prefill_dp_rank,omitempty"`
+	PrefillOverlapBlocks uint32  `json:"prefill_overlap_blocks,omitempty"`
+	PrefillCachedTokens  uint64  `json:"prefill_cached_tokens,omitempty"`
+	PrefillRequestID     string  `json:"prefill_request_id,omitempty"`
 }
 
 func (b *RouteBody) toMessage() (*messages.RouteRequest, error) {
@@ -127,8 +137,16 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		WorkerID: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
 		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens, PromptTokens: promptTokens,
 	}
+	if pw := reply.PrefillWorker; pw != nil {
+		id, rank := pw.WorkerId, pw.DpRank
+		res.PrefillWorkerID, res.PrefillDpRank = &id, &rank
+		res.PrefillOverlapBlocks, res.PrefillCachedTokens = reply.PrefillOverlapBlocks, reply.PrefillCachedTokens
+	}
 	if msg.UpdateStates {
 		res.RequestID = msg.RequestId
+		if reply.PrefillWorker != nil {
+			res.PrefillRequestID = reply.PrefillRequestId
+		}
 	}
 	writeJSON(w, http.StatusOK, res)
 }

@@ -21,6 +21,7 @@ type Router struct {
 	overlapBlocks   prometheus.Histogram
 	hitRate         prometheus.Histogram
 	degraded        *prometheus.CounterVec
+	disagg          *prometheus.CounterVec
 	eventsApplied   *prometheus.CounterVec
 	eventsDropped   *prometheus.CounterVec
 	shardRestarts   *prometheus.CounterVec
@@ -63,6 +64,10 @@ func New() *Router {
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_decisions_degraded_total", Help: "Decisions made without every reply (shard or load timeout).",
 		}, []string{"reason"}),
+		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_disaggregation_decisions_total",
+			Help: "Decisions in a disaggregated fleet by prefill path: remote (prefill pool, KV transfer) or local (short_prompt: max_local_prefill_length; no_prefill_worker; same_rank).",
+		}, []string{"path"}),
 		eventsApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_kv_events_applied_total", Help: "KV events applied to the index by kind.",
 		}, []string{"kind"}),
@@ -120,7 +125,7 @@ func New() *Router {
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
 		}),
 	}
-	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded,
+	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions,
@@ -157,6 +162,8 @@ func (m *Router) SessionEvent(event string, n int) {
 }
 func (m *Router) SessionMoved(reason string) { m.sessionMoves.WithLabelValues(reason).Inc() }
 func (m *Router) SessionCount(n int)         { m.sessions.Set(float64(n)) }
+
+func (m *Router) Disaggregation(path string) { m.disagg.WithLabelValues(path).Inc() }
 
 func (m *Router) SharedCache(shared, beyond uint32, requestBlocks int) {
 	if requestBlocks > 0 {

@@ -121,17 +121,6 @@ func SelectDisaggregated(cfg Config, blockSize, isl, requestBlocks int, cands []
 	return out, nil
 }
 
-// Disaggregated reports whether a fleet with these roles has pools: some
-// rank is not RoleBoth.
-func Disaggregated(roles []kv.Role) bool {
-	for _, r := range roles {
-		if r != kv.RoleBoth {
-			return true
-		}
-	}
-	return false
-}
-
 // PrefillRequestID is the id the prefill hop of a disaggregated request
 // is tracked under: the request's own id with a suffix no client id of
 // the same request can collide with in the scheduler's table (the

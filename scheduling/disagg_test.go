@@ -176,12 +176,6 @@ func TestSelectDisaggregatedErrors(t *testing.T) {
 	}
 }
 
-func TestDisaggregated(t *testing.T) {
-	if Disaggregated(nil) || Disaggregated([]kv.Role{kv.RoleBoth, kv.RoleBoth}) || !Disaggregated([]kv.Role{kv.RoleBoth, kv.RoleDecode}) {
-		t.Fatal("a fleet is disaggregated iff some worker is not both")
-	}
-}
-
 func BenchmarkSelectDisaggregated(b *testing.B) {
 	cands := make([]Candidate, 64)
 	m := map[uint64]kv.Role{}
