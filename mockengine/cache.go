@@ -12,6 +12,9 @@ import (
 // cached but unreferenced (on the LRU list, evictable), or free (not
 // represented at all: the pool only counts free capacity).
 type block struct {
+	// id names the block in KV transfers (vLLM's block ids): unique per
+	// rank while the block lives.
+	id     uint32
 	hash   kv.SequenceHash
 	local  kv.LocalBlockHash
 	cached bool // registered under hash in the pool
@@ -25,6 +28,7 @@ type blockPool struct {
 	used   int // blocks with refs > 0
 	byHash map[kv.SequenceHash]*block
 	lru    *list.List // of *block, least recently released first
+	nextID uint32
 }
 
 // ErrCacheInUse is returned when the prefix cache is reset while requests
@@ -69,7 +73,8 @@ func (p *blockPool) allocate(n int) (blocks []*block, evicted []kv.ExternalBlock
 			delete(p.byHash, victim.hash)
 			evicted = append(evicted, kv.ExternalBlockHash(victim.hash))
 		}
-		blocks[i] = &block{refs: 1}
+		p.nextID++
+		blocks[i] = &block{id: p.nextID, refs: 1}
 		p.used++
 	}
 	return blocks, evicted

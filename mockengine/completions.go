@@ -130,6 +130,9 @@ type (
 		Model   string             `json:"model"`
 		Choices []completionChoice `json:"choices"`
 		Usage   *completionUsage   `json:"usage,omitempty"`
+		// KVTransferParams answers a do_remote_decode request: where the
+		// decode engine finds the prompt's blocks.
+		KVTransferParams *KVTransferParams `json:"kv_transfer_params,omitempty"`
 	}
 )
 
@@ -166,7 +169,26 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	xfer, err := kvTransferOf(body)
+	if err == nil {
+		err = s.checkRole(xfer)
+	}
+	if err == nil && xfer != nil && xfer.DoRemoteDecode && p.stream {
+		err = fmt.Errorf("%w: %w", errBadRequest, errTransferStream)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	started := time.Now()
+	if xfer != nil && xfer.DoRemotePrefill {
+		if p.dpRank, err = s.pullFromPrefill(r.Context(), xfer, p.prompt, p.dpRank); err != nil {
+			if r.Context().Err() == nil {
+				writeError(w, http.StatusServiceUnavailable, "%v", err)
+			}
+			return
+		}
+	}
 	stream, err := s.engine.Submit(Request{Prompt: p.prompt, MaxTokens: p.maxTokens}, p.dpRank)
 	switch {
 	case errors.Is(err, ErrStopped):
@@ -189,6 +211,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			ID: "cmpl-" + stream.ID, Object: "text_completion", Created: started.Unix(), Model: s.cfg.Engine.ModelName,
 		},
 	}
+	if xfer != nil && xfer.DoRemoteDecode {
+		c.prefillFor = p.prompt
+	}
 	if p.stream {
 		c.includeUsage = p.includeUsage
 		c.serveStream()
@@ -208,6 +233,9 @@ type completion struct {
 	includeUsage bool
 	generated    int
 	cached       int
+	// prefillFor is the prompt of a do_remote_decode request: its blocks
+	// are held for the decode engine once computed.
+	prefillFor []uint32
 }
 
 // observe records the first token's latency.
@@ -239,6 +267,14 @@ func (c *completion) serveWhole() {
 	}
 	c.resp.Choices = []completionChoice{{Text: text.String(), TokenIDs: tokens, FinishReason: &finishLength}}
 	c.resp.Usage = usageOf(c.stream.PromptTokens, c.cached, len(tokens))
+	if c.prefillFor != nil {
+		params, err := c.s.holdForDecode(c.r, c.stream, c.prefillFor)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.resp.KVTransferParams = params
+	}
 	writeJSON(c.w, http.StatusOK, c.resp)
 }
 

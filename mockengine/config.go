@@ -57,7 +57,23 @@ type Config struct {
 	// Speedup divides every simulated duration when running in real time,
 	// keeping the ratios: 10 makes a 100 ms step take 10 ms.
 	Speedup float64
+	// KVBytesPerToken is the KV cache's size per token (layers × KV heads
+	// × head dim × 2 × dtype bytes; Model.KVBytesPerToken for a preset):
+	// what a KV transfer of disaggregated serving moves.
+	KVBytesPerToken float64
+	// KVTransferGbps is the bandwidth of KV transfers between a prefill
+	// and a decode engine, in gigabits per second (0: transfers take no
+	// time).
+	KVTransferGbps float64
 }
+
+// Defaults of the KV transfer model: Llama-3-8B's 128 KiB per token (32
+// layers × 8 KV heads × 128 × 2 × BF16), over one 400 Gb/s NIC per GPU
+// (a DGX H100 has one ConnectX-7 400 Gb/s port per GPU for NIXL/RDMA).
+const (
+	DefaultKVBytesPerToken = 32 * 8 * 128 * 2 * 2
+	DefaultKVTransferGbps  = 400
+)
 
 // DefaultConfig returns the defaults of the mock worker. The cache and
 // batch limits are those of Dynamo's mocker and vLLM; the block size is
@@ -74,6 +90,8 @@ func DefaultConfig() Config {
 		StepBaseTime:        10 * time.Millisecond,
 		DecodeTimePerSeq:    100 * time.Microsecond,
 		Speedup:             1,
+		KVBytesPerToken:     DefaultKVBytesPerToken,
+		KVTransferGbps:      DefaultKVTransferGbps,
 	}
 }
 
@@ -104,6 +122,10 @@ func (c Config) Validate() error {
 		return bad("decode KV tokens per second %v must be a number >= 0", c.DecodeKVTokensPerSec)
 	case !(c.Speedup > 0):
 		return bad("speedup %v must be positive", c.Speedup)
+	case !(c.KVBytesPerToken >= 0) || math.IsInf(c.KVBytesPerToken, 0):
+		return bad("KV bytes per token %v must be a number >= 0", c.KVBytesPerToken)
+	case !(c.KVTransferGbps >= 0) || math.IsInf(c.KVTransferGbps, 0):
+		return bad("KV transfer bandwidth %v Gb/s must be a number >= 0", c.KVTransferGbps)
 	}
 	return nil
 }

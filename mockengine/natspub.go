@@ -41,7 +41,7 @@ func (p *NATSPublisher) PublishHeartbeat(ctx context.Context, hb Heartbeat) erro
 		DataParallelSize: uint32(hb.DataParallelSize), BlockSize: uint32(hb.BlockSize),
 		TotalKVBlocks: uint64(hb.TotalKVBlocks), ModelName: hb.ModelName,
 		MaxNumBatchedTokens: uint64(hb.MaxNumBatchedTokens), KVEventsEndpoint: hb.KVEventsEndpoint,
-		ReplayEndpoint: hb.ReplayEndpoint,
+		ReplayEndpoint: hb.ReplayEndpoint, Role: hb.Role.String(),
 	})
 }
 

@@ -115,6 +115,7 @@ func Derive(model Model, gpu GPU, s Serving) (Config, error) {
 	c.StepBaseTime = time.Duration(weights / gpu.HBMBytesPerSec * float64(time.Second))
 	c.DecodeTimePerSeq = 0 // the per-request cost is the KV it reads
 	c.DecodeKVTokensPerSec = gpu.HBMBytesPerSec / model.KVBytesPerToken()
+	c.KVBytesPerToken = model.KVBytesPerToken()
 	return c, c.Validate()
 }
 

@@ -23,6 +23,8 @@ type Heartbeat struct {
 	// (rank 0's addresses; rank i adds i to the port). Empty with NATS.
 	KVEventsEndpoint string
 	ReplayEndpoint   string
+	// Role is prefill, decode or both.
+	Role kv.Role
 }
 
 // Publisher carries a worker's KV events and heartbeats to routers
@@ -107,6 +109,7 @@ func (s *Server) heartbeats(ctx context.Context, url string) {
 	hb := Heartbeat{
 		WorkerID: cfg.WorkerID, URL: url, DataParallelSize: cfg.DPSize, BlockSize: cfg.BlockSize,
 		TotalKVBlocks: cfg.TotalKVBlocks, ModelName: cfg.ModelName, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
+		Role: s.cfg.Role,
 	}
 	ticker := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer ticker.Stop()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -41,6 +42,16 @@ type ServerConfig struct {
 	// Tokenizer, when set, lets the worker take text prompts and chat
 	// messages (rendered with its chat template), as vLLM does.
 	Tokenizer *tokenizer.Tokenizer
+	// Role is the worker's part in disaggregated serving (announced in
+	// heartbeats): a prefill worker answers do_remote_decode requests
+	// with kv_transfer_params and holds their blocks; a decode worker
+	// pulls blocks for do_remote_prefill requests; both does both.
+	Role kv.Role
+	// KVHoldTimeout is how long a prefill worker holds blocks nobody
+	// pulls (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s); MaxKVHolds
+	// bounds the holds (the oldest is released first).
+	KVHoldTimeout time.Duration
+	MaxKVHolds    int
 }
 
 // DefaultServerConfig returns the mock worker's defaults.
@@ -50,6 +61,8 @@ func DefaultServerConfig() ServerConfig {
 		HeartbeatInterval: time.Second,
 		MaxBodyBytes:      16 << 20,
 		ShutdownGrace:     5 * time.Second,
+		KVHoldTimeout:     480 * time.Second,
+		MaxKVHolds:        4096,
 	}
 }
 
@@ -65,6 +78,10 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("%w: max body bytes %d must be positive", ErrInvalidConfig, c.MaxBodyBytes)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("%w: shutdown grace %v must not be negative", ErrInvalidConfig, c.ShutdownGrace)
+	case c.Role >= kv.NumRoles:
+		return fmt.Errorf("%w: role %v", ErrInvalidConfig, c.Role)
+	case c.KVHoldTimeout <= 0 || c.MaxKVHolds <= 0:
+		return fmt.Errorf("%w: KV hold timeout %v and max holds %d must be positive", ErrInvalidConfig, c.KVHoldTimeout, c.MaxKVHolds)
 	case c.MetricsFlavor != "" && c.MetricsFlavor != MetricsVLLM && c.MetricsFlavor != MetricsSGLang:
 		return fmt.Errorf("%w: metrics flavor %q: want %s or %s", ErrInvalidConfig, c.MetricsFlavor, MetricsVLLM, MetricsSGLang)
 	}
@@ -82,6 +99,11 @@ type Server struct {
 	faults  faults
 	log     *slog.Logger
 	handler http.Handler
+	// KV transfers (disaggregated serving).
+	holds             *kvHolds
+	client            *http.Client
+	transferredBlocks atomic.Uint64
+	transferFailures  atomic.Uint64
 
 	mu      sync.Mutex
 	url     string
@@ -101,7 +123,8 @@ func NewServer(cfg ServerConfig, pub Publisher) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, pub: pub, events: newEventQueue(), log: log.With("component", "mockengine")}
+	s := &Server{cfg: cfg, pub: pub, events: newEventQueue(), log: log.With("component", "mockengine"),
+		holds: newKVHolds(cfg.MaxKVHolds, cfg.KVHoldTimeout), client: &http.Client{Timeout: 10 * time.Second}}
 	engine, err := NewEngine(cfg.Engine, s.enqueueEvent)
 	if err != nil {
 		return nil, err
@@ -144,6 +167,7 @@ func (s *Server) routes() http.Handler {
 		writeJSON(w, http.StatusOK, s.engine.Stats())
 	})
 	mux.HandleFunc("POST /reset_prefix_cache", s.resetPrefixCache)
+	mux.HandleFunc("POST /kv_transfer/pulled", s.kvPulled)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -256,6 +280,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	engineDone.Wait()
+	s.holds.releaseAll()
 	if err := s.engine.ResetPrefixCache(); err != nil {
 		s.log.Warn("could not announce the cache as cleared", "err", err)
 	}

@@ -86,6 +86,10 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	fs.DurationVar(&e.DecodeTimePerSeq, "decode-time-per-seq", e.DecodeTimePerSeq, "extra simulated step cost per decoding request")
 	fs.Float64Var(&e.DecodeKVTokensPerSec, "decode-kv-tokens-per-s", e.DecodeKVTokensPerSec, "KV-cache tokens a decode step reads per simulated second (0: context length costs nothing)")
 	fs.Float64Var(&e.Speedup, "speedup", e.Speedup, "simulated time runs this many times faster than real time")
+	role := fs.String("role", "both", "part in disaggregated serving, announced in heartbeats: prefill (answers do_remote_decode requests with kv_transfer_params, holds the blocks until pulled), decode (pulls the blocks of do_remote_prefill requests, charging --kv-transfer-gbps) or both")
+	fs.Float64Var(&e.KVTransferGbps, "kv-transfer-gbps", e.KVTransferGbps, "KV transfer bandwidth between prefill and decode workers, gigabits per simulated second (0: free)")
+	fs.Float64Var(&e.KVBytesPerToken, "kv-bytes-per-token", e.KVBytesPerToken, "KV cache bytes per token a transfer moves (a preset sets its model's)")
+	fs.DurationVar(&o.server.KVHoldTimeout, "kv-hold-timeout", o.server.KVHoldTimeout, "prefill role: release blocks no decode worker pulled after this long")
 	tokPath := fs.String("tokenizer", "", "tokenizer.json or model directory (with tokenizer_config.json / chat_template.jinja): take text prompts and chat messages as vLLM does, and publish KV events of the tokens computed (empty: token ids only)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.VisitAll(func(f *flag.Flag) {
@@ -127,6 +131,9 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	}
 	if o.natsURL != "" && (o.kvEventsSubject == "" || o.workersSubject == "") {
 		return o, fmt.Errorf("with --nats-url, --kv-events-subject and --workers-subject must not be empty")
+	}
+	if o.server.Role, err = kv.ParseRole(*role); err != nil {
+		return o, err
 	}
 	if o.workerID == 0 {
 		o.workerID = randomWorkerID()
