@@ -27,12 +27,14 @@ type RankStatus struct {
 
 // WorkerStatus is one registered worker with its ranks.
 type WorkerStatus struct {
-	WorkerID              uint64       `json:"worker_id"`
-	URL                   string       `json:"url,omitempty"`
-	ModelName             string       `json:"model_name,omitempty"`
-	DataParallelStartRank uint32       `json:"data_parallel_start_rank"`
-	DataParallelSize      uint32       `json:"data_parallel_size"`
-	TotalKVBlocks         uint64       `json:"total_kv_blocks,omitempty"`
+	WorkerID              uint64 `json:"worker_id"`
+	URL                   string `json:"url,omitempty"`
+	ModelName             string `json:"model_name,omitempty"`
+	DataParallelStartRank uint32 `json:"data_parallel_start_rank"`
+	DataParallelSize      uint32 `json:"data_parallel_size"`
+	TotalKVBlocks         uint64 `json:"total_kv_blocks,omitempty"`
+	// Role is prefill, decode or both (kv.Role).
+	Role                  string       `json:"role"`
 	Static                bool         `json:"static"`
 	LastSeenUnixNano      int64        `json:"last_seen_unix_nano"`
 	Draining              bool         `json:"draining,omitempty"`
@@ -95,7 +97,7 @@ func (r *Router) Status(ctx context.Context) (*Status, error) {
 		ws := WorkerStatus{
 			WorkerID: hb.WorkerId, URL: hb.Url, ModelName: hb.ModelName,
 			DataParallelStartRank: hb.DataParallelStartRank, DataParallelSize: max(hb.DataParallelSize, 1),
-			TotalKVBlocks: hb.TotalKvBlocks, Static: w.Static, LastSeenUnixNano: w.LastSeenUnixNano,
+			TotalKVBlocks: hb.TotalKvBlocks, Role: roleOf(hb.Role).String(), Static: w.Static, LastSeenUnixNano: w.LastSeenUnixNano,
 			Draining: w.Draining, DrainingSinceUnixNano: w.DrainingSinceUnixNano, Unhealthy: w.Unhealthy, BusyRanks: w.BusyRanks,
 		}
 		cond := registry.Conditions{Draining: w.Draining, Unhealthy: w.Unhealthy, BusyRanks: w.BusyRanks}

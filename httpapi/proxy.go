@@ -134,6 +134,7 @@ func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
 	s := p.s
 	p.started = time.Now()
 	var exclude []uint64
+	var last error
 	for attempt := 0; attempt < 2; attempt++ {
 		resp, workerID, err := p.attempt(r.Context(), exclude)
 		if err == nil {
@@ -150,11 +151,19 @@ func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
 			s.outcome("client_gone")
 			return
 		}
+		var df *decodeFailure
+		if errors.As(err, &df) {
+			s.outcome("decode_failed")
+			s.log.Warn("decode worker failed after the prefill", "worker", df.worker, "err", df.err)
+			writeError(w, http.StatusBadGateway, "%v", df)
+			return
+		}
 		s.log.Warn("worker unreachable; retrying on another worker", "worker", workerID, "err", err)
 		exclude = append(exclude, workerID)
+		last = err
 	}
 	s.outcome("worker_unreachable")
-	writeError(w, http.StatusBadGateway, "no worker could be reached after a retry")
+	writeError(w, http.StatusBadGateway, "no worker could be reached after a retry: %v", last)
 }
 
 type routeFailure struct{ err error }
@@ -181,30 +190,43 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 	if err != nil {
 		return nil, 0, &routeFailure{err}
 	}
-	workerID, rank := reply.Worker.GetWorkerId(), reply.Worker.GetDpRank()
-	base, err := s.workerURL(ctx, workerID)
+	if reply.PrefillWorker != nil {
+		return p.disaggregated(ctx, reply)
+	}
+	workerID := reply.Worker.GetWorkerId()
+	resp, err := p.send(ctx, workerID, reply.Worker.GetDpRank(), p.body)
 	if err != nil {
 		s.freeQuietly(p.requestID)
 		return nil, workerID, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+p.path, bytes.NewReader(p.body))
+	return resp, workerID, nil
+}
+
+// send posts a body to a worker rank's endpoint.
+func (p *proxied) send(ctx context.Context, workerID uint64, rank uint32, body []byte) (*http.Response, error) {
+	s := p.s
+	base, err := s.workerURL(ctx, workerID)
 	if err != nil {
-		s.freeQuietly(p.requestID)
-		return nil, workerID, fmt.Errorf("build forwarded request: %w", err)
+		return nil, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, base+p.path, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build forwarded request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	// vLLM reads the data-parallel rank from X-data-parallel-rank;
 	// X-Dp-Rank is this project's older name for it.
 	hreq.Header.Set("X-data-parallel-rank", strconv.FormatUint(uint64(rank), 10))
 	hreq.Header.Set("X-Dp-Rank", strconv.FormatUint(uint64(rank), 10))
+	// Both hops of a disaggregated request carry the same id, as vLLM's
+	// proxy sends them.
 	hreq.Header.Set("X-Request-Id", p.requestID)
 	hreq.Header.Set(HopHeader, s.hopID())
 	resp, err := s.opts.Client.Do(hreq)
 	if err != nil {
-		s.freeQuietly(p.requestID)
-		return nil, workerID, fmt.Errorf("forward to worker %d at %s: %w", workerID, base, err)
+		return nil, fmt.Errorf("forward to worker %d at %s: %w", workerID, base, err)
 	}
-	return resp, workerID, nil
+	return resp, nil
 }
 
 // relay streams the worker's response to the client, tracking the
