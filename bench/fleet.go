@@ -43,6 +43,7 @@ func startWorkers(ctx context.Context, opts FleetOptions, pub mockengine.Publish
 		cfg.Engine = opts.Engine
 		cfg.Engine.WorkerID = kv.WorkerID(i + 1)
 		cfg.Engine.BlockSize = opts.BlockSize
+		cfg.Role = opts.role(i)
 		cfg.HeartbeatInterval = 200 * time.Millisecond
 		cfg.ShutdownGrace = time.Second
 		cfg.Logger = log.With("worker", i+1)

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
+	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // FleetOptions describes the embedded fleet a sweep starts per point.
@@ -37,6 +39,39 @@ type FleetOptions struct {
 	// KV events on NATS) or DiscoveryDNS (plain engines on their own
 	// loopback addresses, found by resolving a name, KV events on ZMQ).
 	Discovery string
+
+	// Disagg is "P:D": the fleet's first P workers are prefill workers,
+	// the next D decode workers (Workers becomes P+D); "" = every worker
+	// does both (aggregated).
+	Disagg string
+	// MaxLocalPrefillLength is the router's max-local-prefill-length
+	// (disaggregated fleets).
+	MaxLocalPrefillLength uint64
+}
+
+// Pools parses Disagg: the prefill and decode worker counts (0, 0 when
+// the fleet is aggregated).
+func (o FleetOptions) Pools() (prefill, decode int, err error) {
+	if o.Disagg == "" {
+		return 0, 0, nil
+	}
+	if _, err := fmt.Sscanf(o.Disagg, "%d:%d", &prefill, &decode); err != nil || prefill < 1 || decode < 1 ||
+		fmt.Sprintf("%d:%d", prefill, decode) != o.Disagg {
+		return 0, 0, fmt.Errorf("--disagg %q: want P:D, two positive worker counts", o.Disagg)
+	}
+	return prefill, decode, nil
+}
+
+// role is worker i's (0-based) role in the fleet.
+func (o FleetOptions) role(i int) kv.Role {
+	p, _, err := o.Pools()
+	switch {
+	case err != nil || o.Disagg == "":
+		return kv.RoleBoth
+	case i < p:
+		return kv.RolePrefill
+	}
+	return kv.RoleDecode
 }
 
 // Register binds the fleet's flags, defaulting to the mock engine's
@@ -89,6 +124,19 @@ func (o *FleetOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Engine.StepBaseTime, "step-base-time", o.Engine.StepBaseTime, "mock engine: simulated cost of every step (reading the weights)")
 	fs.DurationVar(&o.Engine.DecodeTimePerSeq, "decode-time-per-seq", o.Engine.DecodeTimePerSeq, "mock engine: simulated step cost per decoding request")
 	fs.Float64Var(&o.Engine.DecodeKVTokensPerSec, "decode-kv-tokens-per-sec", o.Engine.DecodeKVTokensPerSec, "mock engine: KV tokens a decode step reads per simulated second (0 = context length costs nothing)")
+	fs.StringVar(&o.Disagg, "disagg", "", "P:D: a disaggregated fleet of P prefill and D decode workers (overrides --workers); empty = aggregated")
+	fs.Float64Var(&o.Engine.KVTransferGbps, "kv-transfer-gbps", o.Engine.KVTransferGbps, "mock engine: KV transfer bandwidth between prefill and decode workers, Gb per simulated second")
+	o.MaxLocalPrefillLength = scheduling.DefaultMaxLocalPrefillLength
+	fs.Uint64Var(&o.MaxLocalPrefillLength, "max-local-prefill-length", o.MaxLocalPrefillLength, "router: with --disagg, prompts with at most this many tokens uncached on the decode worker are prefilled there")
+}
+
+// Finish applies --disagg to the worker count; call it after parsing.
+func (o *FleetOptions) Finish() error {
+	p, d, err := o.Pools()
+	if err == nil && o.Disagg != "" {
+		o.Workers = p + d
+	}
+	return err
 }
 
 // Validate checks the options before anything is started.
@@ -101,6 +149,16 @@ func (o FleetOptions) Validate() error {
 	}
 	if o.Discovery != "" && o.Discovery != DiscoveryDNS {
 		return fmt.Errorf("discovery %q: want empty or %s", o.Discovery, DiscoveryDNS)
+	}
+	p, d, err := o.Pools()
+	if err != nil {
+		return err
+	}
+	if o.Disagg != "" && p+d != o.Workers {
+		return fmt.Errorf("--disagg %s is %d workers, the fleet has %d (call Finish after parsing)", o.Disagg, p+d, o.Workers)
+	}
+	if o.Disagg != "" && o.Discovery != "" {
+		return errors.New("--disagg needs heartbeats (the roles travel in them): not with --discovery")
 	}
 	e := o.Engine
 	e.BlockSize = o.BlockSize

@@ -115,6 +115,7 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 	cfg.BlockSize = opts.BlockSize
 	cfg.MaxNumBatchedTokens = uint64(opts.Engine.MaxNumBatchedTokens)
 	cfg.RouterCost = cost
+	cfg.MaxLocalPrefillLength = opts.MaxLocalPrefillLength
 	if opts.Stride > 0 {
 		cfg.RouterActiveSequenceStride = opts.Stride
 	}

@@ -21,6 +21,7 @@ type Point struct {
 	TTFTP90        float64 `json:"ttft_p90_ms"`
 	TTFTP99        float64 `json:"ttft_p99_ms"`
 	ITLP50         float64 `json:"itl_p50_ms"`
+	ITLP90         float64 `json:"itl_p90_ms"`
 	ThroughputTokS float64 `json:"throughput_tok_s"`
 	Errors         int     `json:"errors"`
 	// LoadSpread is the mean over the run of max/mean active KV tokens
@@ -68,15 +69,15 @@ func (r *Report) WriteJSON(dir string) (string, error) {
 // oracle_timed.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\tqps\thit_rate\tvs_timed\toracle_unb\toracle_cap\toracle_timed\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\titl_p50_ms\ttok/s\terrors\tload_spread\t\n")
+	fmt.Fprintf(tw, "policy\tqps\thit_rate\tvs_timed\toracle_unb\toracle_cap\toracle_timed\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\titl_p50_ms\titl_p90_ms\ttok/s\terrors\tload_spread\t\n")
 	for _, p := range r.sorted() {
 		bounds := fmt.Sprintf("%.3f\t%.3f\t%.3f", p.Unbounded, p.Capacity, p.Timed)
 		if p.Name == PolicyOracle {
-			fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t-\t%s\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name, p.QPS, p.HitRate, bounds)
+			fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t-\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name, p.QPS, p.HitRate, bounds)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%.0f\t%d\t%.2f\t\n",
-			p.Name, p.QPS, p.HitRate, p.HitVsTimed(), bounds, p.TTFTP50, p.TTFTP90, p.TTFTP99, p.ITLP50, p.ThroughputTokS, p.Errors, p.LoadSpread)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%d\t%.2f\t\n",
+			p.Name, p.QPS, p.HitRate, p.HitVsTimed(), bounds, p.TTFTP50, p.TTFTP90, p.TTFTP99, p.ITLP50, p.ITLP90, p.ThroughputTokS, p.Errors, p.LoadSpread)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

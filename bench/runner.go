@@ -72,7 +72,9 @@ func Summarize(policy string, qps float64, results []Result) Point {
 	p.TTFTP50 = finite(Percentile(tt, 50))
 	p.TTFTP90 = finite(Percentile(tt, 90))
 	p.TTFTP99 = finite(Percentile(tt, 99))
-	p.ITLP50 = finite(Percentile(millis(itls), 50))
+	il := millis(itls)
+	p.ITLP50 = finite(Percentile(il, 50))
+	p.ITLP90 = finite(Percentile(il, 90))
 	if span := last.Sub(first).Seconds(); span > 0 {
 		p.ThroughputTokS = float64(output) / span
 	}

@@ -62,6 +62,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	f.finish()
+	if err := f.fleet.Finish(); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "kvbench demo: embedded NATS, 1 router, %d mock workers (%s), shared-prefix sweep at qps %s (%d requests per point, the first %d warming the caches)\n",
 		f.fleet.Workers, f.fleet.Preset, f.qps, f.workload.Requests, f.warmup)
 	return execute(ctx, &f, stdout, stderr)

@@ -98,6 +98,9 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	f.finish()
+	if err := f.fleet.Finish(); err != nil {
+		return err
+	}
 	return execute(ctx, &f, stdout, stderr)
 }
 
