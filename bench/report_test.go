@@ -42,7 +42,7 @@ func TestReportJSONFieldNames(t *testing.T) {
 	if err := json.Unmarshal(top["policies"], &points); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"errors", "hit_rate", "itl_p50_ms", "name", "oracle_capacity", "oracle_timed", "oracle_unbounded",
+	want := []string{"errors", "hit_rate", "itl_p50_ms", "itl_p90_ms", "name", "oracle_capacity", "oracle_timed", "oracle_unbounded",
 		"qps", "throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}
 	for _, p := range points {
 		if keys := sortedKeys(p); !slices.Equal(keys, want) {
