@@ -135,6 +135,12 @@ func (p *proxied) prefill(ctx context.Context, w *messages.WorkerRank, hopID str
 	if len(answer) > maxPrefillAnswer {
 		return nil, fmt.Errorf("prefill answer larger than %d bytes", maxPrefillAnswer)
 	}
+	return transferParamsOf(answer)
+}
+
+// transferParamsOf reads the kv_transfer_params of a prefill answer: an
+// object, kept verbatim, or nil when absent or null.
+func transferParamsOf(answer []byte) (json.RawMessage, error) {
 	var out struct {
 		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 	}

@@ -364,3 +364,22 @@ func postJSONTo(t *testing.T, url string, body []byte, out any) int {
 	}
 	return resp.StatusCode
 }
+
+// The prefill answer's parameters are an object kept verbatim, or none;
+// anything else is an error, never a panic.
+func FuzzTransferParamsOf(f *testing.F) {
+	f.Add([]byte(`{"kv_transfer_params":{"do_remote_prefill":true,"remote_block_ids":[1,2]}}`))
+	f.Add([]byte(`{"kv_transfer_params":null}`))
+	f.Add([]byte(`{"kv_transfer_params":[1]}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`nope`))
+	f.Fuzz(func(t *testing.T, answer []byte) {
+		p, err := transferParamsOf(answer)
+		if err != nil {
+			return
+		}
+		if p != nil && (p[0] != '{' || !json.Valid(p)) {
+			t.Fatalf("params %q from %q", p, answer)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package mockengine
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -188,4 +189,25 @@ func TestTransferTime(t *testing.T) {
 	if err != nil || p.KVBytesPerToken != 131072 {
 		t.Fatalf("preset KV bytes per token %v, %v", p.KVBytesPerToken, err)
 	}
+}
+
+// Whatever a request carries, kv_transfer_params decode to a checked
+// value or a bad-request error.
+func FuzzKVTransferOf(f *testing.F) {
+	f.Add([]byte(`{"kv_transfer_params":{"do_remote_decode":true,"remote_engine_id":null}}`))
+	f.Add([]byte(`{"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"h","remote_port":1,"remote_request_id":"x","remote_block_ids":[1]}}`))
+	f.Add([]byte(`{"kv_transfer_params":{"do_remote_prefill":true}}`))
+	f.Add([]byte(`{"kv_transfer_params":7}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := kvTransferOf(body)
+		if err != nil {
+			if !errors.Is(err, errBadRequest) {
+				t.Fatalf("error %v is not a bad request", err)
+			}
+			return
+		}
+		if p != nil && p.DoRemotePrefill && (p.RemoteHost == nil || p.RemotePort == nil || p.RemoteRequestID == "" || p.DoRemoteDecode) {
+			t.Fatalf("unchecked params %+v", p)
+		}
+	})
 }
