@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"math"
 	"strings"
 	"time"
 
@@ -54,6 +55,13 @@ func (s *schedulerActor) decideDisaggregated(ctx actor.Context, p *pending, cfg 
 		}
 	}
 	s.obs.Decision(outcome, d.OverlapBlocks, len(p.local))
+	if p.req.UpdateStates && (p.shared > 0 || cfg.SharedCacheMultiplier > 0) {
+		prefilled := d // the rank that computes the prompt
+		if dd.Prefill != nil {
+			prefilled = *dd.Prefill
+		}
+		s.obs.SharedCache(p.shared, scheduling.SharedBeyondDevice(uint32(math.Round(prefilled.EffectiveOverlapBlocks)), p.shared), len(p.local))
+	}
 	s.obs.Disaggregation(dd.Why)
 	s.obs.DecisionPhase("total", time.Since(p.started))
 	ctx.Send(p.replyTo, reply)

@@ -41,6 +41,19 @@ func TestPhaseCosts(t *testing.T) {
 			t.Errorf("phase %d: cost %v, want %v", tt.phase, got, tt.want)
 		}
 	}
+	// A shared tier holding 8 blocks credits 0.5 × (8 − 4) = 2 blocks in
+	// both phases, as in Dynamo's overlap_credit_blocks.
+	cfg.SharedCacheMultiplier = 0.5
+	c.SharedOverlap = 8
+	for phase, want := range map[Phase]float64{PhasePrefill: 6, PhaseDecode: 20 + 1.5} {
+		cc, err := preparePhase(phase, cfg, 16, 160, 10, []Candidate{c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cc.cost(0, c); got != want {
+			t.Errorf("phase %d with a shared tier: cost %v, want %v", phase, got, want)
+		}
+	}
 }
 
 func TestSelectDisaggregated(t *testing.T) {
