@@ -351,6 +351,24 @@ func TestDisaggregatedShortPromptIsLocal(t *testing.T) {
 	settled(t, r)
 }
 
+// Clients cannot steer engines' KV connectors: kv_transfer_params in a
+// proxied request is refused, aggregated or not.
+func TestClientTransferParamsRefused(t *testing.T) {
+	decode := startVLLMStub(t, streamDecode)
+	url, r := startPDRig(t, pdWorker{2, decode.srv.URL, kv.RoleBoth})
+	var e struct{ Error string }
+	body := []byte(`{"prompt":[1,2,3],"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.0.0.1","remote_port":5600}}`)
+	// (Chat takes the same path, proxied.serve, once its messages are
+	// tokenized.)
+	if code := postJSONTo(t, url+"/v1/completions", body, &e); code != http.StatusBadRequest || !strings.Contains(e.Error, "kv_transfer_params") {
+		t.Fatalf("%d %q", code, e.Error)
+	}
+	if db, _ := decode.seen(); len(db) != 0 {
+		t.Fatalf("the engine saw %d requests", len(db))
+	}
+	settled(t, r)
+}
+
 func postJSONTo(t *testing.T, url string, body []byte, out any) int {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", bytes.NewReader(body))

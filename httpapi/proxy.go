@@ -132,6 +132,13 @@ type proxied struct {
 
 func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
 	s := p.s
+	if _, ok := p.fields["kv_transfer_params"]; ok {
+		// A client's transfer parameters would point an engine's KV
+		// connector at any host it names; only the router sets them.
+		s.outcome("bad_input")
+		writeError(w, http.StatusBadRequest, "kv_transfer_params is set by the router in a disaggregated fleet, not by clients")
+		return
+	}
 	p.started = time.Now()
 	var exclude []uint64
 	var last error
