@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -176,6 +177,8 @@ type (
 		Model   string           `json:"model"`
 		Choices []chatChoice     `json:"choices"`
 		Usage   *completionUsage `json:"usage,omitempty"`
+		// KVTransferParams answers a do_remote_decode request.
+		KVTransferParams *KVTransferParams `json:"kv_transfer_params,omitempty"`
 	}
 )
 
@@ -216,7 +219,26 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		rank = n
 	}
+	xfer, err := kvTransferOf(body)
+	if err == nil {
+		err = s.checkRole(xfer)
+	}
+	if err == nil && xfer != nil && xfer.DoRemoteDecode && req.Stream {
+		err = fmt.Errorf("%w: %w", errBadRequest, errTransferStream)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	started := time.Now()
+	if xfer != nil && xfer.DoRemotePrefill {
+		if rank, err = s.pullFromPrefill(r.Context(), xfer, prompt, rank); err != nil {
+			if r.Context().Err() == nil {
+				writeError(w, http.StatusServiceUnavailable, "%v", err)
+			}
+			return
+		}
+	}
 	stream, err := s.engine.Submit(Request{Prompt: prompt, MaxTokens: maxTokens}, rank)
 	switch {
 	case errors.Is(err, ErrStopped):
@@ -252,6 +274,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		base.Object = "chat.completion"
 		base.Choices = []chatChoice{{Message: &chatMessage{Role: "assistant", Content: text.String()}, FinishReason: &finishLength}}
 		base.Usage = usageOf(stream.PromptTokens, c.cached, c.generated)
+		if xfer != nil && xfer.DoRemoteDecode {
+			if base.KVTransferParams, err = s.holdForDecode(r, stream, prompt); err != nil {
+				c.fail(err)
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, base)
 		return
 	}

@@ -211,3 +211,29 @@ func FuzzKVTransferOf(f *testing.F) {
 		}
 	})
 }
+
+// Chat completions take part in transfers the same way.
+func TestKVTransferChat(t *testing.T) {
+	tok := qwen3(t)
+	prefill := startWorker(t, func(c *ServerConfig) { c.Role = kv.RolePrefill; c.Tokenizer = tok }, nil)
+	decode := startWorker(t, func(c *ServerConfig) { c.Role = kv.RoleDecode; c.Tokenizer = tok }, nil)
+	msgs := []map[string]string{{"role": "user", "content": strings.Repeat("Tell me about paged attention and prefix caching. ", 12)}}
+	code, body := postJSON(t, prefill.url+"/v1/chat/completions", map[string]any{"messages": msgs, "max_completion_tokens": 1,
+		"stream": false, "kv_transfer_params": map[string]any{"do_remote_decode": true}})
+	var pre struct {
+		KVTransferParams *KVTransferParams `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(body, &pre); code != http.StatusOK || err != nil || pre.KVTransferParams == nil || len(pre.KVTransferParams.RemoteBlockIDs) == 0 {
+		t.Fatalf("chat prefill: %d %s", code, body)
+	}
+	code, body = postJSON(t, decode.url+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 3,
+		"kv_transfer_params": pre.KVTransferParams})
+	var dec chatResponse
+	if err := json.Unmarshal(body, &dec); code != http.StatusOK || err != nil || dec.Usage == nil ||
+		dec.Usage.PromptTokensDetails.CachedTokens != 16*len(pre.KVTransferParams.RemoteBlockIDs) {
+		t.Fatalf("chat decode: %d %s", code, body)
+	}
+	if prefill.srv.HeldTransfers() != 0 || decode.srv.transferredBlocks.Load() != uint64(len(pre.KVTransferParams.RemoteBlockIDs)) {
+		t.Fatalf("holds %d, transferred %d", prefill.srv.HeldTransfers(), decode.srv.transferredBlocks.Load())
+	}
+}
