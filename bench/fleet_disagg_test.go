@@ -89,11 +89,34 @@ func TestDisaggregatedEmbeddedFleet(t *testing.T) {
 	if p := Summarize(PolicyKVRouter, 50, results); p.Errors != 0 || p.ITLP90 <= 0 {
 		t.Fatalf("errors %d (%v), itl p90 %v", p.Errors, results[0].Err, p.ITLP90)
 	}
+	paths, err := disaggPaths(ctx, newHTTPClient(), fleet.RouterURLs())
+	if err != nil || paths["remote"] != 1 || paths["short_prompt"] != 4 {
+		t.Fatalf("disaggregation paths %v, %v; want 1 remote, 4 short_prompt", paths, err)
+	}
 	ws := fleet.(*routedFleet).ws
 	prefill := ws.servers[0].Engine().Stats()[0]
 	decoded := ws.servers[1].Engine().Stats()[0].FinishedRequests + ws.servers[2].Engine().Stats()[0].FinishedRequests
 	if prefill.FinishedRequests != 1 || prefill.GenerationTokens != 1 || decoded != 5 {
 		t.Fatalf("prefill worker served %d requests (%d tokens), decode workers %d; want 1 remote prefill, then local, 5 decodes",
 			prefill.FinishedRequests, prefill.GenerationTokens, decoded)
+	}
+}
+
+func TestParseDisaggLine(t *testing.T) {
+	for line, want := range map[string]struct {
+		path string
+		n    uint64
+		ok   bool
+	}{
+		`kvrouter_disaggregation_decisions_total{path="remote"} 12`:          {"remote", 12, true},
+		`kvrouter_disaggregation_decisions_total{path="short_prompt"} 3e+00`: {"short_prompt", 3, true},
+		`# HELP kvrouter_disaggregation_decisions_total Decisions`:           {},
+		`kvrouter_disaggregation_decisions_total{path="remote"} -1`:          {},
+		`kvrouter_decisions_total{outcome="routed"} 5`:                       {},
+	} {
+		path, n, ok := parseDisaggLine(line)
+		if path != want.path || n != want.n || ok != want.ok {
+			t.Errorf("%q: %q %d %v", line, path, n, ok)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,10 @@ type Point struct {
 	// Detector is what the replicas' failure detectors did during the
 	// point, summed over replicas (only with several replicas).
 	Detector *DetectorCounts `json:"failure_detector,omitempty"`
+	// DisaggPaths counts the point's decisions (warm-up included) in a
+	// disaggregated fleet by prefill path: remote (prefill pool, KV
+	// transfer) or local (short_prompt, no_prefill_worker, same_rank).
+	DisaggPaths map[string]uint64 `json:"disagg_paths,omitempty"`
 	// Bounds are the hit-rate oracles of this point's schedule on this
 	// fleet (the same for every policy at one QPS): oracle_unbounded,
 	// oracle_capacity, oracle_timed.
@@ -85,6 +90,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, p := range r.sorted() {
 		if p.Detector != nil {
 			fmt.Fprintf(w, "failure detector, %s at %.2f qps (all replicas): %s\n", p.Name, p.QPS, p.Detector)
+		}
+		if len(p.DisaggPaths) > 0 {
+			keys := slices.Sorted(maps.Keys(p.DisaggPaths))
+			parts := make([]string, len(keys))
+			for i, k := range keys {
+				parts[i] = fmt.Sprintf("%s %d", k, p.DisaggPaths[k])
+			}
+			fmt.Fprintf(w, "%s qps %.2f prefill paths: %s\n", p.Name, p.QPS, strings.Join(parts, ", "))
 		}
 	}
 	return nil

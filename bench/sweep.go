@@ -157,5 +157,10 @@ func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, r
 		det = det.Sub(det0)
 		pt.Detector = &det
 	}
+	if len(routers) > 0 {
+		if pt.DisaggPaths, err = disaggPaths(ctx, client.HTTP, routers); err != nil {
+			cfg.Logger.Warn("disaggregation paths not read", "err", err)
+		}
+	}
 	return pt, nil
 }
