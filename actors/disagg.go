@@ -7,8 +7,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/sessions"
 )
 
 // decideDisaggregated routes a request in a fleet with prefill and
@@ -24,7 +26,16 @@ import (
 func (s *schedulerActor) decideDisaggregated(ctx actor.Context, p *pending, cfg scheduling.Config,
 	cands []scheduling.Candidate, now time.Time) {
 	isl := len(p.req.TokenIds)
-	dd, err := scheduling.SelectDisaggregated(cfg, s.cfg.BlockSize, isl, len(p.local), cands, s.ranks.role, s.rng)
+	// A sticky session binds the decode rank: the conversation's KV keeps
+	// landing there (and later turns are short enough to prefill locally).
+	var bound *kv.WorkerWithDpRank
+	if p.hasSticky && !s.ranks.role(p.sticky).Decodes() {
+		p.moveReason, p.hasSticky = sessions.MoveGone, false // no longer a decode worker
+	}
+	if sticky := s.stickyCandidates(p, cfg, cands); sticky != nil {
+		bound = &sticky[0].Worker
+	}
+	dd, err := scheduling.SelectDisaggregatedBound(cfg, s.cfg.BlockSize, isl, len(p.local), cands, bound, s.ranks.role, s.rng)
 	s.obs.DecisionPhase("select", time.Since(now))
 	if err != nil {
 		s.obs.Decision("no_worker", 0, len(p.local))
@@ -42,6 +53,7 @@ func (s *schedulerActor) decideDisaggregated(ctx actor.Context, p *pending, cfg 
 	outcome := "query"
 	if p.req.UpdateStates {
 		outcome = "routed"
+		s.recordSession(p, d.Worker, now)
 		if dd.Prefill != nil {
 			s.record(ctx, p, *dd.Prefill, cfg, newBlocksOf(cands, dd.Prefill.Worker), hop{
 				id: reply.PrefillRequestId, trackPrefill: cfg.TrackPrefillTokens, expectedOutput: 1, token: p.req.CancelToken})

@@ -203,7 +203,6 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	s.release(p)
 	isl := len(p.req.TokenIds)
 	if s.ranks.disaggregated() && p.req.PinnedWorker == nil {
-		// Sticky sessions are not applied to disaggregated decisions.
 		s.decideDisaggregated(ctx, p, cfg, cands, now)
 		return
 	}

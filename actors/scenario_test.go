@@ -461,6 +461,9 @@ func (s *scenario) expect(id string, a map[string]string) {
 	if a["local"] == "true" && pf != nil {
 		s.fail("prefill on %v, want it local to the decode worker", rankOf(pf))
 	}
+	if a["local"] == "false" && pf == nil {
+		s.fail("prefilled locally on %v, want a remote prefill", got)
+	}
 	if v, ok := a["prefill_overlap"]; ok && uint64(res.reply.PrefillOverlapBlocks) != s.num(v) {
 		s.fail("prefill overlap %d, want %s", res.reply.PrefillOverlapBlocks, v)
 	}

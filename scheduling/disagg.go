@@ -78,6 +78,18 @@ type DisaggDecision struct {
 // role gives each candidate's role. Both selections validate like Select.
 func SelectDisaggregated(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate,
 	role func(kv.WorkerWithDpRank) kv.Role, rng *rand.Rand) (DisaggDecision, error) {
+	return SelectDisaggregatedBound(cfg, blockSize, isl, requestBlocks, cands, nil, role, rng)
+}
+
+// SelectDisaggregatedBound is SelectDisaggregated for a request whose
+// sticky session is bound to the decode rank bound (nil: none): the decode
+// side stays on it when it is a decode candidate (the caller has checked
+// it is fit to stay, sessions.Stay), so the conversation's KV keeps
+// landing on one decode worker; conditional disaggregation and the
+// prefill rank are decided as usual. A bound rank that is not among the
+// decode candidates is ignored.
+func SelectDisaggregatedBound(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate,
+	bound *kv.WorkerWithDpRank, role func(kv.WorkerWithDpRank) kv.Role, rng *rand.Rand) (DisaggDecision, error) {
 	if role == nil {
 		return DisaggDecision{}, fmt.Errorf("select disaggregated: nil role function: %w", ErrInvalidInput)
 	}
@@ -95,6 +107,14 @@ func SelectDisaggregated(cfg Config, blockSize, isl, requestBlocks int, cands []
 	if len(decodePool) == 0 {
 		return DisaggDecision{}, fmt.Errorf("select disaggregated: no decode worker among %d candidates: %w",
 			len(cands), ErrNoEligibleWorker)
+	}
+	if bound != nil {
+		for _, c := range decodePool {
+			if c.Worker == *bound {
+				decodePool = []Candidate{c}
+				break
+			}
+		}
 	}
 	d, err := SelectPhase(PhaseDecode, cfg, blockSize, isl, requestBlocks, decodePool, rng)
 	if err != nil {

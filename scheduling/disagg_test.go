@@ -175,6 +175,35 @@ func TestSelectDisaggregatedBothRole(t *testing.T) {
 	}
 }
 
+// A session's bound decode rank keeps the decode side even when another
+// decode rank is cheaper; the prefill side and conditional
+// disaggregation are decided as without it; a bound rank that cannot
+// decode is ignored.
+func TestSelectDisaggregatedBound(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxLocalPrefillLength = 100
+	r := roles(map[uint64]kv.Role{1: kv.RolePrefill, 3: kv.RoleDecode, 4: kv.RoleDecode})
+	cands := []Candidate{
+		{Worker: rank(1), DeviceOverlap: 150, NewBlocks: 200, HasLoad: true},
+		{Worker: rank(3), NewBlocks: 200, ActiveBlocks: 900, HasLoad: true},
+		{Worker: rank(4), DeviceOverlap: 196, NewBlocks: 4, HasLoad: true},
+	}
+	free, err := SelectDisaggregated(cfg, 16, 3200, 200, cands, r, seeded(1))
+	if err != nil || free.Decode.Worker != rank(4) || free.Prefill != nil || free.Why != "short_prompt" {
+		t.Fatalf("unbound: got %+v, %v", free, err)
+	}
+	three := rank(3)
+	d, err := SelectDisaggregatedBound(cfg, 16, 3200, 200, cands, &three, r, seeded(1))
+	if err != nil || d.Decode.Worker != three || d.Prefill == nil || d.Prefill.Worker != rank(1) || d.Why != "remote" {
+		t.Fatalf("bound to 3: got %+v, %v", d, err)
+	}
+	one := rank(1) // prefill-only: not a decode candidate
+	d, err = SelectDisaggregatedBound(cfg, 16, 3200, 200, cands, &one, r, seeded(1))
+	if err != nil || d.Decode.Worker != rank(4) {
+		t.Fatalf("bound to a prefill worker: got %+v, %v", d, err)
+	}
+}
+
 func TestSelectDisaggregatedErrors(t *testing.T) {
 	cfg := DefaultConfig()
 	onlyPrefill := []Candidate{{Worker: rank(1), NewBlocks: 1, HasLoad: true}}
