@@ -35,6 +35,7 @@ type envOptions struct {
 	adminTokens  grpcapi.TokenSet
 	ready        func() error
 	router       func(*actors.Config)
+	roles        map[int]messages.WorkerRole // worker id → role (default both)
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -51,7 +52,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	t.Cleanup(r.Stop)
 	for i := 1; i <= o.workers; i++ {
-		if err := r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: uint64(i), DataParallelSize: 1}, true); err != nil {
+		if err := r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: uint64(i), DataParallelSize: 1, Role: o.roles[i]}, true); err != nil {
 			t.Fatal(err)
 		}
 	}

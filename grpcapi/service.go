@@ -62,7 +62,12 @@ func routeMessage(r *pb.RouteRequest) (*messages.RouteRequest, error) {
 			SharedCacheMultiplier: o.SharedCacheMultiplier,
 		}
 	}
-	return routeapi.RouteMessage(in)
+	m, err := routeapi.RouteMessage(in)
+	if err != nil {
+		return nil, err
+	}
+	m.SessionId = r.GetSessionId() // checked by the scheduler, as over HTTP
+	return m, nil
 }
 
 func (s *Server) route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteResponse, error) {
@@ -83,8 +88,15 @@ func (s *Server) route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteRespon
 		WorkerId: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
 		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens,
 	}
+	if pw := reply.PrefillWorker; pw != nil {
+		res.PrefillWorker = &pb.WorkerRef{WorkerId: pw.WorkerId, DpRank: pw.DpRank}
+		res.PrefillOverlapBlocks, res.PrefillCachedTokens = reply.PrefillOverlapBlocks, reply.PrefillCachedTokens
+	}
 	if msg.UpdateStates {
 		res.RequestId = msg.RequestId
+		if reply.PrefillWorker != nil {
+			res.PrefillRequestId = reply.PrefillRequestId
+		}
 	}
 	return res, nil
 }

@@ -191,8 +191,12 @@ type RouteRequest struct {
 	ExpectedOutputTokens uint64          `protobuf:"varint,7,opt,name=expected_output_tokens,json=expectedOutputTokens,proto3" json:"expected_output_tokens,omitempty"`
 	PriorityJump         float64         `protobuf:"fixed64,8,opt,name=priority_jump,json=priorityJump,proto3" json:"priority_jump,omitempty"`
 	RouterConfigOverride *ConfigOverride `protobuf:"bytes,9,opt,name=router_config_override,json=routerConfigOverride,proto3" json:"router_config_override,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// session_id makes the request part of a sticky session (HTTP's
+	// x-session-id / session_id): later requests of the session go to the
+	// rank the first one was routed to while it stays fit.
+	SessionId     string `protobuf:"bytes,10,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
@@ -288,16 +292,34 @@ func (x *RouteRequest) GetRouterConfigOverride() *ConfigOverride {
 	return nil
 }
 
+func (x *RouteRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 type RouteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// request_id is set when the decision was recorded (update_states).
-	RequestId     string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// worker_id/dp_rank is the rank that serves the request; in a
+	// disaggregated fleet, the decode rank.
 	WorkerId      uint64 `protobuf:"varint,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	DpRank        uint32 `protobuf:"varint,3,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
 	OverlapBlocks uint32 `protobuf:"varint,4,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"`
 	CachedTokens  uint64 `protobuf:"varint,5,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// In a disaggregated fleet, when the prompt is prefilled remotely: the
+	// prefill rank, its cached prefix and the id its hop is tracked under
+	// (free it when the prefill answer arrives; freeing request_id frees
+	// both; set with update_states). Unset in aggregated fleets and on the
+	// local path.
+	PrefillWorker        *WorkerRef `protobuf:"bytes,6,opt,name=prefill_worker,json=prefillWorker,proto3" json:"prefill_worker,omitempty"`
+	PrefillOverlapBlocks uint32     `protobuf:"varint,7,opt,name=prefill_overlap_blocks,json=prefillOverlapBlocks,proto3" json:"prefill_overlap_blocks,omitempty"`
+	PrefillCachedTokens  uint64     `protobuf:"varint,8,opt,name=prefill_cached_tokens,json=prefillCachedTokens,proto3" json:"prefill_cached_tokens,omitempty"`
+	PrefillRequestId     string     `protobuf:"bytes,9,opt,name=prefill_request_id,json=prefillRequestId,proto3" json:"prefill_request_id,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -363,6 +385,34 @@ func (x *RouteResponse) GetCachedTokens() uint64 {
 		return x.CachedTokens
 	}
 	return 0
+}
+
+func (x *RouteResponse) GetPrefillWorker() *WorkerRef {
+	if x != nil {
+		return x.PrefillWorker
+	}
+	return nil
+}
+
+func (x *RouteResponse) GetPrefillOverlapBlocks() uint32 {
+	if x != nil {
+		return x.PrefillOverlapBlocks
+	}
+	return 0
+}
+
+func (x *RouteResponse) GetPrefillCachedTokens() uint64 {
+	if x != nil {
+		return x.PrefillCachedTokens
+	}
+	return 0
+}
+
+func (x *RouteResponse) GetPrefillRequestId() string {
+	if x != nil {
+		return x.PrefillRequestId
+	}
+	return ""
 }
 
 type RequestRef struct {
@@ -1516,7 +1566,7 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
 	"\x10_assume_kv_reuseB\x1a\n" +
-	"\x18_shared_cache_multiplier\"\xbc\x03\n" +
+	"\x18_shared_cache_multiplier\"\xdb\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1527,15 +1577,22 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x12allowed_worker_ids\x18\x06 \x03(\x04R\x10allowedWorkerIds\x124\n" +
 	"\x16expected_output_tokens\x18\a \x01(\x04R\x14expectedOutputTokens\x12#\n" +
 	"\rpriority_jump\x18\b \x01(\x01R\fpriorityJump\x12Q\n" +
-	"\x16router_config_override\x18\t \x01(\v2\x1b.kvrouter.v1.ConfigOverrideR\x14routerConfigOverrideB\x10\n" +
-	"\x0e_update_states\"\xb0\x01\n" +
+	"\x16router_config_override\x18\t \x01(\v2\x1b.kvrouter.v1.ConfigOverrideR\x14routerConfigOverride\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\n" +
+	" \x01(\tR\tsessionIdB\x10\n" +
+	"\x0e_update_states\"\x87\x03\n" +
 	"\rRouteResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x04R\bworkerId\x12\x17\n" +
 	"\adp_rank\x18\x03 \x01(\rR\x06dpRank\x12%\n" +
 	"\x0eoverlap_blocks\x18\x04 \x01(\rR\roverlapBlocks\x12#\n" +
-	"\rcached_tokens\x18\x05 \x01(\x04R\fcachedTokens\"+\n" +
+	"\rcached_tokens\x18\x05 \x01(\x04R\fcachedTokens\x12=\n" +
+	"\x0eprefill_worker\x18\x06 \x01(\v2\x16.kvrouter.v1.WorkerRefR\rprefillWorker\x124\n" +
+	"\x16prefill_overlap_blocks\x18\a \x01(\rR\x14prefillOverlapBlocks\x122\n" +
+	"\x15prefill_cached_tokens\x18\b \x01(\x04R\x13prefillCachedTokens\x12,\n" +
+	"\x12prefill_request_id\x18\t \x01(\tR\x10prefillRequestId\"+\n" +
 	"\n" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
@@ -1685,38 +1742,39 @@ var file_kvrouterv1_router_proto_goTypes = []any{
 var file_kvrouterv1_router_proto_depIdxs = []int32{
 	0,  // 0: kvrouter.v1.RouteRequest.pinned_worker:type_name -> kvrouter.v1.WorkerRef
 	1,  // 1: kvrouter.v1.RouteRequest.router_config_override:type_name -> kvrouter.v1.ConfigOverride
-	7,  // 2: kvrouter.v1.OverlapScoresResponse.scores:type_name -> kvrouter.v1.OverlapRow
-	9,  // 3: kvrouter.v1.PotentialLoadsResponse.loads:type_name -> kvrouter.v1.LoadRow
-	12, // 4: kvrouter.v1.WorkerStatus.ranks:type_name -> kvrouter.v1.RankStatus
-	13, // 5: kvrouter.v1.WorkersResponse.workers:type_name -> kvrouter.v1.WorkerStatus
-	19, // 6: kvrouter.v1.WorkersResponse.index_counters:type_name -> kvrouter.v1.WorkersResponse.IndexCountersEntry
-	20, // 7: kvrouter.v1.WorkersResponse.unregistered_indexed:type_name -> kvrouter.v1.WorkersResponse.UnregisteredIndexedEntry
-	15, // 8: kvrouter.v1.Error.queue_full:type_name -> kvrouter.v1.QueueFull
-	2,  // 9: kvrouter.v1.LifecycleRequest.route:type_name -> kvrouter.v1.RouteRequest
-	4,  // 10: kvrouter.v1.LifecycleRequest.prefill_done:type_name -> kvrouter.v1.RequestRef
-	4,  // 11: kvrouter.v1.LifecycleRequest.free:type_name -> kvrouter.v1.RequestRef
-	3,  // 12: kvrouter.v1.LifecycleResponse.route:type_name -> kvrouter.v1.RouteResponse
-	5,  // 13: kvrouter.v1.LifecycleResponse.ack:type_name -> kvrouter.v1.Ack
-	16, // 14: kvrouter.v1.LifecycleResponse.error:type_name -> kvrouter.v1.Error
-	2,  // 15: kvrouter.v1.Router.Route:input_type -> kvrouter.v1.RouteRequest
-	4,  // 16: kvrouter.v1.Router.PrefillDone:input_type -> kvrouter.v1.RequestRef
-	4,  // 17: kvrouter.v1.Router.Free:input_type -> kvrouter.v1.RequestRef
-	6,  // 18: kvrouter.v1.Router.OverlapScores:input_type -> kvrouter.v1.TokensRequest
-	6,  // 19: kvrouter.v1.Router.PotentialLoads:input_type -> kvrouter.v1.TokensRequest
-	11, // 20: kvrouter.v1.Router.Workers:input_type -> kvrouter.v1.WorkersRequest
-	17, // 21: kvrouter.v1.Router.Lifecycle:input_type -> kvrouter.v1.LifecycleRequest
-	3,  // 22: kvrouter.v1.Router.Route:output_type -> kvrouter.v1.RouteResponse
-	5,  // 23: kvrouter.v1.Router.PrefillDone:output_type -> kvrouter.v1.Ack
-	5,  // 24: kvrouter.v1.Router.Free:output_type -> kvrouter.v1.Ack
-	8,  // 25: kvrouter.v1.Router.OverlapScores:output_type -> kvrouter.v1.OverlapScoresResponse
-	10, // 26: kvrouter.v1.Router.PotentialLoads:output_type -> kvrouter.v1.PotentialLoadsResponse
-	14, // 27: kvrouter.v1.Router.Workers:output_type -> kvrouter.v1.WorkersResponse
-	18, // 28: kvrouter.v1.Router.Lifecycle:output_type -> kvrouter.v1.LifecycleResponse
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	0,  // 2: kvrouter.v1.RouteResponse.prefill_worker:type_name -> kvrouter.v1.WorkerRef
+	7,  // 3: kvrouter.v1.OverlapScoresResponse.scores:type_name -> kvrouter.v1.OverlapRow
+	9,  // 4: kvrouter.v1.PotentialLoadsResponse.loads:type_name -> kvrouter.v1.LoadRow
+	12, // 5: kvrouter.v1.WorkerStatus.ranks:type_name -> kvrouter.v1.RankStatus
+	13, // 6: kvrouter.v1.WorkersResponse.workers:type_name -> kvrouter.v1.WorkerStatus
+	19, // 7: kvrouter.v1.WorkersResponse.index_counters:type_name -> kvrouter.v1.WorkersResponse.IndexCountersEntry
+	20, // 8: kvrouter.v1.WorkersResponse.unregistered_indexed:type_name -> kvrouter.v1.WorkersResponse.UnregisteredIndexedEntry
+	15, // 9: kvrouter.v1.Error.queue_full:type_name -> kvrouter.v1.QueueFull
+	2,  // 10: kvrouter.v1.LifecycleRequest.route:type_name -> kvrouter.v1.RouteRequest
+	4,  // 11: kvrouter.v1.LifecycleRequest.prefill_done:type_name -> kvrouter.v1.RequestRef
+	4,  // 12: kvrouter.v1.LifecycleRequest.free:type_name -> kvrouter.v1.RequestRef
+	3,  // 13: kvrouter.v1.LifecycleResponse.route:type_name -> kvrouter.v1.RouteResponse
+	5,  // 14: kvrouter.v1.LifecycleResponse.ack:type_name -> kvrouter.v1.Ack
+	16, // 15: kvrouter.v1.LifecycleResponse.error:type_name -> kvrouter.v1.Error
+	2,  // 16: kvrouter.v1.Router.Route:input_type -> kvrouter.v1.RouteRequest
+	4,  // 17: kvrouter.v1.Router.PrefillDone:input_type -> kvrouter.v1.RequestRef
+	4,  // 18: kvrouter.v1.Router.Free:input_type -> kvrouter.v1.RequestRef
+	6,  // 19: kvrouter.v1.Router.OverlapScores:input_type -> kvrouter.v1.TokensRequest
+	6,  // 20: kvrouter.v1.Router.PotentialLoads:input_type -> kvrouter.v1.TokensRequest
+	11, // 21: kvrouter.v1.Router.Workers:input_type -> kvrouter.v1.WorkersRequest
+	17, // 22: kvrouter.v1.Router.Lifecycle:input_type -> kvrouter.v1.LifecycleRequest
+	3,  // 23: kvrouter.v1.Router.Route:output_type -> kvrouter.v1.RouteResponse
+	5,  // 24: kvrouter.v1.Router.PrefillDone:output_type -> kvrouter.v1.Ack
+	5,  // 25: kvrouter.v1.Router.Free:output_type -> kvrouter.v1.Ack
+	8,  // 26: kvrouter.v1.Router.OverlapScores:output_type -> kvrouter.v1.OverlapScoresResponse
+	10, // 27: kvrouter.v1.Router.PotentialLoads:output_type -> kvrouter.v1.PotentialLoadsResponse
+	14, // 28: kvrouter.v1.Router.Workers:output_type -> kvrouter.v1.WorkersResponse
+	18, // 29: kvrouter.v1.Router.Lifecycle:output_type -> kvrouter.v1.LifecycleResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_kvrouterv1_router_proto_init() }
