@@ -46,6 +46,21 @@ func unmarshalWithTokens(body []byte, dst any, tokens **TokenIDs) error {
 // findTopLevelArray returns the span of the array value of key in a JSON
 // object, if the object's structure (up to that value) is well formed.
 func findTopLevelArray(b []byte, key string) (int, int, bool) {
+	return findTopLevel(b, key, arrayEnd)
+}
+
+// findTopLevelValue returns the span of key's value in a JSON object when
+// the object's structure up to it is well formed (encoding/json has
+// validated the whole body before this runs). The key is matched exactly,
+// as written (not JSON-unescaped, not case-folded).
+func findTopLevelValue(b []byte, key string) (int, int, bool) {
+	return findTopLevel(b, key, skipValue)
+}
+
+// findTopLevel walks a JSON object's top-level members up to key and
+// returns the span of its value, whose end valueEnd finds (the members
+// before it are skipped with skipValue).
+func findTopLevel(b []byte, key string, valueEnd func([]byte, int) (int, bool)) (int, int, bool) {
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return 0, 0, false
@@ -56,45 +71,44 @@ func findTopLevelArray(b []byte, key string) (int, int, bool) {
 		if i >= len(b) || b[i] != '"' {
 			return 0, 0, false
 		}
-		kStart := i + 1
 		kEnd, ok := skipString(b, i)
 		if !ok {
 			return 0, 0, false
 		}
-		name := b[kStart : kEnd-1]
+		name := b[i+1 : kEnd-1]
 		i = skipWS(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
 			return 0, 0, false
 		}
 		i = skipWS(b, i+1)
 		if string(name) == key {
-			// A token array holds only numbers: its end is the first ']'.
-			// Anything else in it fails TokenIDs' own parse.
-			if i >= len(b) || b[i] != '[' {
-				return 0, 0, false
-			}
-			end := bytes.IndexByte(b[i:], ']')
-			if end < 0 {
-				return 0, 0, false
-			}
-			return i, i + end + 1, true
+			end, ok := valueEnd(b, i)
+			return i, end, ok
 		}
 		vEnd, ok := skipValue(b, i)
 		if !ok {
 			return 0, 0, false
 		}
 		i = skipWS(b, vEnd)
-		if i >= len(b) {
-			return 0, 0, false
-		}
-		if b[i] == '}' {
-			return 0, 0, false // key not present
-		}
-		if b[i] != ',' {
-			return 0, 0, false
+		if i >= len(b) || b[i] != ',' {
+			return 0, 0, false // '}' (key absent) or malformed
 		}
 		i++
 	}
+}
+
+// arrayEnd is the end of a token array starting at i: it holds only
+// numbers, so its end is the first ']' (anything else in it fails
+// TokenIDs' own parse).
+func arrayEnd(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '[' {
+		return 0, false
+	}
+	end := bytes.IndexByte(b[i:], ']')
+	if end < 0 {
+		return 0, false
+	}
+	return i + end + 1, true
 }
 
 func skipWS(b []byte, i int) int {
