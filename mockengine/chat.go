@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -219,13 +218,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		rank = n
 	}
-	xfer, err := kvTransferOf(body)
-	if err == nil {
-		err = s.checkRole(xfer)
-	}
-	if err == nil && xfer != nil && xfer.DoRemoteDecode && req.Stream {
-		err = fmt.Errorf("%w: %w", errBadRequest, errTransferStream)
-	}
+	xfer, err := s.transferOf(body, req.Stream)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

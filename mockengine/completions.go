@@ -169,13 +169,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	xfer, err := kvTransferOf(body)
-	if err == nil {
-		err = s.checkRole(xfer)
-	}
-	if err == nil && xfer != nil && xfer.DoRemoteDecode && p.stream {
-		err = fmt.Errorf("%w: %w", errBadRequest, errTransferStream)
-	}
+	xfer, err := s.transferOf(body, p.stream)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

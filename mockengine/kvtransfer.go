@@ -142,6 +142,20 @@ func (h *kvHolds) releaseAll() {
 // HeldTransfers is how many prefills hold blocks for a decode engine.
 func (s *Server) HeldTransfers() int { return s.holds.len(time.Now()) }
 
+// transferOf reads a request's kv_transfer_params and checks them against
+// the worker's role and the request's streaming (a prefill hop answers in
+// one piece, as vLLM's P/D proxy asks).
+func (s *Server) transferOf(body []byte, stream bool) (*KVTransferParams, error) {
+	xfer, err := kvTransferOf(body)
+	if err == nil {
+		err = s.checkRole(xfer)
+	}
+	if err == nil && xfer != nil && xfer.DoRemoteDecode && stream {
+		err = fmt.Errorf("%w: %w", errBadRequest, errTransferStream)
+	}
+	return xfer, err
+}
+
 // checkRole refuses kv_transfer_params the worker's role does not serve:
 // a router that sends a remote decode to a decode-only worker is wrong,
 // and silently prefilling would hide it.
