@@ -12,6 +12,9 @@ import (
 type (
 	crashShard struct{}
 	stallShard struct{ d time.Duration }
+	// holdShard blocks the shard until release is closed: messages sent
+	// meanwhile queue in its mailbox, in whatever order it keeps them.
+	holdShard struct{ release <-chan struct{} }
 )
 
 func shardFaults(next actor.ReceiverFunc) actor.ReceiverFunc {
@@ -21,6 +24,9 @@ func shardFaults(next actor.ReceiverFunc) actor.ReceiverFunc {
 			panic("shard crash requested")
 		case *stallShard:
 			time.Sleep(m.d)
+			return
+		case *holdShard:
+			<-m.release
 			return
 		}
 		next(ctx, env)

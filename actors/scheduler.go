@@ -78,7 +78,7 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 			rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
-		actor.WithMailbox(actor.UnboundedPriority()))
+		actor.WithMailbox(priorityMailbox()))
 }
 
 func (s *schedulerActor) Receive(ctx actor.Context) {

@@ -45,7 +45,7 @@ type shardActor struct{ st *shardState }
 // none).
 func newShardProps(st *shardState, middleware ...actor.ReceiverMiddleware) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &shardActor{st: st} },
-		actor.WithMailbox(actor.UnboundedPriority()), actor.WithReceiverMiddleware(middleware...))
+		actor.WithMailbox(priorityMailbox()), actor.WithReceiverMiddleware(middleware...))
 }
 
 func (a *shardActor) Receive(ctx actor.Context) {
