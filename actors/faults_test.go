@@ -11,7 +11,12 @@ import (
 // shardFaults middleware, which tests install, knows them.
 type (
 	crashShard struct{}
-	stallShard struct{ d time.Duration }
+	// stallShard closes entered (when set) as the stall begins: a score
+	// request sent before that would overtake the stall in the mailbox.
+	stallShard struct {
+		d       time.Duration
+		entered chan struct{}
+	}
 	// holdShard blocks the shard until release is closed: messages sent
 	// meanwhile queue in its mailbox, in whatever order it keeps them.
 	holdShard struct{ release <-chan struct{} }
@@ -23,6 +28,9 @@ func shardFaults(next actor.ReceiverFunc) actor.ReceiverFunc {
 		case *crashShard:
 			panic("shard crash requested")
 		case *stallShard:
+			if m.entered != nil {
+				close(m.entered)
+			}
 			time.Sleep(m.d)
 			return
 		case *holdShard:

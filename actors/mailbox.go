@@ -52,7 +52,9 @@ func unwrap(msg any) any {
 	return msg
 }
 
-func (u unwrappingInvoker) InvokeUserMessage(msg any) { u.MessageInvoker.InvokeUserMessage(unwrap(msg)) }
+func (u unwrappingInvoker) InvokeUserMessage(msg any) {
+	u.MessageInvoker.InvokeUserMessage(unwrap(msg))
+}
 
 func (u unwrappingInvoker) EscalateFailure(reason any, msg any) {
 	u.MessageInvoker.EscalateFailure(reason, unwrap(msg))

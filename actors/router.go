@@ -168,6 +168,16 @@ func (r *Router) ApplyEvent(ev *kv.Event) {
 	r.system.Root.Send(r.shards[i], events.ToProto(ev))
 }
 
+// EventBacklog is how many KV events were handed to the shards and not
+// yet applied (ingest lag, in events).
+func (r *Router) EventBacklog() int {
+	n := int64(0)
+	for _, b := range r.shardBacklogs {
+		n += b.n.Load()
+	}
+	return int(n)
+}
+
 // registerTimeout bounds how long RegisterWorker waits for the registry.
 const registerTimeout = 5 * time.Second
 

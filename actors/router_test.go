@@ -468,7 +468,9 @@ func TestSlowShardDoesNotHangDecisions(t *testing.T) {
 		return err == nil && reply.OverlapBlocks == 4
 	})
 	slow := shardOf(1, 2)
-	r.system.Root.Send(r.shards[slow], &stallShard{d: 500 * time.Millisecond})
+	stalled := make(chan struct{})
+	r.system.Root.Send(r.shards[slow], &stallShard{d: 500 * time.Millisecond, entered: stalled})
+	<-stalled
 	start := time.Now()
 	reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
 	took := time.Since(start)

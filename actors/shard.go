@@ -40,12 +40,23 @@ type shardState struct {
 
 type shardActor struct{ st *shardState }
 
+// shardTurns is how many messages a shard handles before it yields its
+// processor (runtime.Gosched; protoactor's default is 300). A shard
+// applying a backlog of KV events would otherwise hold a processor until
+// the runtime preempts it (10 ms), and every goroutine a lookup hops
+// through — the caller, the scheduler, the other shard — waits in the run
+// queue that long; yielding after each message bounds that wait by one
+// event's apply. A yield costs a fraction of a microsecond, an event
+// tens of microseconds.
+const shardTurns = 1
+
 // newShardProps builds a shard's props; middleware is a test seam (the
 // package's tests inject crashes and stalls with it; production passes
 // none).
 func newShardProps(st *shardState, middleware ...actor.ReceiverMiddleware) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &shardActor{st: st} },
-		actor.WithMailbox(priorityMailbox()), actor.WithReceiverMiddleware(middleware...))
+		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(actor.NewDefaultDispatcher(shardTurns)),
+		actor.WithReceiverMiddleware(middleware...))
 }
 
 func (a *shardActor) Receive(ctx actor.Context) {

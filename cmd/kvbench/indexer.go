@@ -5,13 +5,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/kvrouter/kvrouter/bench"
 )
 
 func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.IndexerBenchConfig{}
-	var logLevel string
+	var logLevel, eventRates, speedups, out, cpuProfile string
+	var lookupRate float64
+	var step, warmup time.Duration
+	var maxInFlight int
 	fs := flag.NewFlagSet("kvbench indexer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.Plan.Workers, "workers", 1000, "engines the trace's requests are spread over (round-robin)")
@@ -19,10 +28,18 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&cfg.Plan.CapacityBlocks, "capacity-blocks", 16384, "each worker's cache in router blocks; LRU blocks are removed beyond it")
 	fs.StringVar(&cfg.TracePath, "trace", "", "Mooncake trace file, JSON lines, .gz for gzip (default: the embedded conversation trace)")
 	fs.IntVar(&cfg.Requests, "requests", 0, "trace lines to replay (0 = all)")
-	fs.IntVar(&cfg.Queriers, "queriers", 2, "goroutines issuing routing queries (update_states=false) during the replay")
-	fs.IntVar(&cfg.SyncEvery, "sync-every", 64, "trace requests between waits for the shards to catch up")
+	fs.IntVar(&cfg.Queriers, "queriers", 2, "unpaced replay: goroutines issuing routing queries (update_states=false) during the replay")
+	fs.IntVar(&cfg.SyncEvery, "sync-every", 64, "unpaced replay: trace requests between waits for the shards to catch up")
 	fs.IntVar(&cfg.Shards, "shards", 0, "indexer shards (0 = GOMAXPROCS)")
 	fs.BoolVar(&cfg.FullRoute, "full-route", false, "time whole routing decisions instead of index lookups (Dynamo's benchmark times lookups)")
+	fs.StringVar(&eventRates, "event-rate", "", "paced replay: KV events/s, comma-separated (e.g. 10000,20000,30000); one fresh router per rate, the trace looped as needed")
+	fs.StringVar(&speedups, "speedup", "", "paced replay: the trace's own timing divided by these factors, comma-separated (instead of --event-rate)")
+	fs.Float64Var(&lookupRate, "lookup-rate", 1000, "paced replay: lookups/s, open loop, timed from their scheduled time")
+	fs.DurationVar(&step, "step", 6*time.Second, "paced replay: how long each rate runs")
+	fs.DurationVar(&warmup, "warmup", time.Second, "paced replay: start of each step whose lookups are not counted")
+	fs.IntVar(&maxInFlight, "max-in-flight", 4096, "paced replay: most lookups outstanding at once (a lookup due past it waits; its wait counts)")
+	fs.StringVar(&out, "out", "", "paced replay: write the report as JSON to this file")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -35,10 +52,72 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	cfg.Logger = log
-	res, err := bench.RunIndexerBench(ctx, cfg)
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if eventRates == "" && speedups == "" {
+		if out != "" {
+			return fmt.Errorf("--out needs a paced replay (--event-rate or --speedup)")
+		}
+		res, err := bench.RunIndexerBench(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		res.WriteText(stdout)
+		return nil
+	}
+	paces, err := parsePaces(eventRates, speedups)
 	if err != nil {
 		return err
 	}
-	res.WriteText(stdout)
+	rep, err := bench.RunIndexerRates(ctx, bench.IndexerRateConfig{
+		Plan: cfg.Plan, TracePath: cfg.TracePath, Requests: cfg.Requests, Shards: cfg.Shards, Paces: paces,
+		LookupRate: lookupRate, Step: step, Warmup: warmup, MaxInFlight: maxInFlight, FullRoute: cfg.FullRoute, Logger: log,
+	})
+	if len(rep.Points) > 0 {
+		rep.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if out != "" {
+		if err := writeJSONFile(out, rep); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "report: %s\n", out)
+	}
 	return nil
+}
+
+// parsePaces turns --event-rate or --speedup (not both) into paces.
+func parsePaces(eventRates, speedups string) ([]bench.EventPace, error) {
+	if eventRates != "" && speedups != "" {
+		return nil, fmt.Errorf("--event-rate and --speedup are exclusive")
+	}
+	flagName, list := "--event-rate", eventRates
+	if speedups != "" {
+		flagName, list = "--speedup", speedups
+	}
+	var out []bench.EventPace
+	for _, part := range strings.Split(list, ",") {
+		part = strings.TrimSpace(part)
+		x, err := strconv.ParseFloat(part, 64)
+		if err != nil || !(x > 0) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("%s: %q is not a positive number", flagName, part)
+		}
+		if speedups != "" {
+			out = append(out, bench.EventPace{Speedup: x})
+		} else {
+			out = append(out, bench.EventPace{Rate: x})
+		}
+	}
+	return out, nil
 }

@@ -1,0 +1,241 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEventPaceValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pace EventPace
+		ok   bool
+	}{
+		{"rate", EventPace{Rate: 30000}, true},
+		{"speedup", EventPace{Speedup: 100}, true},
+		{"neither", EventPace{}, false},
+		{"both", EventPace{Rate: 1, Speedup: 1}, false},
+		{"negative rate", EventPace{Rate: -5}, false},
+		{"negative speedup", EventPace{Speedup: -1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.pace.Validate()
+			if (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, ErrBadIndexerPlan) {
+				t.Fatalf("error %v is not ErrBadIndexerPlan", err)
+			}
+		})
+	}
+}
+
+// Three requests at trace times 0, 1 s and 2 s; the middle one has two
+// events (a removal and a store) sharing its time.
+func paceFixture() []pacedEvent {
+	return []pacedEvent{
+		{req: 0, traceAt: 0},
+		{req: 1, traceAt: time.Second},
+		{req: 1, traceAt: time.Second},
+		{req: 2, traceAt: 2 * time.Second},
+	}
+}
+
+func TestDueTimes(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name string
+		pace EventPace
+		span time.Duration
+		want []time.Duration
+	}{
+		{"rate spaces events evenly", EventPace{Rate: 1000}, time.Second, []time.Duration{0, ms, 2 * ms, 3 * ms}},
+		{"rate stops at the span", EventPace{Rate: 2}, time.Second, []time.Duration{0, 500 * ms}},
+		{"speedup keeps the trace's gaps, shorter", EventPace{Speedup: 10}, time.Second, []time.Duration{0, 100 * ms, 100 * ms, 200 * ms}},
+		{"speedup stops at the span", EventPace{Speedup: 1}, 1500 * ms, []time.Duration{0, time.Second, time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.pace.dueTimes(paceFixture(), tc.span)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("dueTimes = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEventsNeeded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		paces []EventPace
+		want  int
+	}{
+		{"highest rate wins", []EventPace{{Rate: 1000}, {Rate: 30000}}, 60000},
+		// 2 s at 10x covers 20 s of a 10 s trace: 2 passes, +1 for the
+		// partial pass, of 500 events each.
+		{"speedup in whole passes", []EventPace{{Speedup: 10}}, 1500},
+		{"the larger of both kinds", []EventPace{{Speedup: 10}, {Rate: 100}}, 1500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := eventsNeeded(tc.paces, 2*time.Second, 10*time.Second, 500); got != tc.want {
+				t.Fatalf("eventsNeeded = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLookupRequest(t *testing.T) {
+	due := []time.Duration{0, 10, 10, 20}
+	reqs := []int{0, 1, 1, 2}
+	for _, tc := range []struct {
+		name string
+		at   time.Duration
+		pick int
+		want int
+	}{
+		{"at the first event asks about the next request", 0, 0, 1},
+		{"between events follows the last one due", 15, 0, 2},
+		{"pick looks further ahead", 15, 3, 5},
+		{"past the end wraps around the trace", 20, 7, 0},
+		{"before any event is due", -1, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := lookupRequest(due, reqs, 10, tc.at, tc.pick); got != tc.want {
+				t.Fatalf("lookupRequest(%v, %d) = %d, want %d", tc.at, tc.pick, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIngestKeptUp(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		target, achieved float64
+		dropped          int
+		want             bool
+	}{
+		{"on pace", 30000, 29900, 0, true},
+		{"5% short is still on pace", 1000, 950, 0, true},
+		{"fell behind", 30000, 21000, 0, false},
+		{"dropped events", 30000, 30000, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ingestKeptUp(tc.target, tc.achieved, tc.dropped); got != tc.want {
+				t.Fatalf("ingestKeptUp = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSummarizeLookupsSkipsWarmupAndCountsFailures(t *testing.T) {
+	ms := time.Millisecond
+	rs := []lookupResult{
+		{at: 0, latency: 500 * ms}, // warmup: not counted
+		{at: time.Second, latency: 2 * ms},
+		{at: time.Second + ms, latency: 4 * ms, late: true},
+		{at: time.Second + 2*ms, latency: 9 * ms, err: true},
+	}
+	var pt IndexerRatePoint
+	summarizeLookups(&pt, rs, time.Second)
+	if pt.Lookups != 3 || pt.LookupErrors != 1 || pt.LateLookups != 1 {
+		t.Fatalf("counts: %+v", pt)
+	}
+	if pt.LookupMs.P50 != 4 || pt.LookupMs.Max != 9 {
+		t.Fatalf("latency (a failure's time counts): %+v", pt.LookupMs)
+	}
+}
+
+func TestHistogramPercentile(t *testing.T) {
+	buckets := []float64{0, 0.001, 0.002, 0.004}
+	before := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{5, 5, 5}}
+	after := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{95, 14, 6}}
+	// Added: 90 in [0,1ms), 9 in [1,2ms), 1 in [2,4ms).
+	for _, tc := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, time.Millisecond}, {99, 2 * time.Millisecond}, {100, 4 * time.Millisecond}} {
+		if got := histogramPercentile(before, after, tc.p); got != tc.want {
+			t.Fatalf("p%v = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if got := histogramPercentile(after, after, 99); got != 0 {
+		t.Fatalf("nothing added: %v", got)
+	}
+}
+
+func TestIndexerRateReportText(t *testing.T) {
+	rep := IndexerRateReport{Trace: "t", Workers: 1000, BlockSize: 64, Shards: 2, GOMAXPROCS: 2, LookupRate: 1000,
+		StepSeconds: 6, WarmupSeconds: 1, Points: []IndexerRatePoint{
+			{TargetEventsPerSec: 10000, EventsPerSec: 9990, KeptUp: true, Lookups: 5000, LookupMs: LatencyMs{P50: 0.4, P99: 1.25, P999: 2}},
+			{TargetEventsPerSec: 30000, EventsPerSec: 21000, MaxBacklog: 9000, Lookups: 5000, LookupMs: LatencyMs{P99: 40}},
+		}}
+	var buf bytes.Buffer
+	rep.WriteText(&buf)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("want header, columns, 2 rows, footer; got:\n%s", buf.String())
+	}
+	for i, want := range [][]string{{"10000", "9990", "yes", "1.250"}, {"30000", "21000", "NO", "9000", "40.000"}} {
+		fields := strings.Fields(lines[2+i])
+		for _, w := range want {
+			if !slices.Contains(fields, w) {
+				t.Fatalf("row %d %q lacks %q", i, lines[2+i], w)
+			}
+		}
+	}
+}
+
+func TestIndexerRateConfigValidate(t *testing.T) {
+	good := IndexerRateConfig{Plan: IndexerPlanConfig{Workers: 2, BlockSize: 64, CapacityBlocks: 100},
+		Paces: []EventPace{{Rate: 100}}, LookupRate: 10, Step: time.Second, Warmup: 0, MaxInFlight: 4}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*IndexerRateConfig){
+		"no paces":          func(c *IndexerRateConfig) { c.Paces = nil },
+		"bad pace":          func(c *IndexerRateConfig) { c.Paces = []EventPace{{}} },
+		"no lookups":        func(c *IndexerRateConfig) { c.LookupRate = 0 },
+		"warmup past step":  func(c *IndexerRateConfig) { c.Warmup = c.Step },
+		"no in-flight room": func(c *IndexerRateConfig) { c.MaxInFlight = 0 },
+		"bad plan":          func(c *IndexerRateConfig) { c.Plan.Workers = 0 },
+	} {
+		c := good
+		mutate(&c)
+		if err := c.Validate(); !errors.Is(err, ErrBadIndexerPlan) {
+			t.Errorf("%s: Validate() = %v, want ErrBadIndexerPlan", name, err)
+		}
+	}
+}
+
+// A short paced run end to end: every event due is applied, lookups are
+// answered, and the report has one point per pace.
+func TestRunIndexerRatesSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays part of the trace")
+	}
+	rep, err := RunIndexerRates(t.Context(), IndexerRateConfig{
+		Plan:     IndexerPlanConfig{Workers: 4, BlockSize: 64, CapacityBlocks: 2048},
+		Requests: 200, Paces: []EventPace{{Rate: 400}, {Speedup: 2000}}, LookupRate: 50,
+		Step: 500 * time.Millisecond, Warmup: 100 * time.Millisecond, MaxInFlight: 64,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Points) != 2 {
+		t.Fatalf("points: %+v", rep.Points)
+	}
+	for _, p := range rep.Points {
+		if p.Events == 0 || p.DroppedEvents != 0 || p.Lookups == 0 || p.LookupErrors != 0 {
+			t.Fatalf("point %+v", p)
+		}
+	}
+	if got := rep.Points[0].Events; got != 200 { // 400/s × 0.5 s
+		t.Fatalf("rate step sent %d events, want 200", got)
+	}
+}

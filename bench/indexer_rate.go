@@ -1,0 +1,322 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+// IndexerRateConfig sizes a paced indexer run: for each pace, a fresh
+// router ingests the Mooncake trace's KV events (looped as needed) at
+// that pace for Step while lookups arrive open loop at LookupRate.
+type IndexerRateConfig struct {
+	Plan      IndexerPlanConfig
+	TracePath string
+	// Requests caps the trace lines used (0 = all).
+	Requests   int
+	Shards     int // 0 = GOMAXPROCS
+	Paces      []EventPace
+	LookupRate float64
+	Step       time.Duration
+	// Warmup is the start of each step whose lookups are not counted
+	// (the index fills from empty).
+	Warmup time.Duration
+	// MaxInFlight bounds concurrent lookups; a lookup due while that many
+	// are out waits (its latency still counts from its scheduled time).
+	MaxInFlight int
+	FullRoute   bool
+	Logger      *slog.Logger
+}
+
+// maxPlannedEvents bounds the events planned up front (their memory).
+const maxPlannedEvents = 4_000_000
+
+// Validate rejects a run that cannot be measured.
+func (c IndexerRateConfig) Validate() error {
+	if len(c.Paces) == 0 {
+		return fmt.Errorf("%w: no event rate or speedup given", ErrBadIndexerPlan)
+	}
+	for _, p := range c.Paces {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+	}
+	if !(c.LookupRate > 0) || c.Step <= 0 || c.Warmup < 0 || c.Warmup >= c.Step || c.MaxInFlight <= 0 {
+		return fmt.Errorf("%w: lookup rate, step and max in-flight must be > 0 and warmup in [0, step)", ErrBadIndexerPlan)
+	}
+	return c.Plan.Validate()
+}
+
+// RunIndexerRates runs one step per pace, in the order given.
+func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateReport, error) {
+	rep := IndexerRateReport{Workers: cfg.Plan.Workers, BlockSize: cfg.Plan.BlockSize, CapacityBlocks: cfg.Plan.CapacityBlocks,
+		Shards: cfg.Shards, GOMAXPROCS: runtime.GOMAXPROCS(0), LookupRate: cfg.LookupRate,
+		StepSeconds: cfg.Step.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(), FullRoute: cfg.FullRoute, Trace: cfg.TracePath}
+	if rep.Trace == "" {
+		rep.Trace = EmbeddedTraceName
+	}
+	if rep.Shards == 0 {
+		rep.Shards = rep.GOMAXPROCS
+	}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	recs, err := LoadTrace(cfg.TracePath, cfg.Requests)
+	if err != nil {
+		return rep, err
+	}
+	evs, err := planLooped(recs, cfg)
+	if err != nil {
+		return rep, err
+	}
+	for _, pace := range cfg.Paces {
+		pt, err := runPacedStep(ctx, cfg, recs, evs, pace)
+		if err != nil {
+			return rep, err
+		}
+		rep.Points = append(rep.Points, pt)
+		runtime.GC() // the next step starts without this one's garbage
+	}
+	return rep, nil
+}
+
+// planLooped plans the trace's events, looping the trace (the planner's
+// worker caches carry over, so a later pass evicts and re-stores) until
+// the most demanding pace has enough for a whole step.
+func planLooped(recs []TraceRecord, cfg IndexerRateConfig) ([]pacedEvent, error) {
+	planner, err := NewIndexerPlanner(cfg.Plan)
+	if err != nil {
+		return nil, err
+	}
+	span := time.Duration(recs[len(recs)-1].TimestampMs-recs[0].TimestampMs)*time.Millisecond + time.Second
+	var evs []pacedEvent
+	need := 0
+	for pass := 0; ; pass++ {
+		for i, r := range recs {
+			st, err := planner.Step(r)
+			if err != nil {
+				return nil, fmt.Errorf("trace request %d: %w", i, err)
+			}
+			at := time.Duration(pass)*span + time.Duration(r.TimestampMs-recs[0].TimestampMs)*time.Millisecond
+			for _, ev := range st.Events {
+				evs = append(evs, pacedEvent{ev: ev, req: i, traceAt: at})
+			}
+		}
+		if pass == 0 {
+			need = eventsNeeded(cfg.Paces, cfg.Step, span, len(evs))
+			if need > maxPlannedEvents {
+				return nil, fmt.Errorf("%w: a step needs %d events, more than %d: shorten the step or lower the rate",
+					ErrBadIndexerPlan, need, maxPlannedEvents)
+			}
+		}
+		if len(evs) >= need || len(evs) == 0 {
+			return evs, nil
+		}
+	}
+}
+
+// stepCounter counts the events the router dropped at its backlog bound.
+type stepCounter struct {
+	actors.NopObserver
+	dropped atomic.Int64
+}
+
+func (c *stepCounter) BacklogDropped(string) { c.dropped.Add(1) }
+
+// runPacedStep starts a fresh router, sends the step's events as they
+// come due and times lookups from their scheduled times.
+func runPacedStep(ctx context.Context, cfg IndexerRateConfig, recs []TraceRecord, evs []pacedEvent, pace EventPace) (IndexerRatePoint, error) {
+	due := pace.dueTimes(evs, cfg.Step)
+	pt := IndexerRatePoint{Speedup: pace.Speedup, Events: len(due), TargetEventsPerSec: pace.Rate}
+	if pace.Speedup > 0 {
+		pt.TargetEventsPerSec = float64(len(due)) / cfg.Step.Seconds()
+	}
+	reqs := make([]int, len(due))
+	for k := range due {
+		reqs[k] = evs[k].req
+	}
+	obs := &stepCounter{}
+	acfg := actors.DefaultConfig()
+	acfg.BlockSize, acfg.Shards, acfg.Logger, acfg.Observer = cfg.Plan.BlockSize, cfg.Shards, cfg.Logger, obs
+	router, err := actors.Start(acfg)
+	if err != nil {
+		return pt, fmt.Errorf("start router: %w", err)
+	}
+	defer router.Stop()
+	if err := registerWorkers(ctx, router, cfg.Plan); err != nil {
+		return pt, err
+	}
+
+	start := time.Now().Add(20 * time.Millisecond)
+	sched, err := NewSchedule(start, cfg.LookupRate, cfg.Step)
+	if err != nil {
+		return pt, err
+	}
+	stepCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var maxBacklog atomic.Int64
+	go sampleBacklog(stepCtx, router, &maxBacklog)
+	lookups := make(chan lookupResult, 1024)
+	var collected []lookupResult
+	collectDone := make(chan struct{})
+	go func() {
+		for r := range lookups {
+			collected = append(collected, r)
+		}
+		close(collectDone)
+	}()
+	var lookupWG sync.WaitGroup
+	lookupWG.Add(1)
+	go func() {
+		defer lookupWG.Done()
+		issueLookups(stepCtx, router, cfg, recs, sched, due, reqs, lookups)
+	}()
+
+	schedBefore := schedLatency()
+	lastSent, err := sendPaced(stepCtx, router, evs[:len(due)], due, start)
+	if err == nil {
+		err = router.Barrier(ctx)
+	}
+	applied := time.Now()
+	pt.SchedP99Ms = float64(histogramPercentile(schedBefore, schedLatency(), 99)) / float64(time.Millisecond)
+	lookupWG.Wait()
+	close(lookups)
+	<-collectDone
+	if err != nil {
+		return pt, fmt.Errorf("paced replay: %w", err)
+	}
+	pt.DroppedEvents = int(obs.dropped.Load())
+	pt.EventsPerSec = float64(len(due)-pt.DroppedEvents) / max(applied.Sub(start).Seconds(), cfg.Step.Seconds()*1e-3)
+	pt.MaxBacklog = int(maxBacklog.Load())
+	pt.DrainMs = float64(applied.Sub(lastSent)) / float64(time.Millisecond)
+	pt.KeptUp = ingestKeptUp(pt.TargetEventsPerSec, pt.EventsPerSec, pt.DroppedEvents)
+	summarizeLookups(&pt, collected, cfg.Warmup)
+	return pt, nil
+}
+
+// sendPaced hands each event to the router once it is due (all due
+// events at each wake-up), never waiting for the index: the events
+// arrive open loop, as a bus delivers them. It returns when the last
+// was sent.
+func sendPaced(ctx context.Context, router *actors.Router, evs []pacedEvent, due []time.Duration, start time.Time) (time.Time, error) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for k := 0; k < len(evs); {
+		if err := ctx.Err(); err != nil {
+			return time.Now(), err
+		}
+		waitUntil(ctx, timer, start.Add(due[k]))
+		now := time.Since(start)
+		for ; k < len(evs) && due[k] <= now; k++ {
+			router.ApplyEvent(evs[k].ev)
+		}
+	}
+	return time.Now(), nil
+}
+
+// sampleBacklog keeps the largest event backlog seen every 10 ms.
+func sampleBacklog(ctx context.Context, router *actors.Router, peak *atomic.Int64) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := int64(router.EventBacklog()); n > peak.Load() {
+				peak.Store(n)
+			}
+		}
+	}
+}
+
+type lookupResult struct {
+	at      time.Duration // scheduled offset
+	latency time.Duration // from the scheduled time to the answer
+	late    bool
+	err     bool
+}
+
+// issueLookups sends lookup i at sched.At(i) whatever the earlier ones
+// are doing (at most cfg.MaxInFlight at once), and times each from its
+// scheduled time, so a stalled router shows as latency rather than as
+// fewer lookups. Prompts are built before their time comes.
+func issueLookups(ctx context.Context, router *actors.Router, cfg IndexerRateConfig, recs []TraceRecord,
+	sched Schedule, due []time.Duration, reqs []int, out chan<- lookupResult) {
+	r := rand.New(rand.NewPCG(uint64(sched.Count), 17))
+	synth := NewTraceSynth()
+	sem := make(chan struct{}, cfg.MaxInFlight)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range sched.Count {
+		at := sched.Offset(i)
+		rec := recs[lookupRequest(due, reqs, len(recs), at, r.IntN(8))]
+		toks, err := synth.Tokens(rec)
+		clear(synth.blocks) // keep memory flat over a long run
+		scheduled := sched.At(i)
+		waitUntil(ctx, timer, scheduled)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		late := time.Since(scheduled) > time.Millisecond
+		if err != nil {
+			out <- lookupResult{at: at, err: true, late: late}
+			<-sem
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			var err error
+			if cfg.FullRoute {
+				_, err = router.Route(lctx, &messages.RouteRequest{RequestId: fmt.Sprintf("q-%d", i), TokenIds: toks})
+			} else {
+				_, err = router.OverlapScores(lctx, toks, "")
+			}
+			out <- lookupResult{at: at, latency: time.Since(scheduled), late: late,
+				err: err != nil && !errors.Is(err, context.Canceled)}
+		}()
+	}
+}
+
+// summarizeLookups fills the lookup columns from the results scheduled
+// after warmup. A failed lookup's time counts too: it did not answer
+// sooner.
+func summarizeLookups(pt *IndexerRatePoint, rs []lookupResult, warmup time.Duration) {
+	var lat []time.Duration
+	for _, r := range rs {
+		if r.at < warmup {
+			continue
+		}
+		pt.Lookups++
+		if r.err {
+			pt.LookupErrors++
+		}
+		if r.late {
+			pt.LateLookups++
+		}
+		lat = append(lat, r.latency)
+	}
+	slices.Sort(lat)
+	pt.LookupMs = SummarizeLatency(lat)
+}
