@@ -279,3 +279,50 @@ func BenchmarkDecisionBound(b *testing.B) {
 		n++
 	}
 }
+
+// BenchmarkShardIngest is the shards' cost per KV event (sent, applied,
+// awaited): each op stores 256 distinct 16-block chains over 16 workers
+// and removes them again, so the index stays the same size. turns=1 is
+// the shards' yield after every couple of messages, turns=300 protoactor's
+// default; run with -count to interleave them.
+func BenchmarkShardIngest(b *testing.B) {
+	for _, turns := range []int{shardTurns, 300} {
+		b.Run("turns="+strconv.Itoa(turns), func(b *testing.B) {
+			r := startRouter(b, func(c *Config) { c.Shards = 0; c.shardTurns = turns })
+			const workers, chains = 16, 256
+			ids := make([]uint64, workers)
+			for i := range ids {
+				ids[i] = uint64(i + 1)
+			}
+			register(b, r, ids...)
+			waitWorkers(b, r, workers)
+			var stored, removed []*kv.Event
+			for c := range chains {
+				w := kv.WorkerWithDpRank{WorkerID: kv.WorkerID(c%workers + 1)}
+				local := hashing.BlockHashes(prompt(16*testBlockSize, uint32(c+1)), testBlockSize, hashing.Options{})
+				seq := hashing.SequenceHashes(local)
+				st := &kv.Event{Worker: w, Kind: kv.EventStored}
+				rm := &kv.Event{Worker: w, Kind: kv.EventRemoved}
+				for j := range local {
+					st.Blocks = append(st.Blocks, kv.StoredBlock{BlockHash: kv.ExternalBlockHash(seq[j]), TokensHash: local[j]})
+					rm.Removed = append(rm.Removed, kv.ExternalBlockHash(seq[j]))
+				}
+				stored, removed = append(stored, st), append(removed, rm)
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				for _, ev := range stored {
+					r.ApplyEvent(ev)
+				}
+				for _, ev := range removed {
+					r.ApplyEvent(ev)
+				}
+				if err := r.Barrier(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*2*chains)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

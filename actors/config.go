@@ -107,6 +107,9 @@ type Config struct {
 	// shardMiddleware wraps every shard's Receive. Unexported: only this
 	// package's tests set it, to inject crashes and stalls.
 	shardMiddleware []actor.ReceiverMiddleware
+	// shardTurns overrides how many messages a shard handles before it
+	// yields (0 = the shardTurns constant); for the ingest benchmark.
+	shardTurns int
 }
 
 // Registry bounds: Dynamo's own indexer benchmark runs 7,000 workers.

@@ -99,7 +99,7 @@ func Start(cfg Config) (*Router, error) {
 		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: shardIndex, log: cfg.Logger, obs: cfg.Observer,
 			gate: gate, backlog: newBacklog(cfg.ShardBacklog)}
 		r.shardBacklogs = append(r.shardBacklogs, st.backlog)
-		r.shards = append(r.shards, guardian.Spawn(newShardProps(st, cfg.shardMiddleware...)))
+		r.shards = append(r.shards, guardian.Spawn(newShardProps(st, cfg.shardTurns, cfg.shardMiddleware...)))
 	}
 	// The scheduler and the replication edge address each other, so both
 	// are spawned under names known before either exists.

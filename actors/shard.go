@@ -41,21 +41,25 @@ type shardState struct {
 type shardActor struct{ st *shardState }
 
 // shardTurns is how many messages a shard handles before it yields its
-// processor (runtime.Gosched; protoactor's default is 300). A shard
-// applying a backlog of KV events would otherwise hold a processor until
-// the runtime preempts it (10 ms), and every goroutine a lookup hops
-// through — the caller, the scheduler, the other shard — waits in the run
-// queue that long; yielding after each message bounds that wait by one
-// event's apply. A yield costs a fraction of a microsecond, an event
-// tens of microseconds.
+// processor (runtime.Gosched once more than this many were handled;
+// protoactor's default is 300). A shard applying a backlog of KV events
+// would otherwise hold a processor until the runtime preempts it (10 ms),
+// and every goroutine a lookup hops through — the caller, the scheduler,
+// the other shard — waits in the run queue that long; yielding every
+// other message bounds that wait by a couple of events' apply. A yield
+// costs a fraction of a microsecond, an event tens of microseconds
+// (BenchmarkShardIngest compares the ingest cost with the default).
 const shardTurns = 1
 
 // newShardProps builds a shard's props; middleware is a test seam (the
 // package's tests inject crashes and stalls with it; production passes
 // none).
-func newShardProps(st *shardState, middleware ...actor.ReceiverMiddleware) *actor.Props {
+func newShardProps(st *shardState, turns int, middleware ...actor.ReceiverMiddleware) *actor.Props {
+	if turns <= 0 {
+		turns = shardTurns
+	}
 	return actor.PropsFromProducer(func() actor.Actor { return &shardActor{st: st} },
-		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(actor.NewDefaultDispatcher(shardTurns)),
+		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(actor.NewDefaultDispatcher(turns)),
 		actor.WithReceiverMiddleware(middleware...))
 }
 
