@@ -128,13 +128,20 @@ func planLooped(recs []TraceRecord, cfg IndexerRateConfig) ([]pacedEvent, error)
 	}
 }
 
-// stepCounter counts the events the router dropped at its backlog bound.
+// stepCounter counts the events the router dropped at its backlog bound
+// and the lookups it answered without every shard's scores.
 type stepCounter struct {
 	actors.NopObserver
-	dropped atomic.Int64
+	dropped, partial atomic.Int64
 }
 
 func (c *stepCounter) BacklogDropped(string) { c.dropped.Add(1) }
+
+func (c *stepCounter) DecisionDegraded(reason string) {
+	if reason == "shard_timeout" {
+		c.partial.Add(1)
+	}
+}
 
 // runPacedStep starts a fresh router, sends the step's events as they
 // come due and times lookups from their scheduled times.
@@ -199,6 +206,7 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, recs []TraceRecord
 		return pt, fmt.Errorf("paced replay: %w", err)
 	}
 	pt.DroppedEvents = int(obs.dropped.Load())
+	pt.PartialLookups = int(obs.partial.Load())
 	pt.EventsPerSec = float64(len(due)-pt.DroppedEvents) / max(applied.Sub(start).Seconds(), cfg.Step.Seconds()*1e-3)
 	pt.MaxBacklog = int(maxBacklog.Load())
 	pt.DrainMs = float64(applied.Sub(lastSent)) / float64(time.Millisecond)
