@@ -105,6 +105,7 @@ func planLooped(recs []TraceRecord, cfg IndexerRateConfig) ([]pacedEvent, error)
 	var evs []pacedEvent
 	need := 0
 	for pass := 0; ; pass++ {
+		before := len(evs)
 		for i, r := range recs {
 			st, err := planner.Step(r)
 			if err != nil {
@@ -122,8 +123,14 @@ func planLooped(recs []TraceRecord, cfg IndexerRateConfig) ([]pacedEvent, error)
 					ErrBadIndexerPlan, need, maxPlannedEvents)
 			}
 		}
-		if len(evs) >= need || len(evs) == 0 {
+		if len(evs) >= need {
 			return evs, nil
+		}
+		if len(evs) == before {
+			// Every request lands where its blocks already are (requests
+			// a multiple of workers, caches that hold everything).
+			return nil, fmt.Errorf("%w: looping the trace adds no events (%d requests over %d workers): change --requests or --workers",
+				ErrBadIndexerPlan, len(recs), cfg.Plan.Workers)
 		}
 	}
 }

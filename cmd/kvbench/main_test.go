@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,6 +63,12 @@ func TestSubcommandsRejectBadArguments(t *testing.T) {
 		{[]string{"demo", "--workers", "x"}, `invalid value "x" for flag -workers`},
 		{[]string{"indexer", "--log-level", "loud"}, `log level "loud"`},
 		{[]string{"indexer", "extra"}, "unexpected arguments"},
+		{[]string{"indexer", "--event-rate", "1000,x"}, `--event-rate: "x" is not a positive number`},
+		{[]string{"indexer", "--event-rate", "-5"}, `--event-rate: "-5" is not a positive number`},
+		{[]string{"indexer", "--speedup", "0"}, `--speedup: "0" is not a positive number`},
+		{[]string{"indexer", "--event-rate", "1000", "--speedup", "10"}, "exclusive"},
+		{[]string{"indexer", "--out", "x.json"}, "--out needs a paced replay"},
+		{[]string{"indexer", "--event-rate", "1000", "--warmup", "10s", "--step", "5s"}, "warmup in [0, step)"},
 		{[]string{"load"}, "--target is required"},
 		{[]string{"load", "--target", "http://127.0.0.1:1", "--workload", "nope"}, `unknown workload "nope"`},
 		{[]string{"load", "--target", "http://127.0.0.1:1", "--qps", "0"}, "qps"},
@@ -197,5 +204,44 @@ func TestRunPresetDefaults(t *testing.T) {
 	err, _, _ := runArgs(t, "run", "--preset", "tpu-9000")
 	if !errors.Is(err, mockengine.ErrUnknownPreset) {
 		t.Fatalf("unknown preset: %v", err)
+	}
+}
+
+func TestParsePaces(t *testing.T) {
+	for _, c := range []struct {
+		rates, speedups string
+		want            []bench.EventPace
+	}{
+		{"1000, 30000", "", []bench.EventPace{{Rate: 1000}, {Rate: 30000}}},
+		{"", "10,2.5", []bench.EventPace{{Speedup: 10}, {Speedup: 2.5}}},
+	} {
+		got, err := parsePaces(c.rates, c.speedups)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("parsePaces(%q, %q) = %v, %v; want %v", c.rates, c.speedups, got, err, c.want)
+		}
+	}
+}
+
+// A paced indexer run writes its JSON report with one point per rate.
+func TestIndexerPacedWritesJSON(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "indexer.json")
+	err, stdout, stderr := runArgs(t, "indexer", "--workers", "3", "--requests", "100", "--event-rate", "200,400",
+		"--lookup-rate", "40", "--step", "300ms", "--warmup", "50ms", "--out", out, "--log-level", "error")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.IndexerRateReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Points) != 2 || rep.Points[1].TargetEventsPerSec != 400 || rep.Points[0].Lookups == 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if !strings.Contains(stdout, "target/s") {
+		t.Fatalf("no table on stdout:\n%s", stdout)
 	}
 }
