@@ -36,6 +36,9 @@ type IndexerRateConfig struct {
 	MaxInFlight int
 	FullRoute   bool
 	Logger      *slog.Logger
+	// OnPoint, when set, is called with each point as its step ends (a
+	// long run's progress).
+	OnPoint func(IndexerRatePoint)
 }
 
 // maxPlannedEvents bounds the events planned up front (their memory).
@@ -88,6 +91,9 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 			return rep, err
 		}
 		rep.Points = append(rep.Points, pt)
+		if cfg.OnPoint != nil {
+			cfg.OnPoint(pt)
+		}
 		runtime.GC() // the next step starts without this one's garbage
 	}
 	return rep, nil

@@ -81,6 +81,9 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	rep, err := bench.RunIndexerRates(ctx, bench.IndexerRateConfig{
 		Plan: cfg.Plan, TracePath: cfg.TracePath, Requests: cfg.Requests, Shards: cfg.Shards, Paces: paces,
 		LookupRate: lookupRate, Step: step, Warmup: warmup, MaxInFlight: maxInFlight, FullRoute: cfg.FullRoute, Logger: log,
+		OnPoint: func(p bench.IndexerRatePoint) {
+			fmt.Fprintf(stderr, "rate %.0f/s done: %.0f events/s, lookup p99 %.3f ms\n", p.TargetEventsPerSec, p.EventsPerSec, p.LookupMs.P99)
+		},
 	})
 	if len(rep.Points) > 0 {
 		rep.WriteText(stdout)
