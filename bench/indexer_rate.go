@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 )
 
-// IndexerRateConfig sizes a paced indexer run: for each pace, a fresh
-// router ingests the Mooncake trace's KV events (looped as needed) at
+// IndexerRateConfig sizes a paced indexer run: for each pace, the
+// router, its index emptied, ingests the Mooncake trace's KV events (looped as needed) at
 // that pace for Step while lookups arrive open loop at LookupRate.
 type IndexerRateConfig struct {
 	Plan      IndexerPlanConfig
@@ -85,8 +86,26 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 	if err != nil {
 		return rep, err
 	}
+	// One router for the whole run: registering thousands of workers
+	// costs more than a step (each registration republishes the rank
+	// table), so steps share it and each starts from an emptied index.
+	obs := &stepCounter{}
+	acfg := actors.DefaultConfig()
+	acfg.BlockSize, acfg.Shards, acfg.Logger, acfg.Observer = cfg.Plan.BlockSize, cfg.Shards, cfg.Logger, obs
+	router, err := actors.Start(acfg)
+	if err != nil {
+		return rep, fmt.Errorf("start router: %w", err)
+	}
+	defer router.Stop()
+	if err := registerWorkers(ctx, router, cfg.Plan); err != nil {
+		return rep, err
+	}
 	for _, pace := range cfg.Paces {
-		pt, err := runPacedStep(ctx, cfg, recs, evs, pace)
+		if err := clearIndex(ctx, router, cfg.Plan.Workers); err != nil {
+			return rep, err
+		}
+		runtime.GC() // the step starts without the last one's garbage
+		pt, err := runPacedStep(ctx, cfg, router, obs, recs, evs, pace)
 		if err != nil {
 			return rep, err
 		}
@@ -94,7 +113,6 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 		if cfg.OnPoint != nil {
 			cfg.OnPoint(pt)
 		}
-		runtime.GC() // the next step starts without this one's garbage
 	}
 	return rep, nil
 }
@@ -156,9 +174,22 @@ func (c *stepCounter) DecisionDegraded(reason string) {
 	}
 }
 
-// runPacedStep starts a fresh router, sends the step's events as they
-// come due and times lookups from their scheduled times.
-func runPacedStep(ctx context.Context, cfg IndexerRateConfig, recs []TraceRecord, evs []pacedEvent, pace EventPace) (IndexerRatePoint, error) {
+// clearIndex empties every worker's blocks (a Cleared event each) and
+// waits until the shards applied it.
+func clearIndex(ctx context.Context, router *actors.Router, workers int) error {
+	for i := range workers {
+		router.ApplyEvent(&kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: WorkerID(i)}, Kind: kv.EventCleared})
+	}
+	if err := router.Barrier(ctx); err != nil {
+		return fmt.Errorf("clear the index between steps: %w", err)
+	}
+	return nil
+}
+
+// runPacedStep sends the step's events to router as they come due and
+// times lookups from their scheduled times.
+func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Router, obs *stepCounter,
+	recs []TraceRecord, evs []pacedEvent, pace EventPace) (IndexerRatePoint, error) {
 	due := pace.dueTimes(evs, cfg.Step)
 	pt := IndexerRatePoint{Speedup: pace.Speedup, Events: len(due), TargetEventsPerSec: pace.Rate}
 	if pace.Speedup > 0 {
@@ -168,18 +199,7 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, recs []TraceRecord
 	for k := range due {
 		reqs[k] = evs[k].req
 	}
-	obs := &stepCounter{}
-	acfg := actors.DefaultConfig()
-	acfg.BlockSize, acfg.Shards, acfg.Logger, acfg.Observer = cfg.Plan.BlockSize, cfg.Shards, cfg.Logger, obs
-	router, err := actors.Start(acfg)
-	if err != nil {
-		return pt, fmt.Errorf("start router: %w", err)
-	}
-	defer router.Stop()
-	if err := registerWorkers(ctx, router, cfg.Plan); err != nil {
-		return pt, err
-	}
-
+	dropped0, partial0 := obs.dropped.Load(), obs.partial.Load()
 	start := time.Now().Add(20 * time.Millisecond)
 	sched, err := NewSchedule(start, cfg.LookupRate, cfg.Step)
 	if err != nil {
@@ -218,8 +238,8 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, recs []TraceRecord
 	if err != nil {
 		return pt, fmt.Errorf("paced replay: %w", err)
 	}
-	pt.DroppedEvents = int(obs.dropped.Load())
-	pt.PartialLookups = int(obs.partial.Load())
+	pt.DroppedEvents = int(obs.dropped.Load() - dropped0)
+	pt.PartialLookups = int(obs.partial.Load() - partial0)
 	pt.EventsPerSec = float64(len(due)-pt.DroppedEvents) / max(applied.Sub(start).Seconds(), cfg.Step.Seconds()*1e-3)
 	pt.MaxBacklog = int(maxBacklog.Load())
 	pt.DrainMs = float64(applied.Sub(lastSent)) / float64(time.Millisecond)
