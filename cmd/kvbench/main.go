@@ -21,7 +21,7 @@ const usage = `usage: kvbench <command> [flags]
 commands:
   run      sweep policies x QPS points over an embedded fleet (NATS, router, mock workers)
   demo     the README preset: 8 mock workers, a short shared-prefix sweep, out/demo/
-  indexer  replay the Mooncake trace as KV events against an in-process router
+  indexer  replay the Mooncake trace as KV events against an in-process router (--event-rate: paced, lookup latency per rate)
   scale    routing decisions/s of 1 vs N replica processes, each on its own CPU quota
   load     send a workload to a running router or load balancer (completions)
   http     open-loop /route load at fixed rates (in-process router or --url): decisions/s and latency percentiles
