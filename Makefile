@@ -51,12 +51,26 @@ test: deps system-deps node-deps fmt-check vet
 	$(MAKE) fuzz
 
 # Bounded fuzzing of every decoder (CI runs this as part of `make test`).
+# Go 1.26's fuzz coordinator can end a run that found nothing with
+# "context deadline exceeded" when -fuzztime expires while a starved worker
+# is mid-input (golang/go#75804, fixed in Go 1.27). A real failure always
+# writes its input under testdata/fuzz/<target>; such a run is a failure,
+# the coordinator's race (no new input, that message) is reported and
+# skipped.
 FUZZTIME ?= 10s
 fuzz:
-	@for t in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' . | sed 's/func //' | sort -u); do \
+	@out=$$(mktemp); trap 'rm -f $$out' EXIT; \
+	for t in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' . | sed 's/func //' | sort -u); do \
 		pkg=$$(grep -rlE "^func $$t\(" --include='*_test.go' . | head -1 | xargs dirname); \
 		echo "fuzz $$pkg $$t"; \
-		$(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+		before=$$(ls $$pkg/testdata/fuzz/$$t 2>/dev/null | wc -l); \
+		$(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg > $$out 2>&1; rc=$$?; cat $$out; \
+		after=$$(ls $$pkg/testdata/fuzz/$$t 2>/dev/null | wc -l); \
+		if [ $$rc -ne 0 ]; then \
+			if [ $$after -eq $$before ] && grep -q 'context deadline exceeded' $$out; then \
+				echo "fuzz $$t: no failing input; Go's fuzztime race (golang/go#75804), not a finding"; \
+			else exit 1; fi; \
+		fi; \
 	done
 
 # 3 replicas + HAProxy + embedded NATS + 4 mock workers, on loopback.
