@@ -13,6 +13,8 @@ medians, so drift hits every benchmark alike.
         BenchmarkScheduleActorStride8:1000:4000 BenchmarkScheduleActorQueryOnly:1000:4000
 """
 import resource, subprocess, sys, statistics
+if len(sys.argv) < 4:
+    sys.exit('usage: cpuperop.py TEST_BINARY ROUNDS BenchmarkName:N1:N2 ...')
 binary, rounds, spec = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def cpu(bench, n):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
