@@ -99,6 +99,9 @@ func (n *Node) memberUp(node *memberlist.Node) {
 	copied := *node
 	n.memMu.Lock()
 	defer n.memMu.Unlock()
+	if n.memClosed {
+		return // a handler memberlist's Shutdown left running
+	}
 	e := n.members[node.Name]
 	if e == nil {
 		e = &memberEntry{}
@@ -138,6 +141,9 @@ func (n *Node) memberDown(name string) {
 	n.synced.forget(name)
 	n.memMu.Lock()
 	defer n.memMu.Unlock()
+	if n.memClosed {
+		return
+	}
 	e := n.members[name]
 	if e == nil {
 		e = &memberEntry{member: Member{ReplicaID: name}}

@@ -65,7 +65,11 @@ type Node struct {
 	// origin's state (ApplyRemote, ReplaceOrigin, DropOrigin).
 	memMu   sync.Mutex
 	members map[string]*memberEntry
-	peers   atomic.Pointer[[]*peerSender]
+	// memClosed (under memMu) is set by Shutdown before it waits for the
+	// goroutines: memberlist's stream handlers outlive its Shutdown and
+	// may still report a join, which must not start a sender then.
+	memClosed bool
+	peers     atomic.Pointer[[]*peerSender]
 
 	inbox     chan []byte
 	recv      *receiver
@@ -421,6 +425,9 @@ func (n *Node) Shutdown() {
 			n.log.Warn("memberlist shutdown", "err", err)
 		}
 		n.unregisterDetector()
+		n.memMu.Lock()
+		n.memClosed = true
+		n.memMu.Unlock()
 		close(n.stop)
 		n.closeStreams()
 		n.wg.Wait()
