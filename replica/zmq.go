@@ -112,7 +112,7 @@ func (z *zmqLink) addState(st *metrics.State) {
 		"zmq_messages": s.Messages, "zmq_events": s.Events, "zmq_stored_blocks": s.StoredBlocks,
 		"zmq_malformed": s.Malformed, "zmq_duplicates": s.Duplicates, "zmq_replays": s.Replays,
 		"zmq_replay_errors": s.ReplayErrors, "zmq_replayed": s.Replayed, "zmq_lost": s.Lost,
-		"zmq_restarts": s.Restarts, "zmq_ref_suppressed": s.RefSuppressed,
+		"zmq_restarts": s.Restarts, "zmq_ref_suppressed": s.RefSuppressed, "zmq_connections": s.Connections,
 	} {
 		st.Counters = append(st.Counters, metrics.Counter{Name: name, Source: "zmq", Value: v})
 	}

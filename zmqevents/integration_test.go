@@ -107,6 +107,8 @@ type rig struct {
 
 	mu  sync.Mutex
 	got *index.Indexer
+
+	sent uint64 // batches the current publisher numbered
 }
 
 func newRig(t testing.TB, enc zmqevents.Encoding, drop func(rank uint32, seq uint64) bool) *rig {
@@ -158,6 +160,7 @@ func (r *rig) publish(ev kv.Event) {
 	if err := r.pub.PublishEvent(context.Background(), &ev); err != nil {
 		r.t.Fatal(err)
 	}
+	r.sent++
 	if err := r.ref.Apply(&ev); err != nil {
 		r.t.Fatalf("reference index refused event %d: %v", ev.EventID, err)
 	}
@@ -231,26 +234,46 @@ func TestZMQRestartClearsAndRebuilds(t *testing.T) {
 	r.workloadAfterRestart(t)
 }
 
+// TestZMQRestartContinuingTheOldSequence is the restart the sequence
+// cannot show: the new engine process has published exactly as many
+// batches as the old one when the SUB socket reconnects, so the first
+// batch heard continues the old numbering. Only verifying the batch
+// before it (replayed from the new process) tells the restart apart.
+func TestZMQRestartContinuingTheOldSequence(t *testing.T) {
+	r := newRig(t, zmqevents.EncodingMap, nil)
+	r.workload(200)
+	r.waitConverged()
+	old := r.sent
+	for tier := range kv.NumTiers {
+		if err := r.ref.Apply(&kv.Event{Worker: r.engine.worker, Kind: kv.EventCleared, Tier: tier}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.engine = newEngineModel(r.engine.worker, 2)
+	r.pub.Close()
+	// The new process's first `old` batches go unheard (the socket is
+	// still reconnecting) but stay in its replay buffer.
+	r.rebind(t, func(_ uint32, seq uint64) bool { return seq < old })
+	r.workload(int(old))
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if c := r.sub.Stats().Connections; c < 2 {
+			return fmt.Errorf("subscriber has %d connections, want a reconnect", c)
+		}
+		return nil
+	})
+	before := r.sub.Stats()
+	r.publish(r.engine.next()) // numbered `old`: the next the subscriber expects
+	r.waitConverged()
+	st := r.sub.Stats()
+	if st.Restarts != 1 || st.Replays != before.Replays+2 {
+		t.Fatalf("want the restart found by a verifying replay and the new process replayed from 0: %+v", st)
+	}
+}
+
 // workloadAfterRestart rebinds a publisher on the same addresses (a new
 // engine process) and checks the index rebuilds from its stream.
 func (r *rig) workloadAfterRestart(t *testing.T) {
-	ep, rep := r.pub.Endpoint(), r.pub.ReplayEndpoint()
-	var pub *mockengine.ZMQPublisher
-	var err error
-	for range 50 { // the old sockets may take a moment to release the ports
-		pub, err = mockengine.NewZMQPublisher(mockengine.ZMQPublisherConfig{
-			Endpoint: ep, ReplayEndpoint: rep, BlockSize: blockSize, Encoding: zmqevents.EncodingMap, Tokens: r.engine.tokensOf,
-		})
-		if err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close() })
-	r.pub = pub
+	r.rebind(t, nil)
 	r.workload(200)
 	deadline := time.Now().Add(10 * time.Second)
 	for r.sub.Stats().Restarts == 0 && time.Now().Before(deadline) {
@@ -261,6 +284,29 @@ func (r *rig) workloadAfterRestart(t *testing.T) {
 	if st := r.sub.Stats(); st.Restarts != 1 {
 		t.Fatalf("want one restart: %+v", st)
 	}
+}
+
+// rebind starts a publisher on the old one's addresses: a new engine
+// process, numbering from 0.
+func (r *rig) rebind(t *testing.T, drop func(rank uint32, seq uint64) bool) {
+	ep, rep := r.pub.Endpoint(), r.pub.ReplayEndpoint()
+	var pub *mockengine.ZMQPublisher
+	var err error
+	for range 50 { // the old sockets may take a moment to release the ports
+		pub, err = mockengine.NewZMQPublisher(mockengine.ZMQPublisherConfig{
+			Endpoint: ep, ReplayEndpoint: rep, BlockSize: blockSize, Encoding: zmqevents.EncodingMap,
+			Tokens: r.engine.tokensOf, DropSeq: drop,
+		})
+		if err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	r.pub, r.sent = pub, 0
 }
 
 func BenchmarkZMQIngest(b *testing.B) {

@@ -25,7 +25,7 @@ func seqStream(t *testing.T) (*rankStream, *int) {
 	}
 	s := &Subscriber{cfg: WorkerEndpoint{WorkerID: 7}, opts: opts, conv: Converter{BlockSize: 4},
 		refs: NewRefCounter(), log: opts.Logger}
-	return &rankStream{s: s}, cleared
+	return &rankStream{s: s, watch: &connWatch{total: &s.c.connections}}, cleared
 }
 
 func liveFrames(t *testing.T, seq uint64) [][]byte {

@@ -60,7 +60,8 @@ type Stats struct {
 	ReplayErrors  uint64 // replay requests that failed or timed out
 	Replayed      uint64 // batches applied from replays
 	Lost          uint64 // sequence numbers neither received nor replayed (at most MaxSeqGap per jump)
-	Restarts      uint64 // sequence went backwards (or jumped past MaxSeqGap): the engine restarted
+	Restarts      uint64 // sequence went backwards (or jumped past MaxSeqGap), or a verifying replay showed a different batch: the engine restarted
+	Connections   uint64 // SUB connections established (handshakes); more than the ranks means reconnects
 	RefSuppressed uint64 // duplicate stores/removals absorbed by RefCounter
 }
 
@@ -75,12 +76,14 @@ func (s *Stats) add(o Stats) {
 	s.Replayed += o.Replayed
 	s.Lost += o.Lost
 	s.Restarts += o.Restarts
+	s.Connections += o.Connections
 	s.RefSuppressed += o.RefSuppressed
 }
 
 type counters struct {
 	messages, events, storedBlocks, malformed, duplicates   atomic.Uint64
 	replays, replayErrors, replayed, lost, restarts, refSup atomic.Uint64
+	connections                                             atomic.Uint64
 }
 
 // MaxSeqGap is the largest forward jump of a rank's sequence number that
@@ -170,7 +173,7 @@ func (s *Subscriber) Stats() Stats {
 		Messages: c.messages.Load(), Events: c.events.Load(), StoredBlocks: c.storedBlocks.Load(),
 		Malformed: c.malformed.Load(), Duplicates: c.duplicates.Load(), Replays: c.replays.Load(),
 		ReplayErrors: c.replayErrors.Load(), Replayed: c.replayed.Load(), Lost: c.lost.Load(),
-		Restarts: c.restarts.Load(), RefSuppressed: c.refSup.Load(),
+		Restarts: c.restarts.Load(), RefSuppressed: c.refSup.Load(), Connections: c.connections.Load(),
 	}
 }
 
@@ -225,6 +228,7 @@ type rankStream struct {
 	endpoint       string
 	replayEndpoint string
 	sock           zmq4.Socket
+	watch          *connWatch
 
 	started  bool   // next is meaningful
 	next     uint64 // next sequence number to apply
@@ -233,6 +237,9 @@ type rankStream struct {
 	// lastPayload fingerprints the payload applied as next-1, so a gap
 	// can be told apart from a restart the SUB socket did not see.
 	lastPayload uint64
+	// liveConns is the socket's handshake count at the last live batch:
+	// a higher count means the batch came over a new connection.
+	liveConns uint64
 }
 
 func (s *Subscriber) newRankStream(ctx context.Context, i int) (*rankStream, error) {
@@ -241,7 +248,8 @@ func (s *Subscriber) newRankStream(ctx context.Context, i int) (*rankStream, err
 	if s.cfg.ReplayEndpoint != "" {
 		rs.replayEndpoint, _ = OffsetEndpoint(s.cfg.ReplayEndpoint, i) // validated
 	}
-	rs.sock = zmq4.NewSub(ctx, zmq4.WithLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)),
+	rs.watch = &connWatch{total: &s.c.connections}
+	rs.sock = zmq4.NewSub(ctx, zmq4.WithLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)), zmq4.WithSecurity(rs.watch),
 		zmq4.WithDialerRetry(s.opts.RetryInterval), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
 	if err := rs.sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
 		rs.sock.Close()
@@ -305,6 +313,9 @@ func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
 		return
 	}
 	c.messages.Add(1)
+	conns := rs.watch.handshakes.Load()
+	reconnected := rs.haveLive && conns != rs.liveConns
+	rs.liveConns = conns
 	if rs.haveLive && (seq <= rs.lastLive || seq-rs.lastLive-1 > MaxSeqGap) {
 		c.restarts.Add(1)
 		rs.s.log.Info("kv event sequence went back or jumped: engine restarted", "dp_rank", rs.rank, "seq", seq, "last", rs.lastLive)
@@ -322,7 +333,12 @@ func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
 	case rs.started && seq < rs.next:
 		c.duplicates.Add(1)
 		return
-	case rs.started && seq > rs.next:
+	case rs.started && (seq > rs.next || reconnected && seq == rs.next && seq > 0):
+		// A batch that follows a reconnect continues the old sequence
+		// only if the engine did not restart meanwhile: a new process
+		// that published exactly as many batches as the old one before
+		// the socket reconnected is caught by the same check as a gap,
+		// the replayed batch at next-1 being a different one.
 		if rs.replayEndpoint != "" {
 			rs.repairGap(ctx)
 		}
