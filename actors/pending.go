@@ -48,9 +48,6 @@ type pending struct {
 	eligible []kv.WorkerWithDpRank
 	hashed   time.Time
 	scored   time.Time
-	// loadSeq is the scheduler's routedSeq when the loads were asked for:
-	// decisions recorded after it are not in them.
-	loadSeq uint64
 
 	// Sticky session (req.SessionId): whether it had a binding when the
 	// decision started, the bound rank while it is still fit, and why it
@@ -92,26 +89,51 @@ func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
 	}
 }
 
-// askLoads fans a load query out to the sequence actors of p.eligible.
+// askLoads asks for the loads a decision cannot read from the board:
+// those of the eligible ranks sharing the prompt's prefix (the first
+// sampled hash is one of their roots), whose NewBlocks only they can
+// count. Every other rank's load is its publication.
 func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
-	p.loads = make(map[kv.WorkerWithDpRank]*messages.LoadReply, len(p.eligible))
+	p.loads = nil
 	p.ranksLeft = 0
-	p.loadSeq = s.routedSeq
 	p.sampled = s.sampledHashes(p)
-	q := &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(len(p.seqs))}
+	if len(p.sampled) == 0 {
+		return // shorter than a stride: nothing can be shared
+	}
+	var q *messages.LoadQuery
 	for _, w := range p.eligible {
 		pid, ok := s.ranks.pids[w]
-		if !ok {
+		if !ok || !s.board.sharesPrefix(w, p.sampled[0]) {
 			continue
 		}
-		if s.idle(w) {
-			// Idle rank: no prefill, no active blocks, every block new.
-			p.loads[w] = &messages.LoadReply{QueryId: p.id, Worker: rankMsg(w), NewBlocks: uint64(len(p.seqs))}
-			continue
+		if q == nil {
+			q = &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(len(p.seqs))}
+			p.loads = make(map[kv.WorkerWithDpRank]*messages.LoadReply)
 		}
 		ctx.Request(pid, q)
 		p.ranksLeft++
 	}
+}
+
+// applied is how many of the scheduler's adds to each rank the loads p
+// read include: a reply's count, else the board's.
+func (p *pending) applied(b *loadBoard, w kv.WorkerWithDpRank) uint64 {
+	if l := p.loads[w]; l != nil {
+		return l.AddsApplied
+	}
+	return b.applied(w)
+}
+
+// lagging reports whether a reply p read is older than its rank's
+// publication on the board (decisions recorded in between are in the
+// board's count but not in the reply).
+func (p *pending) lagging(b *loadBoard) bool {
+	for w, l := range p.loads {
+		if l.AddsApplied < b.applied(w) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *schedulerActor) onOverlap(ctx actor.Context, m *messages.OverlapReply) {

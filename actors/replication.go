@@ -34,14 +34,14 @@ type replicationActor struct {
 	byRank map[kv.WorkerWithDpRank][]*messages.SequenceEvent
 }
 
-func newReplicationProps(cfg Config, g *gossiper, scheduler *actor.PID, bl *backlog) *actor.Props {
+func newReplicationProps(cfg Config, g *gossiper, scheduler *actor.PID, bl *backlog, d actor.Dispatcher) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &replicationActor{
 			cfg: cfg, log: cfg.Logger.With("component", "replication"), obs: cfg.Observer, gossip: g, backlog: bl,
 			scheduler: scheduler, ranks: emptyRankView(), remote: tracking.New(),
 			strideWarned: map[string]bool{}, byRank: map[kv.WorkerWithDpRank][]*messages.SequenceEvent{},
 		}
-	})
+	}, actor.WithDispatcher(d))
 }
 
 func (a *replicationActor) Receive(ctx actor.Context) {

@@ -146,15 +146,20 @@ func overrideOf(o *messages.RouterConfigOverride) *scheduling.Override {
 	}
 }
 
-// candidates joins overlaps and loads for the eligible ranks.
-func (s *schedulerActor) candidates(p *pending) []scheduling.Candidate {
+// candidates joins overlaps and loads for the eligible ranks: the reply
+// of a rank asked (it shares the prompt's prefix), else its published load.
+func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Candidate {
 	cands := make([]scheduling.Candidate, 0, len(p.eligible))
+	promptBlocks := uint64(len(p.seqs))
 	for _, w := range p.eligible {
-		c := scheduling.Candidate{Worker: w, NewBlocks: uint64(len(p.seqs)), SharedOverlap: p.shared}
+		c := scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: p.shared}
 		if o := p.overlaps[w]; o != nil {
 			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.DeviceBlocks, o.HostBlocks, o.DiskBlocks
 		}
-		if l := p.loads[w]; l != nil {
+		l := p.loads[w]
+		if l == nil {
+			s.board.fill(&c, promptBlocks, now)
+		} else {
 			c.HasLoad = true
 			c.ActivePrefillTokens = l.ActivePrefillTokens
 			c.ActiveBlocks = l.ActiveBlocks
@@ -183,8 +188,8 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		s.obs.DecisionPhase("score", now.Sub(p.hashed))
 	}
 	cfg := s.cfg.Scheduling.WithOverride(overrideOf(p.req.RouterConfigOverride))
-	cands := s.candidates(p)
-	if recent := s.routedSince(p.loadSeq); len(recent) > 0 {
+	cands := s.candidates(p, now)
+	if recent := s.routedUnseen(p); len(recent) > 0 {
 		scheduling.AddRouted(cands, p.sampled, uint64(len(p.seqs)), s.cfg.Sequence.EffectiveStride(), recent)
 		if !s.cfg.TrackActiveBlocks {
 			for i := range cands {
@@ -276,10 +281,12 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 	if h.trackPrefill {
 		routed.PrefillTokens = prefill
 	}
-	s.noteRouted(routed)
+	var onRank uint64
 	if pid, ok := s.ranks.pids[d.Worker]; ok {
+		onRank = s.board.sent(d.Worker)
 		ctx.Send(pid, add)
 	}
+	s.noteRouted(routed, onRank)
 	if !s.cfg.UseKVEvents || s.cfg.Index.PredictedTTL > 0 {
 		local := make([]uint64, len(p.local))
 		for i, h := range p.local {
@@ -425,7 +432,7 @@ func (s *schedulerActor) startRequestsQuery(ctx actor.Context, m *messages.Activ
 func (s *schedulerActor) potentialLoads(p *pending) *messages.PotentialLoadsReply {
 	reply := &messages.PotentialLoadsReply{}
 	isl := uint64(len(p.req.TokenIds))
-	for _, c := range s.candidates(p) {
+	for _, c := range s.candidates(p, time.Now()) {
 		_, cached := scheduling.CacheHitEstimate(s.cfg.Scheduling, s.cfg.BlockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
 		reply.Loads = append(reply.Loads, &messages.PotentialLoad{
 			Worker:                 rankMsg(c.Worker),

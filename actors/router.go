@@ -24,6 +24,7 @@ import (
 // entry points the service calls. All methods are safe for concurrent use.
 type Router struct {
 	cfg         Config
+	dispatchers []*pinnedDispatcher
 	system      *actor.ActorSystem
 	shards      []*actor.PID
 	scheduler   *actor.PID
@@ -86,6 +87,16 @@ func Start(cfg Config) (*Router, error) {
 	}))
 	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
 	guardian := sys.Root.WithGuardian(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider))
+	// The decision path's actors keep their goroutines (pinnedDispatcher):
+	// one for the scheduler, one for the replication edge, one per shard.
+	turns := cfg.shardTurns
+	if turns <= 0 {
+		turns = shardTurns
+	}
+	shardDispatch := newPinnedDispatcher(cfg.shardCount(), turns)
+	schedDispatch := newPinnedDispatcher(1, defaultThroughput)
+	replDispatch := newPinnedDispatcher(1, defaultThroughput)
+	r.dispatchers = []*pinnedDispatcher{shardDispatch, schedDispatch, replDispatch}
 	// router_max_tree_size bounds the whole replica's predicted tree, so
 	// each shard gets its share.
 	shardIndex := cfg.Index
@@ -99,7 +110,7 @@ func Start(cfg Config) (*Router, error) {
 		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: shardIndex, log: cfg.Logger, obs: cfg.Observer,
 			gate: gate, backlog: newBacklog(cfg.ShardBacklog)}
 		r.shardBacklogs = append(r.shardBacklogs, st.backlog)
-		r.shards = append(r.shards, guardian.Spawn(newShardProps(st, cfg.shardTurns, cfg.shardMiddleware...)))
+		r.shards = append(r.shards, guardian.Spawn(newShardProps(st, shardDispatch, cfg.shardMiddleware...)))
 	}
 	// The scheduler and the replication edge address each other, so both
 	// are spawned under names known before either exists.
@@ -107,11 +118,11 @@ func Start(cfg Config) (*Router, error) {
 	schedulerPID := actor.NewPID(sys.Address(), "scheduler")
 	replicationPID := actor.NewPID(sys.Address(), "replication")
 	var err error
-	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.shards, replicationPID), schedulerPID.Id); err != nil {
+	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.shards, replicationPID, schedDispatch), schedulerPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn scheduler: %w", err)
 	}
 	r.replBacklog = newBacklog(cfg.ReplicationBacklog)
-	if r.replication, err = sys.Root.SpawnNamed(newReplicationProps(cfg, g, schedulerPID, r.replBacklog), replicationPID.Id); err != nil {
+	if r.replication, err = sys.Root.SpawnNamed(newReplicationProps(cfg, g, schedulerPID, r.replBacklog, replDispatch), replicationPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn replication: %w", err)
 	}
 	r.registry = sys.Root.Spawn(newRegistryProps(cfg, r.shards, r.scheduler, r.replication))
@@ -147,6 +158,9 @@ func (r *Router) Stop() {
 			}
 		}
 		r.system.Shutdown()
+		for _, d := range r.dispatchers {
+			d.Close()
+		}
 	})
 }
 

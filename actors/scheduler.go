@@ -45,6 +45,8 @@ type schedulerActor struct {
 	// sequential scheduler would have seen them.
 	routed    []routedEntry
 	routedSeq uint64
+	// board holds every rank's published load (RankLoad).
+	board *loadBoard
 
 	pending map[uint64]*pending
 	// cancels maps a route call's cancel token to its pending decision.
@@ -62,7 +64,7 @@ type schedulerActor struct {
 	sessionStats sessions.Stats
 }
 
-func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication *actor.PID) *actor.Props {
+func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication *actor.PID, d actor.Dispatcher) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		table, err := sessions.New(cfg.sessionsConfig())
 		if err != nil {
@@ -72,13 +74,13 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 			sessions: table,
 			cfg:      cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
-			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{},
+			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{}, board: newLoadBoard(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue: mustQueue(cfg.Scheduling),
 			rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
-		actor.WithMailbox(priorityMailbox()))
+		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(d))
 }
 
 func (s *schedulerActor) Receive(ctx actor.Context) {
@@ -95,6 +97,11 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.onOverlap(ctx, m)
 	case *messages.LoadReply:
 		s.onLoad(ctx, m)
+	case *messages.RankLoad:
+		s.board.apply(m)
+		if s.queue.Len() > 0 {
+			s.tryDequeue(ctx) // a free shows in the load only now
+		}
 	case *messages.ActiveRequestsReply:
 		s.onRequests(ctx, m)
 	case *messages.RequestLifecycle:
@@ -113,6 +120,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RankTable:
 		s.ranks = newRankView(m, ctx.Self().Address)
+		s.board.sync(s.ranks, func(w kv.WorkerWithDpRank) { ctx.Send(s.ranks.pids[w], &messages.RankLoadQuery{}) })
 		s.local.DropUnregistered(s.ranks.has)
 		for w := range s.remoteBusy {
 			if !s.ranks.has(w) {
@@ -256,14 +264,17 @@ const maxRouted = 256
 
 type routedEntry struct {
 	seq uint64 // for reading; the ring's index is derived from it
+	// onRank numbers the decision among the adds sent to its rank
+	// (loadBoard.sent): a load that applied fewer does not include it.
+	onRank uint64
 	scheduling.Routed
 }
 
 // noteRouted keeps a recorded decision for the decisions in flight (a
 // ring: decision seq lives at index (seq−1) % maxRouted).
-func (s *schedulerActor) noteRouted(r scheduling.Routed) {
+func (s *schedulerActor) noteRouted(r scheduling.Routed, onRank uint64) {
 	s.routedSeq++
-	e := routedEntry{seq: s.routedSeq, Routed: r}
+	e := routedEntry{seq: s.routedSeq, onRank: onRank, Routed: r}
 	if len(s.routed) < maxRouted {
 		s.routed = append(s.routed, e)
 		return
@@ -271,16 +282,22 @@ func (s *schedulerActor) noteRouted(r scheduling.Routed) {
 	s.routed[(s.routedSeq-1)%maxRouted] = e
 }
 
-// routedSince lists the decisions recorded after seq, oldest first (only
-// the last maxRouted are kept).
-func (s *schedulerActor) routedSince(seq uint64) []scheduling.Routed {
-	if seq >= s.routedSeq {
+// routedUnseen lists the recorded decisions that the loads p read do
+// not include, oldest first: those numbered past what their rank had
+// applied (pending.applied). Only the last maxRouted are kept. While the
+// board's loads include every add and no reply p read is older than its
+// rank's publication, there is nothing to look for (the common case).
+func (s *schedulerActor) routedUnseen(p *pending) []scheduling.Routed {
+	if s.board.unseen == 0 && !p.lagging(s.board) {
 		return nil
 	}
-	first := max(seq+1, s.routedSeq-uint64(len(s.routed))+1)
-	out := make([]scheduling.Routed, 0, s.routedSeq-first+1)
+	var out []scheduling.Routed
+	first := s.routedSeq - uint64(len(s.routed)) + 1
 	for n := first; n <= s.routedSeq; n++ {
-		out = append(out, s.routed[(n-1)%maxRouted].Routed)
+		e := &s.routed[(n-1)%maxRouted]
+		if e.onRank > p.applied(s.board, e.Worker) {
+			out = append(out, e.Routed)
+		}
 	}
 	return out
 }

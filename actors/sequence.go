@@ -31,6 +31,16 @@ type sequenceActor struct {
 	// The stale sweep runs at most every expiryEvery (Dynamo: 30 s).
 	lastExpiry  time.Time
 	expiryEvery time.Duration
+	// pub is what was last published to the scheduler (RankLoad); it
+	// lives outside the instance like the tracker.
+	pub *loadPublisher
+}
+
+// loadPublisher is the rank's side of the published load: the scheduler
+// adds it counts and the load it last sent.
+type loadPublisher struct {
+	addsApplied uint64
+	last        *messages.RankLoad
 }
 
 func newSequenceProps(w kv.WorkerWithDpRank, cfg Config, scheduler, replication *actor.PID) *actor.Props {
@@ -38,6 +48,7 @@ func newSequenceProps(w kv.WorkerWithDpRank, cfg Config, scheduler, replication 
 	// panic keeps the rank's requests instead of silently forgetting them.
 	seqs := sequence.New(cfg.Sequence)
 	rate := &scheduling.PrefillRate{}
+	pub := &loadPublisher{}
 	log := cfg.Logger.With("component", "sequence", "worker", w)
 	// A synchronized dispatcher runs the actor on its sender's goroutine
 	// (the scheduler's or the replication edge's): a decision fans out to
@@ -45,13 +56,29 @@ func newSequenceProps(w kv.WorkerWithDpRank, cfg Config, scheduler, replication 
 	// work.
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &sequenceActor{worker: w, replica: cfg.ReplicaID, seqs: seqs, rate: rate, log: log,
-			scheduler: scheduler, replication: replication, expiryEvery: cfg.Sequence.SweepInterval(cfg.StaleCheckInterval)}
+			scheduler: scheduler, replication: replication, expiryEvery: cfg.Sequence.SweepInterval(cfg.StaleCheckInterval), pub: pub}
 	}, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
 }
 
 func (a *sequenceActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *messages.LoadQuery:
+		ctx.Respond(a.load(m))
+		return
+	case *messages.ActiveRequestsQuery:
+		ctx.Respond(a.requests(m))
+		return
+	case *messages.RankLoadQuery:
+		// The scheduler starts counting its adds to this actor afresh
+		// (a new rank, or a restarted scheduler): so does the actor.
+		a.pub.last, a.pub.addsApplied = nil, 0
+		a.publish(ctx, true)
+		return
 	case *messages.AddRequest:
+		// Only this replica's scheduler sends adds directly (a peer's
+		// arrive as SequenceEvents): counting them tells it which of its
+		// decisions a published load includes.
+		a.pub.addsApplied++
 		a.add(m, a.replica)
 	case *messages.SequenceEvent:
 		a.applyRemote(m)
@@ -65,19 +92,65 @@ func (a *sequenceActor) Receive(ctx actor.Context) {
 		a.check("free", m.RequestId, a.seqs.Free(m.RequestId))
 	case *messages.AddOutputBlock:
 		a.check("output_block", m.RequestId, a.seqs.AddOutputBlock(m.RequestId, m.DecayFrac))
-	case *messages.LoadQuery:
-		ctx.Respond(a.load(m))
 	case *messages.DropOrigin:
 		if freed := a.seqs.FreeOrigin(m.Origin); len(freed) > 0 {
 			a.log.Info("dropped requests of a departed replica", "origin", m.Origin, "requests", len(freed))
 		}
 	case *messages.RestoreOrigin:
 		a.restore(m)
-	case *messages.ActiveRequestsQuery:
-		ctx.Respond(a.requests(m))
 	case *messages.Tick:
 		a.expire(ctx, time.Unix(0, m.UnixNano))
+	default:
+		return // lifecycle messages of the actor itself change nothing
 	}
+	a.publish(ctx, false)
+}
+
+// publish sends the scheduler the rank's load when it changed since the
+// last one sent (or, full, unconditionally with every root).
+func (a *sequenceActor) publish(ctx actor.Context, full bool) {
+	if a.scheduler == nil {
+		return
+	}
+	l := a.seqs.Load()
+	m := &messages.RankLoad{
+		Worker: rankMsg(a.worker), ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks,
+		ActiveRequests: uint32(l.ActiveRequests), PrefillTokensPerSec: a.rate.TokensPerSec(),
+		AddsApplied: a.pub.addsApplied, Full: full,
+	}
+	if tokens, added, ok := a.seqs.HeadPrefill(); ok {
+		m.HeadPrefillTokens = tokens
+		m.HeadStartedUnixNano = a.rate.HeadStart(added).UnixNano()
+	}
+	added, removed := a.seqs.TakeRootChanges()
+	if full {
+		added, removed = a.seqs.Roots(), nil
+	}
+	if !full && len(added) == 0 && len(removed) == 0 && sameLoad(a.pub.last, m) {
+		return
+	}
+	m.RootsAdded, m.RootsRemoved = toU64(added), toU64(removed)
+	a.pub.last = m
+	ctx.Send(a.scheduler, m)
+}
+
+// sameLoad compares the load fields of two published loads (not roots).
+func sameLoad(a, b *messages.RankLoad) bool {
+	return a != nil && a.ActivePrefillTokens == b.ActivePrefillTokens && a.ActiveBlocks == b.ActiveBlocks &&
+		a.ActiveRequests == b.ActiveRequests && a.PrefillTokensPerSec == b.PrefillTokensPerSec &&
+		a.HeadPrefillTokens == b.HeadPrefillTokens && a.HeadStartedUnixNano == b.HeadStartedUnixNano &&
+		a.AddsApplied == b.AddsApplied
+}
+
+func toU64(h []kv.SequenceHash) []uint64 {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make([]uint64, len(h))
+	for i, v := range h {
+		out[i] = uint64(v)
+	}
+	return out
 }
 
 // check logs a lifecycle step the tracker refused. An unknown request is
@@ -187,6 +260,7 @@ func (a *sequenceActor) load(m *messages.LoadQuery) *messages.LoadReply {
 		NewBlocks:           sequence.CountNewBlocks(a.seqs, m.SequenceHashes, uint64(m.PromptBlocks)),
 		ActiveRequests:      uint32(l.ActiveRequests),
 		PrefillTokensPerSec: a.rate.TokensPerSec(),
+		AddsApplied:         a.pub.addsApplied,
 	}
 	if tokens, started, ok := a.seqs.HeadPrefill(); ok {
 		reply.HeadPrefillTokens = tokens

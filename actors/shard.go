@@ -54,12 +54,9 @@ const shardTurns = 1
 // newShardProps builds a shard's props; middleware is a test seam (the
 // package's tests inject crashes and stalls with it; production passes
 // none).
-func newShardProps(st *shardState, turns int, middleware ...actor.ReceiverMiddleware) *actor.Props {
-	if turns <= 0 {
-		turns = shardTurns
-	}
+func newShardProps(st *shardState, d actor.Dispatcher, middleware ...actor.ReceiverMiddleware) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &shardActor{st: st} },
-		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(actor.NewDefaultDispatcher(turns)),
+		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(d),
 		actor.WithReceiverMiddleware(middleware...))
 }
 

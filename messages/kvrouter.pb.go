@@ -1418,8 +1418,12 @@ type LoadReply struct {
 	PrefillTokensPerSec     float64 `protobuf:"fixed64,7,opt,name=prefill_tokens_per_sec,json=prefillTokensPerSec,proto3" json:"prefill_tokens_per_sec,omitempty"`
 	HeadPrefillTokens       uint64  `protobuf:"varint,8,opt,name=head_prefill_tokens,json=headPrefillTokens,proto3" json:"head_prefill_tokens,omitempty"`
 	HeadPrefillElapsedNanos int64   `protobuf:"varint,9,opt,name=head_prefill_elapsed_nanos,json=headPrefillElapsedNanos,proto3" json:"head_prefill_elapsed_nanos,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// adds_applied counts the AddRequests of this replica's scheduler the
+	// rank has applied: the scheduler's decisions past it are not in this
+	// load yet (scheduling.AddRouted folds them in).
+	AddsApplied   uint64 `protobuf:"varint,10,opt,name=adds_applied,json=addsApplied,proto3" json:"adds_applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LoadReply) Reset() {
@@ -1515,6 +1519,186 @@ func (x *LoadReply) GetHeadPrefillElapsedNanos() int64 {
 	return 0
 }
 
+func (x *LoadReply) GetAddsApplied() uint64 {
+	if x != nil {
+		return x.AddsApplied
+	}
+	return 0
+}
+
+// RankLoad is a sequence actor's load, published to the scheduler after
+// every change, so a decision reads every rank's load without asking it.
+// Only NewBlocks depends on the prompt: the roots (the first sampled
+// hash of each active request, sequence.Roots) tell the scheduler which
+// ranks share the prompt's prefix and must be asked (LoadQuery); every
+// other rank's NewBlocks is the prompt's block count.
+type RankLoad struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Worker              *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	ActivePrefillTokens uint64                 `protobuf:"varint,2,opt,name=active_prefill_tokens,json=activePrefillTokens,proto3" json:"active_prefill_tokens,omitempty"`
+	ActiveBlocks        float64                `protobuf:"fixed64,3,opt,name=active_blocks,json=activeBlocks,proto3" json:"active_blocks,omitempty"`
+	ActiveRequests      uint32                 `protobuf:"varint,4,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`
+	PrefillTokensPerSec float64                `protobuf:"fixed64,5,opt,name=prefill_tokens_per_sec,json=prefillTokensPerSec,proto3" json:"prefill_tokens_per_sec,omitempty"`
+	HeadPrefillTokens   uint64                 `protobuf:"varint,6,opt,name=head_prefill_tokens,json=headPrefillTokens,proto3" json:"head_prefill_tokens,omitempty"`
+	// When the oldest request in prefill reached the head of the queue
+	// (scheduling.PrefillRate.HeadStart); 0 with no request in prefill.
+	HeadStartedUnixNano int64  `protobuf:"varint,7,opt,name=head_started_unix_nano,json=headStartedUnixNano,proto3" json:"head_started_unix_nano,omitempty"`
+	AddsApplied         uint64 `protobuf:"varint,8,opt,name=adds_applied,json=addsApplied,proto3" json:"adds_applied,omitempty"` // as LoadReply.adds_applied
+	// Root changes since the last RankLoad (sequence.TakeRootChanges), or,
+	// when full, every root (the reply to a RankLoadQuery).
+	RootsAdded    []uint64 `protobuf:"fixed64,9,rep,packed,name=roots_added,json=rootsAdded,proto3" json:"roots_added,omitempty"`
+	RootsRemoved  []uint64 `protobuf:"fixed64,10,rep,packed,name=roots_removed,json=rootsRemoved,proto3" json:"roots_removed,omitempty"`
+	Full          bool     `protobuf:"varint,11,opt,name=full,proto3" json:"full,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankLoad) Reset() {
+	*x = RankLoad{}
+	mi := &file_kvrouter_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankLoad) ProtoMessage() {}
+
+func (x *RankLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankLoad.ProtoReflect.Descriptor instead.
+func (*RankLoad) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RankLoad) GetWorker() *WorkerRank {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *RankLoad) GetActivePrefillTokens() uint64 {
+	if x != nil {
+		return x.ActivePrefillTokens
+	}
+	return 0
+}
+
+func (x *RankLoad) GetActiveBlocks() float64 {
+	if x != nil {
+		return x.ActiveBlocks
+	}
+	return 0
+}
+
+func (x *RankLoad) GetActiveRequests() uint32 {
+	if x != nil {
+		return x.ActiveRequests
+	}
+	return 0
+}
+
+func (x *RankLoad) GetPrefillTokensPerSec() float64 {
+	if x != nil {
+		return x.PrefillTokensPerSec
+	}
+	return 0
+}
+
+func (x *RankLoad) GetHeadPrefillTokens() uint64 {
+	if x != nil {
+		return x.HeadPrefillTokens
+	}
+	return 0
+}
+
+func (x *RankLoad) GetHeadStartedUnixNano() int64 {
+	if x != nil {
+		return x.HeadStartedUnixNano
+	}
+	return 0
+}
+
+func (x *RankLoad) GetAddsApplied() uint64 {
+	if x != nil {
+		return x.AddsApplied
+	}
+	return 0
+}
+
+func (x *RankLoad) GetRootsAdded() []uint64 {
+	if x != nil {
+		return x.RootsAdded
+	}
+	return nil
+}
+
+func (x *RankLoad) GetRootsRemoved() []uint64 {
+	if x != nil {
+		return x.RootsRemoved
+	}
+	return nil
+}
+
+func (x *RankLoad) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+// RankLoadQuery asks a sequence actor for a full RankLoad: the scheduler
+// sends it for a rank it has no load of (a new rank, or after its own
+// restart).
+type RankLoadQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankLoadQuery) Reset() {
+	*x = RankLoadQuery{}
+	mi := &file_kvrouter_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankLoadQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankLoadQuery) ProtoMessage() {}
+
+func (x *RankLoadQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankLoadQuery.ProtoReflect.Descriptor instead.
+func (*RankLoadQuery) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{20}
+}
+
 type RouterConfigOverride struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	OverlapScoreWeight    *float64               `protobuf:"fixed64,1,opt,name=overlap_score_weight,json=overlapScoreWeight,proto3,oneof" json:"overlap_score_weight,omitempty"`
@@ -1530,7 +1714,7 @@ type RouterConfigOverride struct {
 
 func (x *RouterConfigOverride) Reset() {
 	*x = RouterConfigOverride{}
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1726,7 @@ func (x *RouterConfigOverride) String() string {
 func (*RouterConfigOverride) ProtoMessage() {}
 
 func (x *RouterConfigOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1739,7 @@ func (x *RouterConfigOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterConfigOverride.ProtoReflect.Descriptor instead.
 func (*RouterConfigOverride) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{19}
+	return file_kvrouter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RouterConfigOverride) GetOverlapScoreWeight() float64 {
@@ -1630,7 +1814,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1826,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1839,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{20}
+	return file_kvrouter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1748,7 +1932,7 @@ type CancelRoute struct {
 
 func (x *CancelRoute) Reset() {
 	*x = CancelRoute{}
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1944,7 @@ func (x *CancelRoute) String() string {
 func (*CancelRoute) ProtoMessage() {}
 
 func (x *CancelRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1957,7 @@ func (x *CancelRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRoute.ProtoReflect.Descriptor instead.
 func (*CancelRoute) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{21}
+	return file_kvrouter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelRoute) GetCancelToken() uint64 {
@@ -1811,7 +1995,7 @@ type RouteReply struct {
 
 func (x *RouteReply) Reset() {
 	*x = RouteReply{}
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2007,7 @@ func (x *RouteReply) String() string {
 func (*RouteReply) ProtoMessage() {}
 
 func (x *RouteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2020,7 @@ func (x *RouteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteReply.ProtoReflect.Descriptor instead.
 func (*RouteReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{22}
+	return file_kvrouter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RouteReply) GetWorker() *WorkerRank {
@@ -1908,7 +2092,7 @@ type SequenceEvent struct {
 
 func (x *SequenceEvent) Reset() {
 	*x = SequenceEvent{}
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2104,7 @@ func (x *SequenceEvent) String() string {
 func (*SequenceEvent) ProtoMessage() {}
 
 func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2117,7 @@ func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEvent.ProtoReflect.Descriptor instead.
 func (*SequenceEvent) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{23}
+	return file_kvrouter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SequenceEvent) GetOrigin() string {
@@ -2052,7 +2236,7 @@ type SessionBound struct {
 
 func (x *SessionBound) Reset() {
 	*x = SessionBound{}
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2248,7 @@ func (x *SessionBound) String() string {
 func (*SessionBound) ProtoMessage() {}
 
 func (x *SessionBound) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2261,7 @@ func (x *SessionBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionBound.ProtoReflect.Descriptor instead.
 func (*SessionBound) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{24}
+	return file_kvrouter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionBound) GetSessionId() string {
@@ -2130,7 +2314,7 @@ type SessionEnded struct {
 
 func (x *SessionEnded) Reset() {
 	*x = SessionEnded{}
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2326,7 @@ func (x *SessionEnded) String() string {
 func (*SessionEnded) ProtoMessage() {}
 
 func (x *SessionEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2339,7 @@ func (x *SessionEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
 func (*SessionEnded) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{25}
+	return file_kvrouter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionEnded) GetSessionId() string {
@@ -2205,7 +2389,7 @@ type SessionTable struct {
 
 func (x *SessionTable) Reset() {
 	*x = SessionTable{}
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2401,7 @@ func (x *SessionTable) String() string {
 func (*SessionTable) ProtoMessage() {}
 
 func (x *SessionTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2414,7 @@ func (x *SessionTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTable.ProtoReflect.Descriptor instead.
 func (*SessionTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{26}
+	return file_kvrouter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SessionTable) GetEntries() []*SequenceEvent {
@@ -2249,7 +2433,7 @@ type SequenceEventBatch struct {
 
 func (x *SequenceEventBatch) Reset() {
 	*x = SequenceEventBatch{}
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2445,7 @@ func (x *SequenceEventBatch) String() string {
 func (*SequenceEventBatch) ProtoMessage() {}
 
 func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2458,7 @@ func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEventBatch.ProtoReflect.Descriptor instead.
 func (*SequenceEventBatch) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{27}
+	return file_kvrouter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SequenceEventBatch) GetEvents() []*SequenceEvent {
@@ -2303,7 +2487,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2499,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2512,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{28}
+	return file_kvrouter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkerHeartbeat) GetWorkerId() uint64 {
@@ -2421,7 +2605,7 @@ type WorkerUp struct {
 
 func (x *WorkerUp) Reset() {
 	*x = WorkerUp{}
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2617,7 @@ func (x *WorkerUp) String() string {
 func (*WorkerUp) ProtoMessage() {}
 
 func (x *WorkerUp) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2630,7 @@ func (x *WorkerUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUp.ProtoReflect.Descriptor instead.
 func (*WorkerUp) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{29}
+	return file_kvrouter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkerUp) GetWorker() *WorkerHeartbeat {
@@ -2482,7 +2666,7 @@ type RoutingDecision struct {
 
 func (x *RoutingDecision) Reset() {
 	*x = RoutingDecision{}
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2678,7 @@ func (x *RoutingDecision) String() string {
 func (*RoutingDecision) ProtoMessage() {}
 
 func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2691,7 @@ func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingDecision.ProtoReflect.Descriptor instead.
 func (*RoutingDecision) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{30}
+	return file_kvrouter_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RoutingDecision) GetWorker() *WorkerRank {
@@ -2536,7 +2720,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2732,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2745,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{31}
+	return file_kvrouter_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Tick) GetUnixNano() int64 {
@@ -2583,7 +2767,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2779,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2792,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+	return file_kvrouter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RouteError) GetCode() RouteErrorCode {
@@ -2657,7 +2841,7 @@ type RequestLifecycle struct {
 
 func (x *RequestLifecycle) Reset() {
 	*x = RequestLifecycle{}
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2853,7 @@ func (x *RequestLifecycle) String() string {
 func (*RequestLifecycle) ProtoMessage() {}
 
 func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2866,7 @@ func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLifecycle.ProtoReflect.Descriptor instead.
 func (*RequestLifecycle) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+	return file_kvrouter_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RequestLifecycle) GetRequestId() string {
@@ -2759,7 +2943,7 @@ type LifecycleReply struct {
 
 func (x *LifecycleReply) Reset() {
 	*x = LifecycleReply{}
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2955,7 @@ func (x *LifecycleReply) String() string {
 func (*LifecycleReply) ProtoMessage() {}
 
 func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2968,7 @@ func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
 func (*LifecycleReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{34}
+	return file_kvrouter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LifecycleReply) GetRequestId() string {
@@ -2809,7 +2993,7 @@ type RegistryQuery struct {
 
 func (x *RegistryQuery) Reset() {
 	*x = RegistryQuery{}
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3005,7 @@ func (x *RegistryQuery) String() string {
 func (*RegistryQuery) ProtoMessage() {}
 
 func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3018,7 @@ func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
 func (*RegistryQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{35}
+	return file_kvrouter_proto_rawDescGZIP(), []int{37}
 }
 
 type RegisteredWorker struct {
@@ -2852,7 +3036,7 @@ type RegisteredWorker struct {
 
 func (x *RegisteredWorker) Reset() {
 	*x = RegisteredWorker{}
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3048,7 @@ func (x *RegisteredWorker) String() string {
 func (*RegisteredWorker) ProtoMessage() {}
 
 func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3061,7 @@ func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
 func (*RegisteredWorker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{36}
+	return file_kvrouter_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
@@ -2941,7 +3125,7 @@ type RegistryReply struct {
 
 func (x *RegistryReply) Reset() {
 	*x = RegistryReply{}
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3137,7 @@ func (x *RegistryReply) String() string {
 func (*RegistryReply) ProtoMessage() {}
 
 func (x *RegistryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3150,7 @@ func (x *RegistryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
 func (*RegistryReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{37}
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
@@ -3005,7 +3189,7 @@ type ShardStatsQuery struct {
 
 func (x *ShardStatsQuery) Reset() {
 	*x = ShardStatsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3201,7 @@ func (x *ShardStatsQuery) String() string {
 func (*ShardStatsQuery) ProtoMessage() {}
 
 func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3214,7 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{38}
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
 }
 
 type WorkerBlocks struct {
@@ -3043,7 +3227,7 @@ type WorkerBlocks struct {
 
 func (x *WorkerBlocks) Reset() {
 	*x = WorkerBlocks{}
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3239,7 @@ func (x *WorkerBlocks) String() string {
 func (*WorkerBlocks) ProtoMessage() {}
 
 func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3252,7 @@ func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
 func (*WorkerBlocks) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WorkerBlocks) GetWorker() *WorkerRank {
@@ -3100,7 +3284,7 @@ type ShardStatsReply struct {
 
 func (x *ShardStatsReply) Reset() {
 	*x = ShardStatsReply{}
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3296,7 @@ func (x *ShardStatsReply) String() string {
 func (*ShardStatsReply) ProtoMessage() {}
 
 func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3309,7 @@ func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
 func (*ShardStatsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ShardStatsReply) GetShard() uint32 {
@@ -3178,7 +3362,7 @@ type PotentialLoad struct {
 
 func (x *PotentialLoad) Reset() {
 	*x = PotentialLoad{}
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3374,7 @@ func (x *PotentialLoad) String() string {
 func (*PotentialLoad) ProtoMessage() {}
 
 func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3387,7 @@ func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
 func (*PotentialLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PotentialLoad) GetWorker() *WorkerRank {
@@ -3252,7 +3436,7 @@ type DropOrigin struct {
 
 func (x *DropOrigin) Reset() {
 	*x = DropOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3448,7 @@ func (x *DropOrigin) String() string {
 func (*DropOrigin) ProtoMessage() {}
 
 func (x *DropOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3461,7 @@ func (x *DropOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
 func (*DropOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DropOrigin) GetOrigin() string {
@@ -3298,7 +3482,7 @@ type StaleRequestsFreed struct {
 
 func (x *StaleRequestsFreed) Reset() {
 	*x = StaleRequestsFreed{}
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3494,7 @@ func (x *StaleRequestsFreed) String() string {
 func (*StaleRequestsFreed) ProtoMessage() {}
 
 func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3507,7 @@ func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
 func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StaleRequestsFreed) GetRequestIds() []string {
@@ -3345,7 +3529,7 @@ type ActiveRequestsQuery struct {
 
 func (x *ActiveRequestsQuery) Reset() {
 	*x = ActiveRequestsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3541,7 @@ func (x *ActiveRequestsQuery) String() string {
 func (*ActiveRequestsQuery) ProtoMessage() {}
 
 func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3554,7 @@ func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ActiveRequestsQuery) GetOrigin() string {
@@ -3402,7 +3586,7 @@ type ActiveRequestsReply struct {
 
 func (x *ActiveRequestsReply) Reset() {
 	*x = ActiveRequestsReply{}
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3414,7 +3598,7 @@ func (x *ActiveRequestsReply) String() string {
 func (*ActiveRequestsReply) ProtoMessage() {}
 
 func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3427,7 +3611,7 @@ func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
@@ -3463,7 +3647,7 @@ type ReplaceOrigin struct {
 
 func (x *ReplaceOrigin) Reset() {
 	*x = ReplaceOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +3659,7 @@ func (x *ReplaceOrigin) String() string {
 func (*ReplaceOrigin) ProtoMessage() {}
 
 func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +3672,7 @@ func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
 func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReplaceOrigin) GetOrigin() string {
@@ -3516,7 +3700,7 @@ type OverlapScoresQuery struct {
 
 func (x *OverlapScoresQuery) Reset() {
 	*x = OverlapScoresQuery{}
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3712,7 @@ func (x *OverlapScoresQuery) String() string {
 func (*OverlapScoresQuery) ProtoMessage() {}
 
 func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3725,7 @@ func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
 func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
@@ -3570,7 +3754,7 @@ type OverlapScoresReply struct {
 
 func (x *OverlapScoresReply) Reset() {
 	*x = OverlapScoresReply{}
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3582,7 +3766,7 @@ func (x *OverlapScoresReply) String() string {
 func (*OverlapScoresReply) ProtoMessage() {}
 
 func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3595,7 +3779,7 @@ func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
 func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
@@ -3631,7 +3815,7 @@ type PotentialLoadsQuery struct {
 
 func (x *PotentialLoadsQuery) Reset() {
 	*x = PotentialLoadsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3643,7 +3827,7 @@ func (x *PotentialLoadsQuery) String() string {
 func (*PotentialLoadsQuery) ProtoMessage() {}
 
 func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3656,7 +3840,7 @@ func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
@@ -3682,7 +3866,7 @@ type PotentialLoadsReply struct {
 
 func (x *PotentialLoadsReply) Reset() {
 	*x = PotentialLoadsReply{}
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3694,7 +3878,7 @@ func (x *PotentialLoadsReply) String() string {
 func (*PotentialLoadsReply) ProtoMessage() {}
 
 func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3707,7 +3891,7 @@ func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
@@ -3732,7 +3916,7 @@ type ClusterDigest struct {
 
 func (x *ClusterDigest) Reset() {
 	*x = ClusterDigest{}
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3928,7 @@ func (x *ClusterDigest) String() string {
 func (*ClusterDigest) ProtoMessage() {}
 
 func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3941,7 @@ func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
 func (*ClusterDigest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClusterDigest) GetOrigin() string {
@@ -3798,7 +3982,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3810,7 +3994,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3823,7 +4007,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StateRequest) GetRequester() string {
@@ -3845,7 +4029,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3857,7 +4041,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3870,7 +4054,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StateSnapshot) GetOrigin() string {
@@ -3904,7 +4088,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3916,7 +4100,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3929,7 +4113,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{54}
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
 }
 
 // DumpQuery asks a shard for its whole index as single-block Stored
@@ -3942,7 +4126,7 @@ type DumpQuery struct {
 
 func (x *DumpQuery) Reset() {
 	*x = DumpQuery{}
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3954,7 +4138,7 @@ func (x *DumpQuery) String() string {
 func (*DumpQuery) ProtoMessage() {}
 
 func (x *DumpQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3967,7 +4151,7 @@ func (x *DumpQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
 func (*DumpQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+	return file_kvrouter_proto_rawDescGZIP(), []int{57}
 }
 
 // RankEntry is one registered worker rank as the registry publishes it:
@@ -3986,7 +4170,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4182,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4195,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+	return file_kvrouter_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -4069,7 +4253,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4265,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4278,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{57}
+	return file_kvrouter_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -4117,7 +4301,7 @@ type RemoteActivity struct {
 
 func (x *RemoteActivity) Reset() {
 	*x = RemoteActivity{}
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4129,7 +4313,7 @@ func (x *RemoteActivity) String() string {
 func (*RemoteActivity) ProtoMessage() {}
 
 func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4142,7 +4326,7 @@ func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteActivity.ProtoReflect.Descriptor instead.
 func (*RemoteActivity) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{58}
+	return file_kvrouter_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RemoteActivity) GetBusy() []*WorkerRank {
@@ -4170,7 +4354,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4366,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4379,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{59}
+	return file_kvrouter_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -4219,7 +4403,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4231,7 +4415,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4244,7 +4428,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{60}
+	return file_kvrouter_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -4278,7 +4462,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +4474,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +4487,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{61}
+	return file_kvrouter_proto_rawDescGZIP(), []int{63}
 }
 
 type TrackedReply struct {
@@ -4316,7 +4500,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4328,7 +4512,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4341,7 +4525,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{62}
+	return file_kvrouter_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -4370,7 +4554,7 @@ type SessionUpdates struct {
 
 func (x *SessionUpdates) Reset() {
 	*x = SessionUpdates{}
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4382,7 +4566,7 @@ func (x *SessionUpdates) String() string {
 func (*SessionUpdates) ProtoMessage() {}
 
 func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4395,7 +4579,7 @@ func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUpdates.ProtoReflect.Descriptor instead.
 func (*SessionUpdates) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{63}
+	return file_kvrouter_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SessionUpdates) GetEvents() []*SequenceEvent {
@@ -4415,7 +4599,7 @@ type EndSession struct {
 
 func (x *EndSession) Reset() {
 	*x = EndSession{}
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4427,7 +4611,7 @@ func (x *EndSession) String() string {
 func (*EndSession) ProtoMessage() {}
 
 func (x *EndSession) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4440,7 +4624,7 @@ func (x *EndSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSession.ProtoReflect.Descriptor instead.
 func (*EndSession) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{64}
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *EndSession) GetSessionId() string {
@@ -4460,7 +4644,7 @@ type EndSessionReply struct {
 
 func (x *EndSessionReply) Reset() {
 	*x = EndSessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4472,7 +4656,7 @@ func (x *EndSessionReply) String() string {
 func (*EndSessionReply) ProtoMessage() {}
 
 func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4485,7 +4669,7 @@ func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionReply.ProtoReflect.Descriptor instead.
 func (*EndSessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{65}
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EndSessionReply) GetFound() bool {
@@ -4512,7 +4696,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4524,7 +4708,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4537,7 +4721,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SessionQuery) GetSessionId() string {
@@ -4559,7 +4743,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +4755,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +4768,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+	return file_kvrouter_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SessionReply) GetFound() bool {
@@ -4624,7 +4808,7 @@ type SessionDigestQuery struct {
 
 func (x *SessionDigestQuery) Reset() {
 	*x = SessionDigestQuery{}
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4636,7 +4820,7 @@ func (x *SessionDigestQuery) String() string {
 func (*SessionDigestQuery) ProtoMessage() {}
 
 func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4649,7 +4833,7 @@ func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
 func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{68}
+	return file_kvrouter_proto_rawDescGZIP(), []int{70}
 }
 
 type SessionDigestReply struct {
@@ -4662,7 +4846,7 @@ type SessionDigestReply struct {
 
 func (x *SessionDigestReply) Reset() {
 	*x = SessionDigestReply{}
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4674,7 +4858,7 @@ func (x *SessionDigestReply) String() string {
 func (*SessionDigestReply) ProtoMessage() {}
 
 func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4687,7 +4871,7 @@ func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
 func (*SessionDigestReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{69}
+	return file_kvrouter_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SessionDigestReply) GetCount() uint64 {
@@ -4714,7 +4898,7 @@ type SessionSnapshotQuery struct {
 
 func (x *SessionSnapshotQuery) Reset() {
 	*x = SessionSnapshotQuery{}
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4726,7 +4910,7 @@ func (x *SessionSnapshotQuery) String() string {
 func (*SessionSnapshotQuery) ProtoMessage() {}
 
 func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4739,7 +4923,7 @@ func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
 func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{70}
+	return file_kvrouter_proto_rawDescGZIP(), []int{72}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -4832,7 +5016,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\tLoadQuery\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12'\n" +
 	"\x0fsequence_hashes\x18\x02 \x03(\x04R\x0esequenceHashes\x12#\n" +
-	"\rprompt_blocks\x18\x03 \x01(\rR\fpromptBlocks\"\xa0\x03\n" +
+	"\rprompt_blocks\x18\x03 \x01(\rR\fpromptBlocks\"\xc3\x03\n" +
 	"\tLoadReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x125\n" +
 	"\x06worker\x18\x02 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x122\n" +
@@ -4843,7 +5027,24 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x0factive_requests\x18\x06 \x01(\rR\x0eactiveRequests\x123\n" +
 	"\x16prefill_tokens_per_sec\x18\a \x01(\x01R\x13prefillTokensPerSec\x12.\n" +
 	"\x13head_prefill_tokens\x18\b \x01(\x04R\x11headPrefillTokens\x12;\n" +
-	"\x1ahead_prefill_elapsed_nanos\x18\t \x01(\x03R\x17headPrefillElapsedNanos\"\xb5\x04\n" +
+	"\x1ahead_prefill_elapsed_nanos\x18\t \x01(\x03R\x17headPrefillElapsedNanos\x12!\n" +
+	"\fadds_applied\x18\n" +
+	" \x01(\x04R\vaddsApplied\"\xda\x03\n" +
+	"\bRankLoad\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x122\n" +
+	"\x15active_prefill_tokens\x18\x02 \x01(\x04R\x13activePrefillTokens\x12#\n" +
+	"\ractive_blocks\x18\x03 \x01(\x01R\factiveBlocks\x12'\n" +
+	"\x0factive_requests\x18\x04 \x01(\rR\x0eactiveRequests\x123\n" +
+	"\x16prefill_tokens_per_sec\x18\x05 \x01(\x01R\x13prefillTokensPerSec\x12.\n" +
+	"\x13head_prefill_tokens\x18\x06 \x01(\x04R\x11headPrefillTokens\x123\n" +
+	"\x16head_started_unix_nano\x18\a \x01(\x03R\x13headStartedUnixNano\x12!\n" +
+	"\fadds_applied\x18\b \x01(\x04R\vaddsApplied\x12\x1f\n" +
+	"\vroots_added\x18\t \x03(\x06R\n" +
+	"rootsAdded\x12#\n" +
+	"\rroots_removed\x18\n" +
+	" \x03(\x06R\frootsRemoved\x12\x12\n" +
+	"\x04full\x18\v \x01(\bR\x04full\"\x0f\n" +
+	"\rRankLoadQuery\"\xb5\x04\n" +
 	"\x14RouterConfigOverride\x125\n" +
 	"\x14overlap_score_weight\x18\x01 \x01(\x01H\x00R\x12overlapScoreWeight\x88\x01\x01\x122\n" +
 	"\x12router_temperature\x18\x02 \x01(\x01H\x01R\x11routerTemperature\x88\x01\x01\x125\n" +
@@ -5118,7 +5319,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
@@ -5143,59 +5344,61 @@ var file_kvrouter_proto_goTypes = []any{
 	(*AddOutputBlock)(nil),       // 20: kvrouter.internal.AddOutputBlock
 	(*LoadQuery)(nil),            // 21: kvrouter.internal.LoadQuery
 	(*LoadReply)(nil),            // 22: kvrouter.internal.LoadReply
-	(*RouterConfigOverride)(nil), // 23: kvrouter.internal.RouterConfigOverride
-	(*RouteRequest)(nil),         // 24: kvrouter.internal.RouteRequest
-	(*CancelRoute)(nil),          // 25: kvrouter.internal.CancelRoute
-	(*RouteReply)(nil),           // 26: kvrouter.internal.RouteReply
-	(*SequenceEvent)(nil),        // 27: kvrouter.internal.SequenceEvent
-	(*SessionBound)(nil),         // 28: kvrouter.internal.SessionBound
-	(*SessionEnded)(nil),         // 29: kvrouter.internal.SessionEnded
-	(*SessionTable)(nil),         // 30: kvrouter.internal.SessionTable
-	(*SequenceEventBatch)(nil),   // 31: kvrouter.internal.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 32: kvrouter.internal.WorkerHeartbeat
-	(*WorkerUp)(nil),             // 33: kvrouter.internal.WorkerUp
-	(*RoutingDecision)(nil),      // 34: kvrouter.internal.RoutingDecision
-	(*Tick)(nil),                 // 35: kvrouter.internal.Tick
-	(*RouteError)(nil),           // 36: kvrouter.internal.RouteError
-	(*RequestLifecycle)(nil),     // 37: kvrouter.internal.RequestLifecycle
-	(*LifecycleReply)(nil),       // 38: kvrouter.internal.LifecycleReply
-	(*RegistryQuery)(nil),        // 39: kvrouter.internal.RegistryQuery
-	(*RegisteredWorker)(nil),     // 40: kvrouter.internal.RegisteredWorker
-	(*RegistryReply)(nil),        // 41: kvrouter.internal.RegistryReply
-	(*ShardStatsQuery)(nil),      // 42: kvrouter.internal.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 43: kvrouter.internal.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 44: kvrouter.internal.ShardStatsReply
-	(*PotentialLoad)(nil),        // 45: kvrouter.internal.PotentialLoad
-	(*DropOrigin)(nil),           // 46: kvrouter.internal.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 47: kvrouter.internal.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 48: kvrouter.internal.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 49: kvrouter.internal.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 50: kvrouter.internal.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 51: kvrouter.internal.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 52: kvrouter.internal.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 53: kvrouter.internal.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 54: kvrouter.internal.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 55: kvrouter.internal.ClusterDigest
-	(*StateRequest)(nil),         // 56: kvrouter.internal.StateRequest
-	(*StateSnapshot)(nil),        // 57: kvrouter.internal.StateSnapshot
-	(*Barrier)(nil),              // 58: kvrouter.internal.Barrier
-	(*DumpQuery)(nil),            // 59: kvrouter.internal.DumpQuery
-	(*RankEntry)(nil),            // 60: kvrouter.internal.RankEntry
-	(*RankTable)(nil),            // 61: kvrouter.internal.RankTable
-	(*RemoteActivity)(nil),       // 62: kvrouter.internal.RemoteActivity
-	(*PeerStep)(nil),             // 63: kvrouter.internal.PeerStep
-	(*RestoreOrigin)(nil),        // 64: kvrouter.internal.RestoreOrigin
-	(*TrackedQuery)(nil),         // 65: kvrouter.internal.TrackedQuery
-	(*TrackedReply)(nil),         // 66: kvrouter.internal.TrackedReply
-	(*SessionUpdates)(nil),       // 67: kvrouter.internal.SessionUpdates
-	(*EndSession)(nil),           // 68: kvrouter.internal.EndSession
-	(*EndSessionReply)(nil),      // 69: kvrouter.internal.EndSessionReply
-	(*SessionQuery)(nil),         // 70: kvrouter.internal.SessionQuery
-	(*SessionReply)(nil),         // 71: kvrouter.internal.SessionReply
-	(*SessionDigestQuery)(nil),   // 72: kvrouter.internal.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 73: kvrouter.internal.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 74: kvrouter.internal.SessionSnapshotQuery
-	nil,                          // 75: kvrouter.internal.ShardStatsReply.CountersEntry
+	(*RankLoad)(nil),             // 23: kvrouter.internal.RankLoad
+	(*RankLoadQuery)(nil),        // 24: kvrouter.internal.RankLoadQuery
+	(*RouterConfigOverride)(nil), // 25: kvrouter.internal.RouterConfigOverride
+	(*RouteRequest)(nil),         // 26: kvrouter.internal.RouteRequest
+	(*CancelRoute)(nil),          // 27: kvrouter.internal.CancelRoute
+	(*RouteReply)(nil),           // 28: kvrouter.internal.RouteReply
+	(*SequenceEvent)(nil),        // 29: kvrouter.internal.SequenceEvent
+	(*SessionBound)(nil),         // 30: kvrouter.internal.SessionBound
+	(*SessionEnded)(nil),         // 31: kvrouter.internal.SessionEnded
+	(*SessionTable)(nil),         // 32: kvrouter.internal.SessionTable
+	(*SequenceEventBatch)(nil),   // 33: kvrouter.internal.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 34: kvrouter.internal.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 35: kvrouter.internal.WorkerUp
+	(*RoutingDecision)(nil),      // 36: kvrouter.internal.RoutingDecision
+	(*Tick)(nil),                 // 37: kvrouter.internal.Tick
+	(*RouteError)(nil),           // 38: kvrouter.internal.RouteError
+	(*RequestLifecycle)(nil),     // 39: kvrouter.internal.RequestLifecycle
+	(*LifecycleReply)(nil),       // 40: kvrouter.internal.LifecycleReply
+	(*RegistryQuery)(nil),        // 41: kvrouter.internal.RegistryQuery
+	(*RegisteredWorker)(nil),     // 42: kvrouter.internal.RegisteredWorker
+	(*RegistryReply)(nil),        // 43: kvrouter.internal.RegistryReply
+	(*ShardStatsQuery)(nil),      // 44: kvrouter.internal.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 45: kvrouter.internal.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 46: kvrouter.internal.ShardStatsReply
+	(*PotentialLoad)(nil),        // 47: kvrouter.internal.PotentialLoad
+	(*DropOrigin)(nil),           // 48: kvrouter.internal.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 49: kvrouter.internal.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 50: kvrouter.internal.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 51: kvrouter.internal.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 52: kvrouter.internal.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 53: kvrouter.internal.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 54: kvrouter.internal.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 55: kvrouter.internal.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 56: kvrouter.internal.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 57: kvrouter.internal.ClusterDigest
+	(*StateRequest)(nil),         // 58: kvrouter.internal.StateRequest
+	(*StateSnapshot)(nil),        // 59: kvrouter.internal.StateSnapshot
+	(*Barrier)(nil),              // 60: kvrouter.internal.Barrier
+	(*DumpQuery)(nil),            // 61: kvrouter.internal.DumpQuery
+	(*RankEntry)(nil),            // 62: kvrouter.internal.RankEntry
+	(*RankTable)(nil),            // 63: kvrouter.internal.RankTable
+	(*RemoteActivity)(nil),       // 64: kvrouter.internal.RemoteActivity
+	(*PeerStep)(nil),             // 65: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 66: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 67: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 68: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 69: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 70: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 71: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 72: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 73: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 74: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 75: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 76: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 77: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	5,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
@@ -5210,52 +5413,53 @@ var file_kvrouter_proto_depIdxs = []int32{
 	15, // 9: kvrouter.internal.OverlapReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
 	4,  // 10: kvrouter.internal.AddRequest.worker:type_name -> kvrouter.internal.WorkerRank
 	4,  // 11: kvrouter.internal.LoadReply.worker:type_name -> kvrouter.internal.WorkerRank
-	4,  // 12: kvrouter.internal.RouteRequest.pinned_worker:type_name -> kvrouter.internal.WorkerRank
-	23, // 13: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
-	4,  // 14: kvrouter.internal.RouteReply.worker:type_name -> kvrouter.internal.WorkerRank
-	4,  // 15: kvrouter.internal.RouteReply.prefill_worker:type_name -> kvrouter.internal.WorkerRank
-	17, // 16: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
-	18, // 17: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
-	19, // 18: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
-	28, // 19: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
-	29, // 20: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
-	4,  // 21: kvrouter.internal.SessionBound.worker:type_name -> kvrouter.internal.WorkerRank
-	4,  // 22: kvrouter.internal.SessionEnded.worker:type_name -> kvrouter.internal.WorkerRank
-	27, // 23: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
-	27, // 24: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
-	2,  // 25: kvrouter.internal.WorkerHeartbeat.role:type_name -> kvrouter.internal.WorkerRole
-	32, // 26: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	4,  // 27: kvrouter.internal.RoutingDecision.worker:type_name -> kvrouter.internal.WorkerRank
-	3,  // 28: kvrouter.internal.RouteError.code:type_name -> kvrouter.internal.RouteErrorCode
-	18, // 29: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
-	19, // 30: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
-	20, // 31: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
-	32, // 32: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	40, // 33: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
-	4,  // 34: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
-	43, // 35: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
-	75, // 36: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
-	4,  // 37: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
-	27, // 38: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
-	27, // 39: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
-	15, // 40: kvrouter.internal.OverlapScoresReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
-	45, // 41: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
-	27, // 42: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
-	4,  // 43: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
-	1,  // 44: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
-	2,  // 45: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
-	60, // 46: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
-	4,  // 47: kvrouter.internal.RemoteActivity.busy:type_name -> kvrouter.internal.WorkerRank
-	4,  // 48: kvrouter.internal.RemoteActivity.idle:type_name -> kvrouter.internal.WorkerRank
-	27, // 49: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
-	17, // 50: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
-	27, // 51: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
-	4,  // 52: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	4,  // 12: kvrouter.internal.RankLoad.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 13: kvrouter.internal.RouteRequest.pinned_worker:type_name -> kvrouter.internal.WorkerRank
+	25, // 14: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
+	4,  // 15: kvrouter.internal.RouteReply.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 16: kvrouter.internal.RouteReply.prefill_worker:type_name -> kvrouter.internal.WorkerRank
+	17, // 17: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
+	18, // 18: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	19, // 19: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
+	30, // 20: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
+	31, // 21: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
+	4,  // 22: kvrouter.internal.SessionBound.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 23: kvrouter.internal.SessionEnded.worker:type_name -> kvrouter.internal.WorkerRank
+	29, // 24: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
+	29, // 25: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
+	2,  // 26: kvrouter.internal.WorkerHeartbeat.role:type_name -> kvrouter.internal.WorkerRole
+	34, // 27: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	4,  // 28: kvrouter.internal.RoutingDecision.worker:type_name -> kvrouter.internal.WorkerRank
+	3,  // 29: kvrouter.internal.RouteError.code:type_name -> kvrouter.internal.RouteErrorCode
+	18, // 30: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	19, // 31: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
+	20, // 32: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
+	34, // 33: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	42, // 34: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
+	4,  // 35: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
+	45, // 36: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
+	77, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	4,  // 38: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
+	29, // 39: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
+	29, // 40: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
+	15, // 41: kvrouter.internal.OverlapScoresReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
+	47, // 42: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
+	29, // 43: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 44: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
+	1,  // 45: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
+	2,  // 46: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
+	62, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
+	4,  // 48: kvrouter.internal.RemoteActivity.busy:type_name -> kvrouter.internal.WorkerRank
+	4,  // 49: kvrouter.internal.RemoteActivity.idle:type_name -> kvrouter.internal.WorkerRank
+	29, // 50: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
+	17, // 51: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
+	29, // 52: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 53: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -5269,27 +5473,27 @@ func file_kvrouter_proto_init() {
 		(*KvEvent_Removed)(nil),
 		(*KvEvent_Cleared)(nil),
 	}
-	file_kvrouter_proto_msgTypes[19].OneofWrappers = []any{}
-	file_kvrouter_proto_msgTypes[23].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[21].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[25].OneofWrappers = []any{
 		(*SequenceEvent_Add)(nil),
 		(*SequenceEvent_PrefillCompleted)(nil),
 		(*SequenceEvent_Free)(nil),
 		(*SequenceEvent_SessionBound)(nil),
 		(*SequenceEvent_SessionEnded)(nil),
 	}
-	file_kvrouter_proto_msgTypes[33].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[35].OneofWrappers = []any{
 		(*RequestLifecycle_PrefillCompleted)(nil),
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
 	}
-	file_kvrouter_proto_msgTypes[44].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[46].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   72,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

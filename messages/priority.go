@@ -21,3 +21,7 @@ func (*OverlapReply) GetPriority() int8 { return 6 }
 
 // GetPriority lets load replies overtake new route requests.
 func (*LoadReply) GetPriority() int8 { return 6 }
+
+// GetPriority lets a rank's published load overtake new route requests,
+// like a load reply: a decision started after a change should see it.
+func (*RankLoad) GetPriority() int8 { return 6 }

@@ -216,13 +216,25 @@ func (p *PrefillRate) TokensPerSec() float64 {
 // arrival.
 func (p *PrefillRate) LastDone() time.Time { return p.lastDone }
 
+// HeadStart is when the oldest request still in prefill, added at added,
+// reached the head of the queue: the later of its arrival and the last
+// completion before it.
+func (p *PrefillRate) HeadStart(added time.Time) time.Time {
+	if p.lastDone.After(added) {
+		return p.lastDone
+	}
+	return added
+}
+
 // HeadElapsed is how long the oldest request still in prefill, added at
 // added, has been at the head of the queue at now.
 func (p *PrefillRate) HeadElapsed(added, now time.Time) time.Duration {
-	start := added
-	if p.lastDone.After(start) {
-		start = p.lastDone
-	}
+	return SinceHeadStart(p.HeadStart(added), now)
+}
+
+// SinceHeadStart is the head's time in service at now, given HeadStart's
+// answer (a reader holding a published load computes it when it decides).
+func SinceHeadStart(start, now time.Time) time.Duration {
 	return max(now.Sub(start), 0)
 }
 

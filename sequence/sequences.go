@@ -115,6 +115,15 @@ type ActiveSequences struct {
 	// first one still pending is the head of its queue (HeadPrefill).
 	// Entries of requests done or gone are dropped lazily.
 	prefillOrder []prefillEntry
+
+	// rootChanges journals the prompt roots (see Roots) that appeared or
+	// disappeared since the last TakeRootChanges, in order.
+	rootChanges []rootChange
+}
+
+type rootChange struct {
+	hash    kv.SequenceHash
+	present bool
 }
 
 type prefillEntry struct {
@@ -192,9 +201,12 @@ func validateRequest(r Request) error {
 func (s *ActiveSequences) insert(id string, st *requestState) {
 	if s.cfg.AssumeKVReuse {
 		stride := float64(s.cfg.EffectiveStride())
-		for _, h := range st.hashes {
+		for i, h := range st.hashes {
 			ref := s.blocks[h]
 			if ref.refs == 0 {
+				if i == 0 {
+					s.rootChanges = append(s.rootChanges, rootChange{hash: h, present: true})
+				}
 				s.sharedWeight += stride
 			} else {
 				// A decayed block picked up by a new request is needed for
@@ -245,7 +257,7 @@ func (s *ActiveSequences) Free(id string) error {
 func (s *ActiveSequences) remove(id string, st *requestState) {
 	s.prefillTokens -= st.pendingPrefill()
 	if s.cfg.AssumeKVReuse {
-		for _, h := range st.hashes {
+		for i, h := range st.hashes {
 			ref, ok := s.blocks[h]
 			if !ok {
 				continue
@@ -254,6 +266,9 @@ func (s *ActiveSequences) remove(id string, st *requestState) {
 			if ref.refs <= 0 {
 				s.sharedWeight -= float64(s.cfg.EffectiveStride()) * ref.weight
 				delete(s.blocks, h)
+				if i == 0 {
+					s.rootChanges = append(s.rootChanges, rootChange{hash: h, present: false})
+				}
 				continue
 			}
 			s.blocks[h] = ref
@@ -299,6 +314,62 @@ func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H, promptBlocks uint
 		}
 	}
 	return promptBlocks - uint64(len(hashes))*stride
+}
+
+// Roots lists the rank's prompt roots: the first sampled sequence hash of
+// each active request, once each. Sequence hashes are chained, so a
+// prospective prompt shares active blocks with this rank (NewBlocks below
+// its prompt blocks) only if its own first sampled hash is a root here. A
+// scheduler that mirrors the roots asks a rank for NewBlocks only then;
+// every other rank's answer is the prompt's block count. Empty when
+// AssumeKVReuse is off (nothing is shared). O(active requests).
+func (s *ActiveSequences) Roots() []kv.SequenceHash {
+	if !s.cfg.AssumeKVReuse {
+		return nil
+	}
+	seen := make(map[kv.SequenceHash]bool, len(s.requests))
+	var out []kv.SequenceHash
+	for _, st := range s.requests {
+		if len(st.hashes) > 0 && !seen[st.hashes[0]] {
+			seen[st.hashes[0]] = true
+			out = append(out, st.hashes[0])
+		}
+	}
+	return out
+}
+
+// TakeRootChanges returns the roots that appeared (added) and those that
+// disappeared (removed) since the previous call, net of what happened in
+// between (a root added and removed again is in neither), and clears
+// the journal. Applying removed, then added, to the set Roots returned
+// (or this method built) at the previous call gives Roots now.
+func (s *ActiveSequences) TakeRootChanges() (added, removed []kv.SequenceHash) {
+	if len(s.rootChanges) == 0 {
+		return nil, nil
+	}
+	final := make(map[kv.SequenceHash]bool, len(s.rootChanges))
+	initial := make(map[kv.SequenceHash]bool, len(s.rootChanges))
+	for _, c := range s.rootChanges {
+		if _, seen := initial[c.hash]; !seen {
+			initial[c.hash] = !c.present // the first change flips the state it found
+		}
+		final[c.hash] = c.present
+	}
+	for _, c := range s.rootChanges {
+		h := c.hash
+		if _, done := final[h]; !done {
+			continue
+		}
+		switch {
+		case final[h] && !initial[h]:
+			added = append(added, h)
+		case !final[h] && initial[h]:
+			removed = append(removed, h)
+		}
+		delete(final, h) // report each hash once, in journal order
+	}
+	s.rootChanges = s.rootChanges[:0]
+	return added, removed
 }
 
 // PrefillPending returns the prompt tokens of request id still counted

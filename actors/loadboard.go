@@ -1,0 +1,127 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
+)
+
+// loadBoard is the scheduler's copy of every rank's published load
+// (RankLoad): a decision reads loads here instead of asking each rank, and
+// asks (LoadQuery) only the ranks whose roots show they share the prompt's
+// prefix, the one prompt-dependent part of a load. It is the scheduler's
+// state, built only from the messages the sequence actors send it.
+type loadBoard struct {
+	ranks map[kv.WorkerWithDpRank]*boardEntry
+	// unseen is Σ over ranks of the adds sent that the rank's published
+	// load does not include yet: while it is 0 no decision has to fold in
+	// recorded decisions (the common case), so none scans for them.
+	unseen uint64
+}
+
+type boardEntry struct {
+	pid   string             // the sequence actor the entry follows
+	load  *messages.RankLoad // nil until its first publication
+	roots map[uint64]struct{}
+	// sent counts this scheduler's AddRequests to the rank; applied is
+	// how many of them load includes.
+	sent, applied uint64
+}
+
+func newLoadBoard() *loadBoard {
+	return &loadBoard{ranks: map[kv.WorkerWithDpRank]*boardEntry{}}
+}
+
+// sync follows a new rank table: ranks gone are dropped, and a rank that
+// is new or has a new sequence actor (re-registered) starts over; ask is
+// called for those, to request a full RankLoad.
+func (b *loadBoard) sync(v *rankView, ask func(w kv.WorkerWithDpRank)) {
+	for w, e := range b.ranks {
+		if pid, ok := v.pids[w]; !ok || pid.Id != e.pid {
+			b.unseen -= e.sent - e.applied
+			delete(b.ranks, w)
+		}
+	}
+	for _, w := range v.list {
+		if _, ok := b.ranks[w]; !ok {
+			b.ranks[w] = &boardEntry{pid: v.pids[w].Id, roots: map[uint64]struct{}{}}
+			ask(w)
+		}
+	}
+}
+
+// apply takes a rank's publication.
+func (b *loadBoard) apply(m *messages.RankLoad) {
+	e := b.ranks[rankOf(m.Worker)]
+	if e == nil {
+		return // not (or no longer) registered
+	}
+	if m.Full {
+		clear(e.roots)
+	}
+	for _, h := range m.RootsRemoved {
+		delete(e.roots, h)
+	}
+	for _, h := range m.RootsAdded {
+		e.roots[h] = struct{}{}
+	}
+	m.RootsAdded, m.RootsRemoved = nil, nil // kept: only the load fields
+	e.load = m
+	if applied := min(m.AddsApplied, e.sent); applied > e.applied {
+		b.unseen -= applied - e.applied
+		e.applied = applied
+	}
+}
+
+// sent counts an add sent to w and returns its ordinal on w.
+func (b *loadBoard) sent(w kv.WorkerWithDpRank) uint64 {
+	e := b.ranks[w]
+	if e == nil {
+		return 0
+	}
+	e.sent++
+	b.unseen++
+	return e.sent
+}
+
+// sharesPrefix reports whether a prompt whose first sampled sequence
+// hash is root shares active blocks with w (sequence.Roots).
+func (b *loadBoard) sharesPrefix(w kv.WorkerWithDpRank, root uint64) bool {
+	e := b.ranks[w]
+	if e == nil {
+		return false
+	}
+	_, ok := e.roots[root]
+	return ok
+}
+
+// applied is how many of this scheduler's adds to w its published load
+// includes.
+func (b *loadBoard) applied(w kv.WorkerWithDpRank) uint64 {
+	if e := b.ranks[w]; e != nil {
+		return e.applied
+	}
+	return 0
+}
+
+// fill sets c's load from w's publication, for a prompt that shares no
+// active block with w (NewBlocks is the whole prompt). A rank that has
+// published nothing yet is idle.
+func (b *loadBoard) fill(c *scheduling.Candidate, promptBlocks uint64, now time.Time) {
+	c.HasLoad, c.NewBlocks = true, promptBlocks
+	e := b.ranks[c.Worker]
+	if e == nil || e.load == nil {
+		return
+	}
+	l := e.load
+	c.ActivePrefillTokens = l.ActivePrefillTokens
+	c.ActiveBlocks = l.ActiveBlocks
+	c.ActiveRequests = int(l.ActiveRequests)
+	c.PrefillTokensPerSec = l.PrefillTokensPerSec
+	if l.HeadPrefillTokens > 0 {
+		c.HeadPrefillTokens = l.HeadPrefillTokens
+		c.HeadPrefillElapsed = scheduling.SinceHeadStart(time.Unix(0, l.HeadStartedUnixNano), now)
+	}
+}
