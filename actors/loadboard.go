@@ -15,6 +15,14 @@ import (
 // state, built only from the messages the sequence actors send it.
 type loadBoard struct {
 	ranks map[kv.WorkerWithDpRank]*boardEntry
+	// at is ranks in the order of view.list, the rank view last synced:
+	// a decision over every rank reads its entries by position (hashing a
+	// rank key 64 times per decision was ~10% of a query's CPU).
+	at   []*boardEntry
+	view *rankView
+	// rootRanks counts, per root, the ranks holding it: a prompt whose
+	// first hash no rank holds asks nobody, without visiting the ranks.
+	rootRanks map[uint64]int32
 	// unseen is Σ over ranks of the adds sent that the rank's published
 	// load does not include yet: while it is 0 no decision has to fold in
 	// recorded decisions (the common case), so none scans for them.
@@ -31,7 +39,7 @@ type boardEntry struct {
 }
 
 func newLoadBoard() *loadBoard {
-	return &loadBoard{ranks: map[kv.WorkerWithDpRank]*boardEntry{}}
+	return &loadBoard{ranks: map[kv.WorkerWithDpRank]*boardEntry{}, rootRanks: map[uint64]int32{}}
 }
 
 // sync follows a new rank table: ranks gone are dropped, and a rank that
@@ -41,16 +49,57 @@ func (b *loadBoard) sync(v *rankView, ask func(w kv.WorkerWithDpRank)) {
 	for w, e := range b.ranks {
 		if pid, ok := v.pids[w]; !ok || pid.Id != e.pid {
 			b.unseen -= e.sent - e.applied
+			b.dropRoots(e)
 			delete(b.ranks, w)
 		}
 	}
-	for _, w := range v.list {
-		if _, ok := b.ranks[w]; !ok {
-			b.ranks[w] = &boardEntry{pid: v.pids[w].Id, roots: map[uint64]struct{}{}}
+	b.at = make([]*boardEntry, len(v.list))
+	for i, w := range v.list {
+		e, ok := b.ranks[w]
+		if !ok {
+			e = &boardEntry{pid: v.pids[w].Id, roots: map[uint64]struct{}{}}
+			b.ranks[w] = e
 			ask(w)
+		}
+		b.at[i] = e
+	}
+	b.view = v
+}
+
+// entries returns a lookup of eligible's entries: by position when
+// eligible is the synced view's own list (a decision without
+// constraints), else by key.
+func (b *loadBoard) entries(v *rankView, eligible []kv.WorkerWithDpRank) func(i int, w kv.WorkerWithDpRank) *boardEntry {
+	if b.view == v && len(eligible) == len(v.list) && (len(eligible) == 0 || &eligible[0] == &v.list[0]) {
+		return func(i int, _ kv.WorkerWithDpRank) *boardEntry { return b.at[i] }
+	}
+	return func(_ int, w kv.WorkerWithDpRank) *boardEntry { return b.ranks[w] }
+}
+
+func (b *loadBoard) addRoot(e *boardEntry, h uint64) {
+	if _, ok := e.roots[h]; !ok {
+		e.roots[h] = struct{}{}
+		b.rootRanks[h]++
+	}
+}
+
+func (b *loadBoard) removeRoot(e *boardEntry, h uint64) {
+	if _, ok := e.roots[h]; ok {
+		delete(e.roots, h)
+		if b.rootRanks[h]--; b.rootRanks[h] <= 0 {
+			delete(b.rootRanks, h)
 		}
 	}
 }
+
+func (b *loadBoard) dropRoots(e *boardEntry) {
+	for h := range e.roots {
+		b.removeRoot(e, h)
+	}
+}
+
+// held reports whether any rank holds root.
+func (b *loadBoard) held(root uint64) bool { return b.rootRanks[root] > 0 }
 
 // apply takes a rank's publication.
 func (b *loadBoard) apply(m *messages.RankLoad) {
@@ -59,13 +108,13 @@ func (b *loadBoard) apply(m *messages.RankLoad) {
 		return // not (or no longer) registered
 	}
 	if m.Full {
-		clear(e.roots)
+		b.dropRoots(e)
 	}
 	for _, h := range m.RootsRemoved {
-		delete(e.roots, h)
+		b.removeRoot(e, h)
 	}
 	for _, h := range m.RootsAdded {
-		e.roots[h] = struct{}{}
+		b.addRoot(e, h)
 	}
 	m.RootsAdded, m.RootsRemoved = nil, nil // kept: only the load fields
 	e.load = m
@@ -87,9 +136,8 @@ func (b *loadBoard) sent(w kv.WorkerWithDpRank) uint64 {
 }
 
 // sharesPrefix reports whether a prompt whose first sampled sequence
-// hash is root shares active blocks with w (sequence.Roots).
-func (b *loadBoard) sharesPrefix(w kv.WorkerWithDpRank, root uint64) bool {
-	e := b.ranks[w]
+// hash is root shares active blocks with e's rank (sequence.Roots).
+func (e *boardEntry) sharesPrefix(root uint64) bool {
 	if e == nil {
 		return false
 	}
@@ -106,12 +154,11 @@ func (b *loadBoard) applied(w kv.WorkerWithDpRank) uint64 {
 	return 0
 }
 
-// fill sets c's load from w's publication, for a prompt that shares no
-// active block with w (NewBlocks is the whole prompt). A rank that has
-// published nothing yet is idle.
-func (b *loadBoard) fill(c *scheduling.Candidate, promptBlocks uint64, now time.Time) {
+// fill sets c's load from its rank's publication (e), for a prompt that
+// shares no active block with it (NewBlocks is the whole prompt). A rank
+// that has published nothing yet is idle.
+func (e *boardEntry) fill(c *scheduling.Candidate, promptBlocks uint64, now time.Time) {
 	c.HasLoad, c.NewBlocks = true, promptBlocks
-	e := b.ranks[c.Worker]
 	if e == nil || e.load == nil {
 		return
 	}

@@ -76,10 +76,7 @@ func (s *schedulerActor) newPending(ctx actor.Context, kind pendingKind) *pendin
 
 // askShards fans a score request out to every shard.
 func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
-	hashes := make([]uint64, len(p.local))
-	for i, h := range p.local {
-		hashes[i] = uint64(h)
-	}
+	hashes := kv.LocalHashesAsUint64(p.local) // p.local is never modified
 	p.overlaps = make(map[kv.WorkerWithDpRank]*messages.WorkerOverlap)
 	p.shared = 0
 	p.shardsLeft = len(s.shards)
@@ -100,10 +97,18 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 	if len(p.sampled) == 0 {
 		return // shorter than a stride: nothing can be shared
 	}
+	root := p.sampled[0]
+	if !s.board.held(root) {
+		return // no rank has a request with this prefix in flight
+	}
 	var q *messages.LoadQuery
-	for _, w := range p.eligible {
+	entry := s.board.entries(s.ranks, p.eligible)
+	for i, w := range p.eligible {
+		if !entry(i, w).sharesPrefix(root) {
+			continue
+		}
 		pid, ok := s.ranks.pids[w]
-		if !ok || !s.board.sharesPrefix(w, p.sampled[0]) {
+		if !ok {
 			continue
 		}
 		if q == nil {

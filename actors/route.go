@@ -148,17 +148,22 @@ func overrideOf(o *messages.RouterConfigOverride) *scheduling.Override {
 
 // candidates joins overlaps and loads for the eligible ranks: the reply
 // of a rank asked (it shares the prompt's prefix), else its published load.
+// The slice is the scheduler's scratch, valid until the next call: every
+// caller uses it within the message it handles (64 candidates were a
+// quarter of the bytes a decision allocated).
 func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Candidate {
-	cands := make([]scheduling.Candidate, 0, len(p.eligible))
+	cands := s.candScratch[:0]
+	defer func() { s.candScratch = cands[:0] }()
 	promptBlocks := uint64(len(p.seqs))
-	for _, w := range p.eligible {
+	entry := s.board.entries(s.ranks, p.eligible)
+	for i, w := range p.eligible {
 		c := scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: p.shared}
 		if o := p.overlaps[w]; o != nil {
 			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.DeviceBlocks, o.HostBlocks, o.DiskBlocks
 		}
 		l := p.loads[w]
 		if l == nil {
-			s.board.fill(&c, promptBlocks, now)
+			entry(i, w).fill(&c, promptBlocks, now)
 		} else {
 			c.HasLoad = true
 			c.ActivePrefillTokens = l.ActivePrefillTokens

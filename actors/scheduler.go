@@ -47,6 +47,8 @@ type schedulerActor struct {
 	routedSeq uint64
 	// board holds every rank's published load (RankLoad).
 	board *loadBoard
+	// candScratch backs candidates' result (see there).
+	candScratch []scheduling.Candidate
 
 	pending map[uint64]*pending
 	// cancels maps a route call's cancel token to its pending decision.

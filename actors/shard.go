@@ -89,7 +89,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 	case *messages.RoutingDecision:
 		if st.pred != nil {
 			w := kv.WorkerWithDpRank{WorkerID: kv.WorkerID(m.Worker.GetWorkerId()), DpRank: m.Worker.GetDpRank()}
-			if err := st.pred.RecordDecision(w, toLocal(m.LocalHashes), time.Now()); err != nil {
+			if err := st.pred.RecordDecision(w, kv.AsLocalHashes(m.LocalHashes), time.Now()); err != nil {
 				st.obs.EventDropped("prediction_" + index.ErrorReason(err))
 			}
 		}
@@ -181,7 +181,7 @@ func (a *shardActor) index(ev *kv.Event) {
 }
 
 func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
-	local := toLocal(m.LocalHashes)
+	local := kv.AsLocalHashes(m.LocalHashes) // the message is never modified
 	matches := a.tree().FindMatches(local)
 	var predicted map[kv.WorkerWithDpRank]uint32 // confirmed depth of predicted rows
 	if a.st.pred != nil && !a.st.approx {
@@ -242,14 +242,6 @@ type indexView interface {
 	Digest() uint64
 	CounterMap() map[string]uint64
 	CheckInvariants() error
-}
-
-func toLocal(h []uint64) []kv.LocalBlockHash {
-	out := make([]kv.LocalBlockHash, len(h))
-	for i, v := range h {
-		out[i] = kv.LocalBlockHash(v)
-	}
-	return out
 }
 
 func rankMsg(w kv.WorkerWithDpRank) *messages.WorkerRank {
