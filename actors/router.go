@@ -38,6 +38,7 @@ type Router struct {
 	stopped  atomic.Bool
 	// cancelTokens numbers route calls (RouteRequest.cancel_token).
 	cancelTokens atomic.Uint64
+	inboxes      *inboxes // reply addresses of the calls into the actors
 	// Backlogs bound the shards' and the replication edge's mailboxes.
 	shardBacklogs []*backlog
 	replBacklog   *backlog
@@ -85,7 +86,7 @@ func Start(cfg Config) (*Router, error) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return cfg.Logger.With("component", "protoactor")
 	}))
-	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), inboxes: newInboxes(sys)}
 	guardian := sys.Root.WithGuardian(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider))
 	// The decision path's actors keep their goroutines (pinnedDispatcher):
 	// one for the scheduler, one for the replication edge, one per shard.
@@ -234,13 +235,9 @@ func (r *Router) ask(ctx context.Context, pid *actor.PID, msg any) (any, error) 
 			return nil, ErrTimeout
 		}
 	}
-	f := r.system.Root.RequestFuture(pid, msg, timeout)
-	res, err := f.Result()
-	if err != nil {
-		if errors.Is(err, actor.ErrTimeout) {
-			return nil, ErrTimeout
-		}
-		return nil, fmt.Errorf("ask %T: %w", msg, err)
+	res, ok := r.inboxes.call(r.system.Root, pid, msg, timeout)
+	if !ok {
+		return nil, ErrTimeout
 	}
 	if rerr, ok := res.(*messages.RouteError); ok {
 		return nil, toRouteError(rerr)
@@ -287,20 +284,18 @@ func (r *Router) Route(ctx context.Context, req *messages.RouteRequest) (*messag
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("route %q: client left: %w", id, context.Cause(ctx))
 	}
-	f := r.system.Root.RequestFuture(r.scheduler, req, r.routeWait(ctx))
-	// Registered after the request is in the scheduler's mailbox, so a
-	// cancel can never overtake it.
-	stop := context.AfterFunc(ctx, cancel)
-	res, err := f.Result()
+	// The cancel is registered once the request is in the scheduler's
+	// mailbox (call sends before it waits), so it can never overtake it.
+	var stop func() bool
+	res, ok := r.inboxes.callThen(r.system.Root, r.scheduler, req, r.routeWait(ctx), func() {
+		stop = context.AfterFunc(ctx, cancel)
+	})
 	if !stop() {
 		return nil, fmt.Errorf("route %q: client left: %w", id, context.Cause(ctx))
 	}
-	if err != nil {
+	if !ok {
 		cancel() // do not leave a decision behind that nobody waits for
-		if errors.Is(err, actor.ErrTimeout) {
-			return nil, ErrTimeout
-		}
-		return nil, fmt.Errorf("route: %w", err)
+		return nil, ErrTimeout
 	}
 	if rerr, ok := res.(*messages.RouteError); ok {
 		return nil, toRouteError(rerr)
