@@ -36,6 +36,7 @@ type boardEntry struct {
 	// sent counts this scheduler's AddRequests to the rank; applied is
 	// how many of them load includes.
 	sent, applied uint64
+	dropped       bool // the rank left the board (unregistered, or a new actor)
 }
 
 func newLoadBoard() *loadBoard {
@@ -50,6 +51,7 @@ func (b *loadBoard) sync(v *rankView, ask func(w kv.WorkerWithDpRank)) {
 		if pid, ok := v.pids[w]; !ok || pid.Id != e.pid {
 			b.unseen -= e.sent - e.applied
 			b.dropRoots(e)
+			e.dropped = true
 			delete(b.ranks, w)
 		}
 	}
@@ -124,15 +126,16 @@ func (b *loadBoard) apply(m *messages.RankLoad) {
 	}
 }
 
-// sent counts an add sent to w and returns its ordinal on w.
-func (b *loadBoard) sent(w kv.WorkerWithDpRank) uint64 {
+// sent counts an add sent to w and returns w's entry and the add's
+// ordinal on w (nil, 0 for a rank not on the board).
+func (b *loadBoard) sent(w kv.WorkerWithDpRank) (*boardEntry, uint64) {
 	e := b.ranks[w]
 	if e == nil {
-		return 0
+		return nil, 0
 	}
 	e.sent++
 	b.unseen++
-	return e.sent
+	return e, e.sent
 }
 
 // sharesPrefix reports whether a prompt whose first sampled sequence

@@ -286,12 +286,13 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 	if h.trackPrefill {
 		routed.PrefillTokens = prefill
 	}
+	var entry *boardEntry
 	var onRank uint64
 	if pid, ok := s.ranks.pids[d.Worker]; ok {
-		onRank = s.board.sent(d.Worker)
+		entry, onRank = s.board.sent(d.Worker)
 		ctx.Send(pid, add)
 	}
-	s.noteRouted(routed, onRank)
+	s.noteRouted(routed, entry, onRank)
 	if !s.cfg.UseKVEvents || s.cfg.Index.PredictedTTL > 0 {
 		local := make([]uint64, len(p.local))
 		for i, h := range p.local {

@@ -27,7 +27,8 @@ func TestRoutedUnseen(t *testing.T) {
 		if i%2 == 0 {
 			w = w2
 		}
-		s.noteRouted(scheduling.Routed{Worker: w, NewBlocks: uint64(i)}, s.board.sent(w))
+		e, onRank := s.board.sent(w)
+		s.noteRouted(scheduling.Routed{Worker: w, NewBlocks: uint64(i)}, e, onRank)
 	}
 	// Nothing applied: the last maxRouted, oldest first.
 	all := s.routedUnseen(p)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -268,15 +269,17 @@ type routedEntry struct {
 	seq uint64 // for reading; the ring's index is derived from it
 	// onRank numbers the decision among the adds sent to its rank
 	// (loadBoard.sent): a load that applied fewer does not include it.
+	// entry is the rank's board entry (nil: not on the board).
 	onRank uint64
+	entry  *boardEntry
 	scheduling.Routed
 }
 
 // noteRouted keeps a recorded decision for the decisions in flight (a
 // ring: decision seq lives at index (seq−1) % maxRouted).
-func (s *schedulerActor) noteRouted(r scheduling.Routed, onRank uint64) {
+func (s *schedulerActor) noteRouted(r scheduling.Routed, entry *boardEntry, onRank uint64) {
 	s.routedSeq++
-	e := routedEntry{seq: s.routedSeq, onRank: onRank, Routed: r}
+	e := routedEntry{seq: s.routedSeq, onRank: onRank, entry: entry, Routed: r}
 	if len(s.routed) < maxRouted {
 		s.routed = append(s.routed, e)
 		return
@@ -288,18 +291,32 @@ func (s *schedulerActor) noteRouted(r scheduling.Routed, onRank uint64) {
 // not include, oldest first: those numbered past what their rank had
 // applied (pending.applied). Only the last maxRouted are kept. While the
 // board's loads include every add and no reply p read is older than its
-// rank's publication, there is nothing to look for (the common case).
+// rank's publication, there is nothing to look for (the common case);
+// otherwise the scan goes from the newest and, when no reply lags, stops
+// once it found as many as the board counts.
 func (s *schedulerActor) routedUnseen(p *pending) []scheduling.Routed {
-	if s.board.unseen == 0 && !p.lagging(s.board) {
+	lagging := p.lagging(s.board)
+	if s.board.unseen == 0 && !lagging {
 		return nil
 	}
 	var out []scheduling.Routed
-	first := s.routedSeq - uint64(len(s.routed)) + 1
-	for n := first; n <= s.routedSeq; n++ {
+	oldest := s.routedSeq - uint64(len(s.routed)) + 1
+	for n := s.routedSeq; n >= oldest && n > 0; n-- {
 		e := &s.routed[(n-1)%maxRouted]
-		if e.onRank > p.applied(s.board, e.Worker) {
+		if e.entry == nil || e.entry.dropped {
+			continue // its rank left: its add went to an actor that is gone
+		}
+		applied := e.entry.applied
+		if l := p.loads[e.Worker]; l != nil {
+			applied = l.AddsApplied
+		}
+		if e.onRank > applied {
 			out = append(out, e.Routed)
+			if !lagging && uint64(len(out)) == s.board.unseen {
+				break
+			}
 		}
 	}
+	slices.Reverse(out)
 	return out
 }
