@@ -26,6 +26,12 @@ type registryActor struct {
 	scheduler   *actor.PID
 	replication *actor.PID
 	lastTick    time.Time
+	// dirty: the registry changed since the last published table; a
+	// PublishRankTable is queued (flushScheduled) and waiting holds the
+	// callers whose WorkerUp it will answer.
+	dirty, flushScheduled bool
+	waiting               []*actor.PID
+	published             uint64 // rank tables sent
 }
 
 func newRegistryProps(cfg Config, shards []*actor.PID, scheduler, replication *actor.PID) *actor.Props {
@@ -44,6 +50,11 @@ func (a *registryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.WorkerUp:
 		a.workerUp(ctx, m)
+	case *messages.PublishRankTable:
+		a.flushScheduled = false
+		if a.dirty {
+			a.publish(ctx)
+		}
 	case *messages.RemoveWorker:
 		a.remove(ctx, kv.WorkerID(m.WorkerId), "removed")
 	case *messages.WorkerCondition:
@@ -69,9 +80,12 @@ func roleOf(r messages.WorkerRole) kv.Role {
 	return kv.Role(r)
 }
 
-// workerUp registers or refreshes a worker and answers with the rank
-// table, sent to the scheduler before the reply: a caller that waits for
-// it knows its next route sees the worker.
+// workerUp registers or refreshes a worker. A change is published with
+// the next rank table, which waits until the registrations queued now are
+// applied (PublishRankTable): registering N workers at once publishes
+// one table, not N tables of up to N ranks. The reply waits for that
+// table, so a caller that waits for it knows its next route sees the
+// worker.
 func (a *registryActor) workerUp(ctx actor.Context, m *messages.WorkerUp) {
 	hb := m.Worker
 	id := kv.WorkerID(hb.WorkerId)
@@ -90,16 +104,23 @@ func (a *registryActor) workerUp(ctx actor.Context, m *messages.WorkerUp) {
 		a.log.Info("worker registered", "worker", id, "url", hb.Url, "dp_start", hb.DataParallelStartRank,
 			"dp_size", max(hb.DataParallelSize, 1), "static", m.Static, "role", roleOf(hb.Role).String())
 	}
-	var table *messages.RankTable
 	if !ch.Empty() || budget != a.reg.Budget(id) || role != a.reg.Role(id) {
-		table = a.publish(ctx)
-	}
-	if ctx.Sender() != nil {
-		if table == nil {
-			table = a.table()
+		a.dirty = true
+		if !a.flushScheduled {
+			a.flushScheduled = true
+			ctx.Send(ctx.Self(), &messages.PublishRankTable{})
 		}
-		ctx.Respond(table)
 	}
+	if ctx.Sender() == nil {
+		return
+	}
+	if a.dirty {
+		// Answered with the table that includes this worker (and any
+		// change queued before it).
+		a.waiting = append(a.waiting, ctx.Sender())
+		return
+	}
+	ctx.Respond(&messages.WorkerUpReply{})
 }
 
 func (a *registryActor) remove(ctx actor.Context, id kv.WorkerID, why string) {
@@ -175,18 +196,26 @@ func (a *registryActor) table() *messages.RankTable {
 	return t
 }
 
-func (a *registryActor) publish(ctx actor.Context) *messages.RankTable {
+// publish sends the rank table to its readers, then answers the
+// registrations that waited for it.
+func (a *registryActor) publish(ctx actor.Context) {
 	t := a.table()
 	ctx.Send(a.scheduler, t)
 	ctx.Send(a.replication, t)
 	for _, sh := range a.shards {
 		ctx.Send(sh, t) // shards apply held events of workers that registered
 	}
-	return t
+	a.dirty = false
+	a.published++
+	for _, pid := range a.waiting {
+		ctx.Send(pid, &messages.WorkerUpReply{})
+	}
+	clear(a.waiting)
+	a.waiting = a.waiting[:0]
 }
 
 func (a *registryActor) workers() *messages.RegistryReply {
-	reply := &messages.RegistryReply{Digest: a.reg.Digest()}
+	reply := &messages.RegistryReply{Digest: a.reg.Digest(), TablesPublished: a.published}
 	for _, w := range a.reg.Workers() {
 		rw := &messages.RegisteredWorker{
 			Worker: w.Info, Static: w.Static, LastSeenUnixNano: w.LastSeen.UnixNano(),

@@ -215,6 +215,22 @@ func (r *Router) RegisterWorker(hb *messages.WorkerHeartbeat, static bool) error
 	return nil
 }
 
+// AnnounceWorker is RegisterWorker without waiting: for heartbeats, which
+// repeat, so a caller need not know when the table includes the worker.
+// Heartbeats of many workers arriving together then publish one rank
+// table. A refusal (registry full) is logged and counted by the registry.
+func (r *Router) AnnounceWorker(hb *messages.WorkerHeartbeat) error {
+	if r.cfg.Index.SharedStores.Holds(kv.WorkerID(hb.GetWorkerId())) {
+		return fmt.Errorf("register worker %d: it is declared a shared cache store (shared-cache-workers), which is never a routing candidate: %w",
+			hb.GetWorkerId(), ErrBadRequest)
+	}
+	if r.stopped.Load() {
+		return ErrStopped
+	}
+	r.system.Root.Send(r.registry, &messages.WorkerUp{Worker: hb, SeenUnixNano: time.Now().UnixNano()})
+	return nil
+}
+
 // RemoveWorker drops a worker's candidates, requests and indexed blocks.
 func (r *Router) RemoveWorker(id kv.WorkerID) {
 	r.system.Root.Send(r.registry, &messages.RemoveWorker{WorkerId: uint64(id)})

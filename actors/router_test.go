@@ -562,3 +562,28 @@ func TestCancelAfterRecordFreesTheRequest(t *testing.T) {
 		t.Fatalf("published %d frees, want 2", frees)
 	}
 }
+
+// Registering a fleet publishes a handful of rank tables, not one per
+// worker (each table lists every rank, so one per worker was O(n²)); a
+// registration that waits is answered once the table holds its worker.
+func TestRegistrationsCoalesce(t *testing.T) {
+	r := startRouter(t, nil)
+	const n = 2000
+	for id := uint64(1); id < n; id++ {
+		if err := r.AnnounceWorker(&messages.WorkerHeartbeat{WorkerId: id, DataParallelSize: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(t, r, n)
+	if _, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: prompt(64, 1), PinnedWorker: &messages.WorkerRank{WorkerId: n}}); err != nil {
+		t.Fatalf("the waited-for worker must be routable at once: %v", err)
+	}
+	reg, err := r.Registry(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reg.Workers) != n || reg.TablesPublished > 50 {
+		t.Fatalf("%d workers registered with %d rank tables; want %d with a few", len(reg.Workers), reg.TablesPublished, n)
+	}
+	t.Logf("%d workers, %d rank tables", n, reg.TablesPublished)
+}

@@ -159,11 +159,19 @@ func planAll(recs []TraceRecord, cfg IndexerPlanConfig) ([][]*kv.Event, int, err
 // registerWorkers registers every planned worker statically and waits
 // until the scheduler lists them all.
 func registerWorkers(ctx context.Context, router *actors.Router, cfg IndexerPlanConfig) error {
+	// All but the last are announced without waiting, so they share one
+	// rank table; the last waits for the table that holds them all.
 	for i := range cfg.Workers {
-		err := router.RegisterWorker(&messages.WorkerHeartbeat{
+		hb := &messages.WorkerHeartbeat{
 			WorkerId: uint64(WorkerID(i)), DataParallelSize: 1, BlockSize: uint32(cfg.BlockSize),
 			TotalKvBlocks: uint64(cfg.CapacityBlocks), ModelName: "mooncake",
-		}, true)
+		}
+		var err error
+		if i < cfg.Workers-1 {
+			err = router.AnnounceWorker(hb)
+		} else {
+			err = router.RegisterWorker(hb, true)
+		}
 		if err != nil {
 			return err
 		}

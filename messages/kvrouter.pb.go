@@ -2654,6 +2654,84 @@ func (x *WorkerUp) GetSeenUnixNano() int64 {
 	return 0
 }
 
+// WorkerUpReply answers a WorkerUp once the rank table the scheduler holds
+// includes the worker (a refresh that changed nothing, at once). It is
+// small on purpose: a fleet's heartbeats are answered many times a second.
+type WorkerUpReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerUpReply) Reset() {
+	*x = WorkerUpReply{}
+	mi := &file_kvrouter_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerUpReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerUpReply) ProtoMessage() {}
+
+func (x *WorkerUpReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerUpReply.ProtoReflect.Descriptor instead.
+func (*WorkerUpReply) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+}
+
+// PublishRankTable is the registry's note to itself: publish the rank
+// table once the registrations queued before it are applied, so a burst
+// of registrations costs one table, not one per worker.
+type PublishRankTable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishRankTable) Reset() {
+	*x = PublishRankTable{}
+	mi := &file_kvrouter_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishRankTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishRankTable) ProtoMessage() {}
+
+func (x *PublishRankTable) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishRankTable.ProtoReflect.Descriptor instead.
+func (*PublishRankTable) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+}
+
 // RoutingDecision tells an approximate-mode shard that a request's blocks
 // were sent to a worker, so it predicts them as cached (with a TTL).
 type RoutingDecision struct {
@@ -2666,7 +2744,7 @@ type RoutingDecision struct {
 
 func (x *RoutingDecision) Reset() {
 	*x = RoutingDecision{}
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2756,7 @@ func (x *RoutingDecision) String() string {
 func (*RoutingDecision) ProtoMessage() {}
 
 func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2769,7 @@ func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingDecision.ProtoReflect.Descriptor instead.
 func (*RoutingDecision) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+	return file_kvrouter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RoutingDecision) GetWorker() *WorkerRank {
@@ -2720,7 +2798,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2810,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2823,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+	return file_kvrouter_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Tick) GetUnixNano() int64 {
@@ -2767,7 +2845,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2857,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2870,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{34}
+	return file_kvrouter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RouteError) GetCode() RouteErrorCode {
@@ -2841,7 +2919,7 @@ type RequestLifecycle struct {
 
 func (x *RequestLifecycle) Reset() {
 	*x = RequestLifecycle{}
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +2931,7 @@ func (x *RequestLifecycle) String() string {
 func (*RequestLifecycle) ProtoMessage() {}
 
 func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +2944,7 @@ func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLifecycle.ProtoReflect.Descriptor instead.
 func (*RequestLifecycle) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{35}
+	return file_kvrouter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RequestLifecycle) GetRequestId() string {
@@ -2943,7 +3021,7 @@ type LifecycleReply struct {
 
 func (x *LifecycleReply) Reset() {
 	*x = LifecycleReply{}
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3033,7 @@ func (x *LifecycleReply) String() string {
 func (*LifecycleReply) ProtoMessage() {}
 
 func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3046,7 @@ func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
 func (*LifecycleReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{36}
+	return file_kvrouter_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LifecycleReply) GetRequestId() string {
@@ -2993,7 +3071,7 @@ type RegistryQuery struct {
 
 func (x *RegistryQuery) Reset() {
 	*x = RegistryQuery{}
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3005,7 +3083,7 @@ func (x *RegistryQuery) String() string {
 func (*RegistryQuery) ProtoMessage() {}
 
 func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3018,7 +3096,7 @@ func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
 func (*RegistryQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{37}
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
 }
 
 type RegisteredWorker struct {
@@ -3036,7 +3114,7 @@ type RegisteredWorker struct {
 
 func (x *RegisteredWorker) Reset() {
 	*x = RegisteredWorker{}
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3126,7 @@ func (x *RegisteredWorker) String() string {
 func (*RegisteredWorker) ProtoMessage() {}
 
 func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3139,7 @@ func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
 func (*RegisteredWorker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{38}
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
@@ -3118,14 +3196,15 @@ type RegistryReply struct {
 	Workers         []*RegisteredWorker    `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
 	QueueDepth      uint32                 `protobuf:"varint,2,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
 	TrackedRequests uint64                 `protobuf:"varint,3,opt,name=tracked_requests,json=trackedRequests,proto3" json:"tracked_requests,omitempty"`
-	Digest          uint64                 `protobuf:"varint,4,opt,name=digest,proto3" json:"digest,omitempty"` // registry.Registry.Digest: equal across replicas that see the same fleet
+	Digest          uint64                 `protobuf:"varint,4,opt,name=digest,proto3" json:"digest,omitempty"`                                          // registry.Registry.Digest: equal across replicas that see the same fleet
+	TablesPublished uint64                 `protobuf:"varint,5,opt,name=tables_published,json=tablesPublished,proto3" json:"tables_published,omitempty"` // rank tables sent since start (registrations coalesce)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegistryReply) Reset() {
 	*x = RegistryReply{}
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3137,7 +3216,7 @@ func (x *RegistryReply) String() string {
 func (*RegistryReply) ProtoMessage() {}
 
 func (x *RegistryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3150,7 +3229,7 @@ func (x *RegistryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
 func (*RegistryReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
@@ -3181,6 +3260,13 @@ func (x *RegistryReply) GetDigest() uint64 {
 	return 0
 }
 
+func (x *RegistryReply) GetTablesPublished() uint64 {
+	if x != nil {
+		return x.TablesPublished
+	}
+	return 0
+}
+
 type ShardStatsQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3189,7 +3275,7 @@ type ShardStatsQuery struct {
 
 func (x *ShardStatsQuery) Reset() {
 	*x = ShardStatsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3287,7 @@ func (x *ShardStatsQuery) String() string {
 func (*ShardStatsQuery) ProtoMessage() {}
 
 func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3300,7 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
 }
 
 type WorkerBlocks struct {
@@ -3227,7 +3313,7 @@ type WorkerBlocks struct {
 
 func (x *WorkerBlocks) Reset() {
 	*x = WorkerBlocks{}
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3325,7 @@ func (x *WorkerBlocks) String() string {
 func (*WorkerBlocks) ProtoMessage() {}
 
 func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3338,7 @@ func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
 func (*WorkerBlocks) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WorkerBlocks) GetWorker() *WorkerRank {
@@ -3284,7 +3370,7 @@ type ShardStatsReply struct {
 
 func (x *ShardStatsReply) Reset() {
 	*x = ShardStatsReply{}
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3382,7 @@ func (x *ShardStatsReply) String() string {
 func (*ShardStatsReply) ProtoMessage() {}
 
 func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3395,7 @@ func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
 func (*ShardStatsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ShardStatsReply) GetShard() uint32 {
@@ -3362,7 +3448,7 @@ type PotentialLoad struct {
 
 func (x *PotentialLoad) Reset() {
 	*x = PotentialLoad{}
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3460,7 @@ func (x *PotentialLoad) String() string {
 func (*PotentialLoad) ProtoMessage() {}
 
 func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3473,7 @@ func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
 func (*PotentialLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PotentialLoad) GetWorker() *WorkerRank {
@@ -3436,7 +3522,7 @@ type DropOrigin struct {
 
 func (x *DropOrigin) Reset() {
 	*x = DropOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3448,7 +3534,7 @@ func (x *DropOrigin) String() string {
 func (*DropOrigin) ProtoMessage() {}
 
 func (x *DropOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3461,7 +3547,7 @@ func (x *DropOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
 func (*DropOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DropOrigin) GetOrigin() string {
@@ -3482,7 +3568,7 @@ type StaleRequestsFreed struct {
 
 func (x *StaleRequestsFreed) Reset() {
 	*x = StaleRequestsFreed{}
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +3580,7 @@ func (x *StaleRequestsFreed) String() string {
 func (*StaleRequestsFreed) ProtoMessage() {}
 
 func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +3593,7 @@ func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
 func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StaleRequestsFreed) GetRequestIds() []string {
@@ -3529,7 +3615,7 @@ type ActiveRequestsQuery struct {
 
 func (x *ActiveRequestsQuery) Reset() {
 	*x = ActiveRequestsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3627,7 @@ func (x *ActiveRequestsQuery) String() string {
 func (*ActiveRequestsQuery) ProtoMessage() {}
 
 func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3640,7 @@ func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ActiveRequestsQuery) GetOrigin() string {
@@ -3586,7 +3672,7 @@ type ActiveRequestsReply struct {
 
 func (x *ActiveRequestsReply) Reset() {
 	*x = ActiveRequestsReply{}
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3598,7 +3684,7 @@ func (x *ActiveRequestsReply) String() string {
 func (*ActiveRequestsReply) ProtoMessage() {}
 
 func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3611,7 +3697,7 @@ func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
@@ -3647,7 +3733,7 @@ type ReplaceOrigin struct {
 
 func (x *ReplaceOrigin) Reset() {
 	*x = ReplaceOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3745,7 @@ func (x *ReplaceOrigin) String() string {
 func (*ReplaceOrigin) ProtoMessage() {}
 
 func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3758,7 @@ func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
 func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReplaceOrigin) GetOrigin() string {
@@ -3700,7 +3786,7 @@ type OverlapScoresQuery struct {
 
 func (x *OverlapScoresQuery) Reset() {
 	*x = OverlapScoresQuery{}
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +3798,7 @@ func (x *OverlapScoresQuery) String() string {
 func (*OverlapScoresQuery) ProtoMessage() {}
 
 func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +3811,7 @@ func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
 func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
@@ -3754,7 +3840,7 @@ type OverlapScoresReply struct {
 
 func (x *OverlapScoresReply) Reset() {
 	*x = OverlapScoresReply{}
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3766,7 +3852,7 @@ func (x *OverlapScoresReply) String() string {
 func (*OverlapScoresReply) ProtoMessage() {}
 
 func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3779,7 +3865,7 @@ func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
 func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
@@ -3815,7 +3901,7 @@ type PotentialLoadsQuery struct {
 
 func (x *PotentialLoadsQuery) Reset() {
 	*x = PotentialLoadsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3827,7 +3913,7 @@ func (x *PotentialLoadsQuery) String() string {
 func (*PotentialLoadsQuery) ProtoMessage() {}
 
 func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3840,7 +3926,7 @@ func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
@@ -3866,7 +3952,7 @@ type PotentialLoadsReply struct {
 
 func (x *PotentialLoadsReply) Reset() {
 	*x = PotentialLoadsReply{}
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3878,7 +3964,7 @@ func (x *PotentialLoadsReply) String() string {
 func (*PotentialLoadsReply) ProtoMessage() {}
 
 func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3891,7 +3977,7 @@ func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
@@ -3916,7 +4002,7 @@ type ClusterDigest struct {
 
 func (x *ClusterDigest) Reset() {
 	*x = ClusterDigest{}
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +4014,7 @@ func (x *ClusterDigest) String() string {
 func (*ClusterDigest) ProtoMessage() {}
 
 func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4027,7 @@ func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
 func (*ClusterDigest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ClusterDigest) GetOrigin() string {
@@ -3982,7 +4068,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4080,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4093,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{54}
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StateRequest) GetRequester() string {
@@ -4029,7 +4115,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4041,7 +4127,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4054,7 +4140,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+	return file_kvrouter_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StateSnapshot) GetOrigin() string {
@@ -4088,7 +4174,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4186,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4199,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+	return file_kvrouter_proto_rawDescGZIP(), []int{58}
 }
 
 // DumpQuery asks a shard for its whole index as single-block Stored
@@ -4126,7 +4212,7 @@ type DumpQuery struct {
 
 func (x *DumpQuery) Reset() {
 	*x = DumpQuery{}
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4138,7 +4224,7 @@ func (x *DumpQuery) String() string {
 func (*DumpQuery) ProtoMessage() {}
 
 func (x *DumpQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4151,7 +4237,7 @@ func (x *DumpQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
 func (*DumpQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{57}
+	return file_kvrouter_proto_rawDescGZIP(), []int{59}
 }
 
 // RankEntry is one registered worker rank as the registry publishes it:
@@ -4170,7 +4256,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4268,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4281,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{58}
+	return file_kvrouter_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -4253,7 +4339,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4265,7 +4351,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4278,7 +4364,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{59}
+	return file_kvrouter_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -4301,7 +4387,7 @@ type RemoteActivity struct {
 
 func (x *RemoteActivity) Reset() {
 	*x = RemoteActivity{}
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4399,7 @@ func (x *RemoteActivity) String() string {
 func (*RemoteActivity) ProtoMessage() {}
 
 func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4412,7 @@ func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteActivity.ProtoReflect.Descriptor instead.
 func (*RemoteActivity) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{60}
+	return file_kvrouter_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RemoteActivity) GetBusy() []*WorkerRank {
@@ -4354,7 +4440,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4366,7 +4452,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4379,7 +4465,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{61}
+	return file_kvrouter_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -4403,7 +4489,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4415,7 +4501,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4428,7 +4514,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{62}
+	return file_kvrouter_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -4462,7 +4548,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4474,7 +4560,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4487,7 +4573,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{63}
+	return file_kvrouter_proto_rawDescGZIP(), []int{65}
 }
 
 type TrackedReply struct {
@@ -4500,7 +4586,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4512,7 +4598,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4525,7 +4611,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{64}
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -4554,7 +4640,7 @@ type SessionUpdates struct {
 
 func (x *SessionUpdates) Reset() {
 	*x = SessionUpdates{}
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4566,7 +4652,7 @@ func (x *SessionUpdates) String() string {
 func (*SessionUpdates) ProtoMessage() {}
 
 func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4579,7 +4665,7 @@ func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUpdates.ProtoReflect.Descriptor instead.
 func (*SessionUpdates) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{65}
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SessionUpdates) GetEvents() []*SequenceEvent {
@@ -4599,7 +4685,7 @@ type EndSession struct {
 
 func (x *EndSession) Reset() {
 	*x = EndSession{}
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +4697,7 @@ func (x *EndSession) String() string {
 func (*EndSession) ProtoMessage() {}
 
 func (x *EndSession) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +4710,7 @@ func (x *EndSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSession.ProtoReflect.Descriptor instead.
 func (*EndSession) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *EndSession) GetSessionId() string {
@@ -4644,7 +4730,7 @@ type EndSessionReply struct {
 
 func (x *EndSessionReply) Reset() {
 	*x = EndSessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4742,7 @@ func (x *EndSessionReply) String() string {
 func (*EndSessionReply) ProtoMessage() {}
 
 func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4755,7 @@ func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionReply.ProtoReflect.Descriptor instead.
 func (*EndSessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+	return file_kvrouter_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EndSessionReply) GetFound() bool {
@@ -4696,7 +4782,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4708,7 +4794,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4721,7 +4807,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{68}
+	return file_kvrouter_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SessionQuery) GetSessionId() string {
@@ -4743,7 +4829,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +4841,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +4854,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{69}
+	return file_kvrouter_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SessionReply) GetFound() bool {
@@ -4808,7 +4894,7 @@ type SessionDigestQuery struct {
 
 func (x *SessionDigestQuery) Reset() {
 	*x = SessionDigestQuery{}
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4820,7 +4906,7 @@ func (x *SessionDigestQuery) String() string {
 func (*SessionDigestQuery) ProtoMessage() {}
 
 func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4833,7 +4919,7 @@ func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
 func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{70}
+	return file_kvrouter_proto_rawDescGZIP(), []int{72}
 }
 
 type SessionDigestReply struct {
@@ -4846,7 +4932,7 @@ type SessionDigestReply struct {
 
 func (x *SessionDigestReply) Reset() {
 	*x = SessionDigestReply{}
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4858,7 +4944,7 @@ func (x *SessionDigestReply) String() string {
 func (*SessionDigestReply) ProtoMessage() {}
 
 func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4871,7 +4957,7 @@ func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
 func (*SessionDigestReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{71}
+	return file_kvrouter_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SessionDigestReply) GetCount() uint64 {
@@ -4898,7 +4984,7 @@ type SessionSnapshotQuery struct {
 
 func (x *SessionSnapshotQuery) Reset() {
 	*x = SessionSnapshotQuery{}
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +4996,7 @@ func (x *SessionSnapshotQuery) String() string {
 func (*SessionSnapshotQuery) ProtoMessage() {}
 
 func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5009,7 @@ func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
 func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{72}
+	return file_kvrouter_proto_rawDescGZIP(), []int{74}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -5133,7 +5219,9 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\bWorkerUp\x12:\n" +
 	"\x06worker\x18\x01 \x01(\v2\".kvrouter.internal.WorkerHeartbeatR\x06worker\x12\x16\n" +
 	"\x06static\x18\x02 \x01(\bR\x06static\x12$\n" +
-	"\x0eseen_unix_nano\x18\x03 \x01(\x03R\fseenUnixNano\"k\n" +
+	"\x0eseen_unix_nano\x18\x03 \x01(\x03R\fseenUnixNano\"\x0f\n" +
+	"\rWorkerUpReply\"\x12\n" +
+	"\x10PublishRankTable\"k\n" +
 	"\x0fRoutingDecision\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12!\n" +
 	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"#\n" +
@@ -5167,13 +5255,14 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x18draining_since_unix_nano\x18\x05 \x01(\x03R\x15drainingSinceUnixNano\x12\x1c\n" +
 	"\tunhealthy\x18\x06 \x01(\bR\tunhealthy\x12\x1d\n" +
 	"\n" +
-	"busy_ranks\x18\a \x03(\rR\tbusyRanks\"\xb2\x01\n" +
+	"busy_ranks\x18\a \x03(\rR\tbusyRanks\"\xdd\x01\n" +
 	"\rRegistryReply\x12=\n" +
 	"\aworkers\x18\x01 \x03(\v2#.kvrouter.internal.RegisteredWorkerR\aworkers\x12\x1f\n" +
 	"\vqueue_depth\x18\x02 \x01(\rR\n" +
 	"queueDepth\x12)\n" +
 	"\x10tracked_requests\x18\x03 \x01(\x04R\x0ftrackedRequests\x12\x16\n" +
-	"\x06digest\x18\x04 \x01(\x04R\x06digest\"\x11\n" +
+	"\x06digest\x18\x04 \x01(\x04R\x06digest\x12)\n" +
+	"\x10tables_published\x18\x05 \x01(\x04R\x0ftablesPublished\"\x11\n" +
 	"\x0fShardStatsQuery\"]\n" +
 	"\fWorkerBlocks\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12\x16\n" +
@@ -5319,7 +5408,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
@@ -5357,48 +5446,50 @@ var file_kvrouter_proto_goTypes = []any{
 	(*SequenceEventBatch)(nil),   // 33: kvrouter.internal.SequenceEventBatch
 	(*WorkerHeartbeat)(nil),      // 34: kvrouter.internal.WorkerHeartbeat
 	(*WorkerUp)(nil),             // 35: kvrouter.internal.WorkerUp
-	(*RoutingDecision)(nil),      // 36: kvrouter.internal.RoutingDecision
-	(*Tick)(nil),                 // 37: kvrouter.internal.Tick
-	(*RouteError)(nil),           // 38: kvrouter.internal.RouteError
-	(*RequestLifecycle)(nil),     // 39: kvrouter.internal.RequestLifecycle
-	(*LifecycleReply)(nil),       // 40: kvrouter.internal.LifecycleReply
-	(*RegistryQuery)(nil),        // 41: kvrouter.internal.RegistryQuery
-	(*RegisteredWorker)(nil),     // 42: kvrouter.internal.RegisteredWorker
-	(*RegistryReply)(nil),        // 43: kvrouter.internal.RegistryReply
-	(*ShardStatsQuery)(nil),      // 44: kvrouter.internal.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 45: kvrouter.internal.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 46: kvrouter.internal.ShardStatsReply
-	(*PotentialLoad)(nil),        // 47: kvrouter.internal.PotentialLoad
-	(*DropOrigin)(nil),           // 48: kvrouter.internal.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 49: kvrouter.internal.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 50: kvrouter.internal.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 51: kvrouter.internal.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 52: kvrouter.internal.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 53: kvrouter.internal.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 54: kvrouter.internal.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 55: kvrouter.internal.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 56: kvrouter.internal.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 57: kvrouter.internal.ClusterDigest
-	(*StateRequest)(nil),         // 58: kvrouter.internal.StateRequest
-	(*StateSnapshot)(nil),        // 59: kvrouter.internal.StateSnapshot
-	(*Barrier)(nil),              // 60: kvrouter.internal.Barrier
-	(*DumpQuery)(nil),            // 61: kvrouter.internal.DumpQuery
-	(*RankEntry)(nil),            // 62: kvrouter.internal.RankEntry
-	(*RankTable)(nil),            // 63: kvrouter.internal.RankTable
-	(*RemoteActivity)(nil),       // 64: kvrouter.internal.RemoteActivity
-	(*PeerStep)(nil),             // 65: kvrouter.internal.PeerStep
-	(*RestoreOrigin)(nil),        // 66: kvrouter.internal.RestoreOrigin
-	(*TrackedQuery)(nil),         // 67: kvrouter.internal.TrackedQuery
-	(*TrackedReply)(nil),         // 68: kvrouter.internal.TrackedReply
-	(*SessionUpdates)(nil),       // 69: kvrouter.internal.SessionUpdates
-	(*EndSession)(nil),           // 70: kvrouter.internal.EndSession
-	(*EndSessionReply)(nil),      // 71: kvrouter.internal.EndSessionReply
-	(*SessionQuery)(nil),         // 72: kvrouter.internal.SessionQuery
-	(*SessionReply)(nil),         // 73: kvrouter.internal.SessionReply
-	(*SessionDigestQuery)(nil),   // 74: kvrouter.internal.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 75: kvrouter.internal.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 76: kvrouter.internal.SessionSnapshotQuery
-	nil,                          // 77: kvrouter.internal.ShardStatsReply.CountersEntry
+	(*WorkerUpReply)(nil),        // 36: kvrouter.internal.WorkerUpReply
+	(*PublishRankTable)(nil),     // 37: kvrouter.internal.PublishRankTable
+	(*RoutingDecision)(nil),      // 38: kvrouter.internal.RoutingDecision
+	(*Tick)(nil),                 // 39: kvrouter.internal.Tick
+	(*RouteError)(nil),           // 40: kvrouter.internal.RouteError
+	(*RequestLifecycle)(nil),     // 41: kvrouter.internal.RequestLifecycle
+	(*LifecycleReply)(nil),       // 42: kvrouter.internal.LifecycleReply
+	(*RegistryQuery)(nil),        // 43: kvrouter.internal.RegistryQuery
+	(*RegisteredWorker)(nil),     // 44: kvrouter.internal.RegisteredWorker
+	(*RegistryReply)(nil),        // 45: kvrouter.internal.RegistryReply
+	(*ShardStatsQuery)(nil),      // 46: kvrouter.internal.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 47: kvrouter.internal.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 48: kvrouter.internal.ShardStatsReply
+	(*PotentialLoad)(nil),        // 49: kvrouter.internal.PotentialLoad
+	(*DropOrigin)(nil),           // 50: kvrouter.internal.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 51: kvrouter.internal.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 52: kvrouter.internal.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 53: kvrouter.internal.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 54: kvrouter.internal.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 55: kvrouter.internal.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 56: kvrouter.internal.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 57: kvrouter.internal.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 58: kvrouter.internal.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 59: kvrouter.internal.ClusterDigest
+	(*StateRequest)(nil),         // 60: kvrouter.internal.StateRequest
+	(*StateSnapshot)(nil),        // 61: kvrouter.internal.StateSnapshot
+	(*Barrier)(nil),              // 62: kvrouter.internal.Barrier
+	(*DumpQuery)(nil),            // 63: kvrouter.internal.DumpQuery
+	(*RankEntry)(nil),            // 64: kvrouter.internal.RankEntry
+	(*RankTable)(nil),            // 65: kvrouter.internal.RankTable
+	(*RemoteActivity)(nil),       // 66: kvrouter.internal.RemoteActivity
+	(*PeerStep)(nil),             // 67: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 68: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 69: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 70: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 71: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 72: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 73: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 74: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 75: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 76: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 77: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 78: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 79: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	5,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
@@ -5435,20 +5526,20 @@ var file_kvrouter_proto_depIdxs = []int32{
 	19, // 31: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
 	20, // 32: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
 	34, // 33: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	42, // 34: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
+	44, // 34: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
 	4,  // 35: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
-	45, // 36: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
-	77, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	47, // 36: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
+	79, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
 	4,  // 38: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
 	29, // 39: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
 	29, // 40: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
 	15, // 41: kvrouter.internal.OverlapScoresReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
-	47, // 42: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
+	49, // 42: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
 	29, // 43: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
 	4,  // 44: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
 	1,  // 45: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
 	2,  // 46: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
-	62, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
+	64, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
 	4,  // 48: kvrouter.internal.RemoteActivity.busy:type_name -> kvrouter.internal.WorkerRank
 	4,  // 49: kvrouter.internal.RemoteActivity.idle:type_name -> kvrouter.internal.WorkerRank
 	29, // 50: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
@@ -5481,19 +5572,19 @@ func file_kvrouter_proto_init() {
 		(*SequenceEvent_SessionBound)(nil),
 		(*SequenceEvent_SessionEnded)(nil),
 	}
-	file_kvrouter_proto_msgTypes[35].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[37].OneofWrappers = []any{
 		(*RequestLifecycle_PrefillCompleted)(nil),
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
 	}
-	file_kvrouter_proto_msgTypes[46].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   74,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -99,8 +99,10 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		if !admit(hb, b.zmq != nil) {
 			return
 		}
-		if err := router.RegisterWorker(hb.Proto(), false); err != nil {
-			// Counted by the router (registry_full); a heartbeat retries.
+		// Not waited for: a fleet's heartbeats arriving together publish
+		// one rank table (a refusal, registry full, is logged and counted
+		// by the registry; the next heartbeat retries).
+		if err := router.AnnounceWorker(hb.Proto()); err != nil {
 			log.Warn("worker heartbeat not registered", "worker", hb.WorkerID, "err", err)
 			return
 		}
