@@ -89,7 +89,8 @@ func Start(cfg Config) (*Router, error) {
 	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), inboxes: newInboxes(sys)}
 	guardian := sys.Root.WithGuardian(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider))
 	// The decision path's actors keep their goroutines (pinnedDispatcher):
-	// one for the scheduler, one for the replication edge, one per shard.
+	// one for the scheduler, one for the replication edge, one per shard,
+	// one for the registry.
 	turns := cfg.shardTurns
 	if turns <= 0 {
 		turns = shardTurns
@@ -97,7 +98,8 @@ func Start(cfg Config) (*Router, error) {
 	shardDispatch := newPinnedDispatcher(cfg.shardCount(), turns)
 	schedDispatch := newPinnedDispatcher(1, defaultThroughput)
 	replDispatch := newPinnedDispatcher(1, defaultThroughput)
-	r.dispatchers = []*pinnedDispatcher{shardDispatch, schedDispatch, replDispatch}
+	regDispatch := newPinnedDispatcher(1, defaultThroughput)
+	r.dispatchers = []*pinnedDispatcher{shardDispatch, schedDispatch, replDispatch, regDispatch}
 	// router_max_tree_size bounds the whole replica's predicted tree, so
 	// each shard gets its share.
 	shardIndex := cfg.Index
@@ -126,7 +128,8 @@ func Start(cfg Config) (*Router, error) {
 	if r.replication, err = sys.Root.SpawnNamed(newReplicationProps(cfg, g, schedulerPID, r.replBacklog, replDispatch), replicationPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn replication: %w", err)
 	}
-	r.registry = sys.Root.Spawn(newRegistryProps(cfg, r.shards, r.scheduler, r.replication))
+	r.registry = sys.Root.Spawn(newRegistryProps(cfg, r.shards, r.scheduler, r.replication).
+		Configure(actor.WithDispatcher(regDispatch)))
 	go r.ticker()
 	return r, nil
 }
@@ -135,6 +138,7 @@ func (r *Router) ticker() {
 	defer close(r.done)
 	t := time.NewTicker(r.cfg.TickInterval)
 	defer t.Stop()
+	var registryTicked time.Time
 	for {
 		select {
 		case <-r.stop:
@@ -142,7 +146,13 @@ func (r *Router) ticker() {
 		case now := <-t.C:
 			tick := &messages.Tick{UnixNano: now.UnixNano()}
 			r.system.Root.Send(r.scheduler, tick)
-			r.system.Root.Send(r.registry, tick)
+			// The registry's housekeeping (heartbeat expiry, the ranks'
+			// stale sweep) runs once a second; waking it 50 times a
+			// second was most of an idle replica's CPU.
+			if now.Sub(registryTicked) >= time.Second {
+				registryTicked = now
+				r.system.Root.Send(r.registry, tick)
+			}
 		}
 	}
 }
