@@ -62,11 +62,9 @@ func (a *replicationActor) Receive(ctx actor.Context) {
 		for _, id := range m.RequestIds {
 			a.remote.Untrack(id)
 		}
-		a.reportActivity(ctx)
 	case *messages.RankTable:
 		a.ranks = newRankView(m, ctx.Self().Address)
 		a.remote.DropUnregistered(a.ranks.has)
-		a.reportActivity(ctx)
 	case *messages.TrackedQuery:
 		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(a.remote.Len())})
 	}
@@ -132,7 +130,6 @@ func (a *replicationActor) remoteBatch(ctx actor.Context, evs []*messages.Sequen
 		// The scheduler owns the session table.
 		ctx.Send(a.scheduler, &messages.SessionUpdates{Events: sessionWrites})
 	}
-	a.reportActivity(ctx)
 }
 
 func (a *replicationActor) strideMismatch(origin string, peerStride int) {
@@ -145,23 +142,6 @@ func (a *replicationActor) strideMismatch(origin string, peerStride int) {
 		"origin", origin, "peer_stride", max(peerStride, 1), "stride", a.cfg.Sequence.EffectiveStride())
 }
 
-// reportActivity tells the scheduler which ranks gained their first or
-// lost their last peer request since the last report.
-func (a *replicationActor) reportActivity(ctx actor.Context) {
-	busy, idle := a.remote.TakeTransitions()
-	if len(busy) == 0 && len(idle) == 0 {
-		return
-	}
-	m := &messages.RemoteActivity{}
-	for _, w := range busy {
-		m.Busy = append(m.Busy, rankMsg(w))
-	}
-	for _, w := range idle {
-		m.Idle = append(m.Idle, rankMsg(w))
-	}
-	ctx.Send(a.scheduler, m)
-}
-
 func (a *replicationActor) dropOrigin(ctx actor.Context, origin string) {
 	if origin == a.cfg.ReplicaID {
 		return
@@ -170,7 +150,6 @@ func (a *replicationActor) dropOrigin(ctx actor.Context, origin string) {
 	for _, w := range a.ranks.list {
 		ctx.Send(a.ranks.pids[w], &messages.DropOrigin{Origin: origin})
 	}
-	a.reportActivity(ctx)
 }
 
 // replaceOrigin swaps what this replica holds for a peer with the peer's
@@ -211,7 +190,6 @@ func (a *replicationActor) replaceOrigin(ctx actor.Context, m *messages.ReplaceO
 			ctx.Send(a.ranks.pids[w], &messages.DropOrigin{Origin: m.Origin})
 		}
 	}
-	a.reportActivity(ctx)
 }
 
 // lifecycle finishes a step a client sent here for a request a peer
@@ -226,7 +204,6 @@ func (a *replicationActor) lifecycle(ctx actor.Context, m *messages.RequestLifec
 	}
 	if _, ok := m.Step.(*messages.RequestLifecycle_Free); ok {
 		a.remote.Untrack(m.RequestId)
-		defer a.reportActivity(ctx)
 	}
 	a.gossip.step(ctx, pid, m)
 	ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: true})

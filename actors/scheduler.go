@@ -17,15 +17,16 @@ import (
 )
 
 // schedulerActor is the decision path: it fans a request out to the
-// shards and the busy ranks' sequence actors, aggregates their replies,
-// selects a rank (package scheduling), parks requests when every eligible
-// rank is overloaded, and records and gossips the requests it routed
-// through their lifecycle. It never blocks: fan-outs are plain messages
-// whose replies come back to it, matched by query id.
+// shards (and to the sequence actors of the ranks sharing the prompt's
+// prefix), reads every other rank's load from the ranks' publications
+// (loadBoard), selects a rank (package scheduling), parks requests when
+// every eligible rank is overloaded, and records and gossips the requests
+// it routed through their lifecycle. It never blocks: fan-outs are plain
+// messages whose replies come back to it, matched by query id.
 //
 // The rank set comes from the registry actor (RankTable); peers' requests
-// are the replication edge's, which tells it only when a rank gains its
-// first or loses its last peer request (RemoteActivity).
+// are the replication edge's, and reach the scheduler only through the
+// ranks' published loads.
 type schedulerActor struct {
 	cfg         Config
 	log         *slog.Logger
@@ -36,10 +37,6 @@ type schedulerActor struct {
 
 	ranks *rankView
 	local *tracking.Table // requests this replica routed
-	// remoteBusy: ranks holding peer-routed requests. A rank in neither
-	// table answers a load query with zeros, so it is not asked: with
-	// many workers most decisions then fan out only to the busy ones.
-	remoteBusy map[kv.WorkerWithDpRank]bool
 	// routed are the last decisions this replica recorded, numbered by
 	// routedSeq: a decision still collecting loads when they were
 	// recorded adds them to its candidates (scheduling.AddRouted), as a
@@ -77,7 +74,7 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 			sessions: table,
 			cfg:      cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
-			ranks: emptyRankView(), local: tracking.New(), remoteBusy: map[kv.WorkerWithDpRank]bool{}, board: newLoadBoard(),
+			ranks: emptyRankView(), local: tracking.New(), board: newLoadBoard(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue: mustQueue(cfg.Scheduling),
 			rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
@@ -125,22 +122,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.ranks = newRankView(m, ctx.Self().Address)
 		s.board.sync(s.ranks, func(w kv.WorkerWithDpRank) { ctx.Send(s.ranks.pids[w], &messages.RankLoadQuery{}) })
 		s.local.DropUnregistered(s.ranks.has)
-		for w := range s.remoteBusy {
-			if !s.ranks.has(w) {
-				delete(s.remoteBusy, w)
-			}
-		}
 		s.tryDequeue(ctx)
-	case *messages.RemoteActivity:
-		for _, w := range m.Busy {
-			s.remoteBusy[rankOf(w)] = true
-		}
-		for _, w := range m.Idle {
-			delete(s.remoteBusy, rankOf(w))
-		}
-		if len(m.Idle) > 0 {
-			s.tryDequeue(ctx)
-		}
 	case *messages.TrackedQuery:
 		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.queue.Len())})
 	case *messages.Tick:
@@ -157,11 +139,6 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 	case *messages.SessionSnapshotQuery:
 		ctx.Respond(s.sessionSnapshot())
 	}
-}
-
-// idle reports whether a rank holds no request at all.
-func (s *schedulerActor) idle(w kv.WorkerWithDpRank) bool {
-	return s.local.Active(w) == 0 && !s.remoteBusy[w]
 }
 
 // lifecycle applies a prefill-completed, output-block or free step of a

@@ -4327,9 +4327,9 @@ func (x *RankEntry) GetRole() WorkerRole {
 }
 
 // RankTable is the registry's whole rank set, sorted by worker then dp
-// rank, sent to the scheduler and the replication edge on every change
-// (and as the reply to a WorkerUp, so a caller that registered a worker
-// knows the scheduler will see it before its next message).
+// rank, sent to the scheduler, the replication edge and the shards after
+// changes (registrations queued together share one table; a waiting
+// WorkerUp is answered once the table that holds its worker is sent).
 type RankTable struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ranks         []*RankEntry           `protobuf:"bytes,1,rep,name=ranks,proto3" json:"ranks,omitempty"`
@@ -4374,61 +4374,6 @@ func (x *RankTable) GetRanks() []*RankEntry {
 	return nil
 }
 
-// RemoteActivity tells the scheduler which ranks gained their first or
-// lost their last peer-routed request: a rank with no request at all is
-// idle and need not be asked for its load.
-type RemoteActivity struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Busy          []*WorkerRank          `protobuf:"bytes,1,rep,name=busy,proto3" json:"busy,omitempty"`
-	Idle          []*WorkerRank          `protobuf:"bytes,2,rep,name=idle,proto3" json:"idle,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RemoteActivity) Reset() {
-	*x = RemoteActivity{}
-	mi := &file_kvrouter_proto_msgTypes[62]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RemoteActivity) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RemoteActivity) ProtoMessage() {}
-
-func (x *RemoteActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[62]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RemoteActivity.ProtoReflect.Descriptor instead.
-func (*RemoteActivity) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{62}
-}
-
-func (x *RemoteActivity) GetBusy() []*WorkerRank {
-	if x != nil {
-		return x.Busy
-	}
-	return nil
-}
-
-func (x *RemoteActivity) GetIdle() []*WorkerRank {
-	if x != nil {
-		return x.Idle
-	}
-	return nil
-}
-
 // PeerStep is a peer's prefill-completed or free of a request this
 // replica routed (a client may finish a request through another replica).
 type PeerStep struct {
@@ -4440,7 +4385,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4452,7 +4397,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4465,7 +4410,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{63}
+	return file_kvrouter_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -4489,7 +4434,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4446,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4459,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{64}
+	return file_kvrouter_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -4548,7 +4493,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4505,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4518,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{65}
+	return file_kvrouter_proto_rawDescGZIP(), []int{64}
 }
 
 type TrackedReply struct {
@@ -4586,7 +4531,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +4543,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +4556,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+	return file_kvrouter_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -4640,7 +4585,7 @@ type SessionUpdates struct {
 
 func (x *SessionUpdates) Reset() {
 	*x = SessionUpdates{}
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4652,7 +4597,7 @@ func (x *SessionUpdates) String() string {
 func (*SessionUpdates) ProtoMessage() {}
 
 func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4665,7 +4610,7 @@ func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUpdates.ProtoReflect.Descriptor instead.
 func (*SessionUpdates) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SessionUpdates) GetEvents() []*SequenceEvent {
@@ -4685,7 +4630,7 @@ type EndSession struct {
 
 func (x *EndSession) Reset() {
 	*x = EndSession{}
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +4642,7 @@ func (x *EndSession) String() string {
 func (*EndSession) ProtoMessage() {}
 
 func (x *EndSession) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +4655,7 @@ func (x *EndSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSession.ProtoReflect.Descriptor instead.
 func (*EndSession) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{68}
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EndSession) GetSessionId() string {
@@ -4730,7 +4675,7 @@ type EndSessionReply struct {
 
 func (x *EndSessionReply) Reset() {
 	*x = EndSessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4742,7 +4687,7 @@ func (x *EndSessionReply) String() string {
 func (*EndSessionReply) ProtoMessage() {}
 
 func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4755,7 +4700,7 @@ func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionReply.ProtoReflect.Descriptor instead.
 func (*EndSessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{69}
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *EndSessionReply) GetFound() bool {
@@ -4782,7 +4727,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4794,7 +4739,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4807,7 +4752,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{70}
+	return file_kvrouter_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SessionQuery) GetSessionId() string {
@@ -4829,7 +4774,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4841,7 +4786,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4854,7 +4799,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{71}
+	return file_kvrouter_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SessionReply) GetFound() bool {
@@ -4894,7 +4839,7 @@ type SessionDigestQuery struct {
 
 func (x *SessionDigestQuery) Reset() {
 	*x = SessionDigestQuery{}
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4906,7 +4851,7 @@ func (x *SessionDigestQuery) String() string {
 func (*SessionDigestQuery) ProtoMessage() {}
 
 func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4919,7 +4864,7 @@ func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
 func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{72}
+	return file_kvrouter_proto_rawDescGZIP(), []int{71}
 }
 
 type SessionDigestReply struct {
@@ -4932,7 +4877,7 @@ type SessionDigestReply struct {
 
 func (x *SessionDigestReply) Reset() {
 	*x = SessionDigestReply{}
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +4889,7 @@ func (x *SessionDigestReply) String() string {
 func (*SessionDigestReply) ProtoMessage() {}
 
 func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +4902,7 @@ func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
 func (*SessionDigestReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{73}
+	return file_kvrouter_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SessionDigestReply) GetCount() uint64 {
@@ -4984,7 +4929,7 @@ type SessionSnapshotQuery struct {
 
 func (x *SessionSnapshotQuery) Reset() {
 	*x = SessionSnapshotQuery{}
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4996,7 +4941,7 @@ func (x *SessionSnapshotQuery) String() string {
 func (*SessionSnapshotQuery) ProtoMessage() {}
 
 func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5009,7 +4954,7 @@ func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
 func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{74}
+	return file_kvrouter_proto_rawDescGZIP(), []int{73}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -5332,10 +5277,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x0ftotal_kv_blocks\x18\x05 \x01(\x04R\rtotalKvBlocks\x121\n" +
 	"\x04role\x18\x06 \x01(\x0e2\x1d.kvrouter.internal.WorkerRoleR\x04role\"?\n" +
 	"\tRankTable\x122\n" +
-	"\x05ranks\x18\x01 \x03(\v2\x1c.kvrouter.internal.RankEntryR\x05ranks\"v\n" +
-	"\x0eRemoteActivity\x121\n" +
-	"\x04busy\x18\x01 \x03(\v2\x1d.kvrouter.internal.WorkerRankR\x04busy\x121\n" +
-	"\x04idle\x18\x02 \x03(\v2\x1d.kvrouter.internal.WorkerRankR\x04idle\"B\n" +
+	"\x05ranks\x18\x01 \x03(\v2\x1c.kvrouter.internal.RankEntryR\x05ranks\"B\n" +
 	"\bPeerStep\x126\n" +
 	"\x05event\x18\x01 \x01(\v2 .kvrouter.internal.SequenceEventR\x05event\"}\n" +
 	"\rRestoreOrigin\x12\x16\n" +
@@ -5408,7 +5350,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
@@ -5476,20 +5418,19 @@ var file_kvrouter_proto_goTypes = []any{
 	(*DumpQuery)(nil),            // 63: kvrouter.internal.DumpQuery
 	(*RankEntry)(nil),            // 64: kvrouter.internal.RankEntry
 	(*RankTable)(nil),            // 65: kvrouter.internal.RankTable
-	(*RemoteActivity)(nil),       // 66: kvrouter.internal.RemoteActivity
-	(*PeerStep)(nil),             // 67: kvrouter.internal.PeerStep
-	(*RestoreOrigin)(nil),        // 68: kvrouter.internal.RestoreOrigin
-	(*TrackedQuery)(nil),         // 69: kvrouter.internal.TrackedQuery
-	(*TrackedReply)(nil),         // 70: kvrouter.internal.TrackedReply
-	(*SessionUpdates)(nil),       // 71: kvrouter.internal.SessionUpdates
-	(*EndSession)(nil),           // 72: kvrouter.internal.EndSession
-	(*EndSessionReply)(nil),      // 73: kvrouter.internal.EndSessionReply
-	(*SessionQuery)(nil),         // 74: kvrouter.internal.SessionQuery
-	(*SessionReply)(nil),         // 75: kvrouter.internal.SessionReply
-	(*SessionDigestQuery)(nil),   // 76: kvrouter.internal.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 77: kvrouter.internal.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 78: kvrouter.internal.SessionSnapshotQuery
-	nil,                          // 79: kvrouter.internal.ShardStatsReply.CountersEntry
+	(*PeerStep)(nil),             // 66: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 67: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 68: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 69: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 70: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 71: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 72: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 73: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 74: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 75: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 76: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 77: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 78: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	5,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
@@ -5529,7 +5470,7 @@ var file_kvrouter_proto_depIdxs = []int32{
 	44, // 34: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
 	4,  // 35: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
 	47, // 36: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
-	79, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	78, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
 	4,  // 38: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
 	29, // 39: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
 	29, // 40: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
@@ -5540,17 +5481,15 @@ var file_kvrouter_proto_depIdxs = []int32{
 	1,  // 45: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
 	2,  // 46: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
 	64, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
-	4,  // 48: kvrouter.internal.RemoteActivity.busy:type_name -> kvrouter.internal.WorkerRank
-	4,  // 49: kvrouter.internal.RemoteActivity.idle:type_name -> kvrouter.internal.WorkerRank
-	29, // 50: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
-	17, // 51: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
-	29, // 52: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
-	4,  // 53: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	29, // 48: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
+	17, // 49: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
+	29, // 50: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 51: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -5584,7 +5523,7 @@ func file_kvrouter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   76,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

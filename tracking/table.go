@@ -23,25 +23,14 @@ type Entry struct {
 	Token uint64
 }
 
-// Table maps request ids to their rank and keeps a per-rank count, so the
-// scheduler can tell an idle rank (whose load is known without asking)
-// from a busy one in O(1).
+// Table maps request ids to their rank (and owner and call token).
 type Table struct {
 	entries map[string]Entry
-	active  map[kv.WorkerWithDpRank]int
-	// transitions records ranks whose count crossed zero since the last
-	// TakeTransitions: true = became busy, false = became idle. A rank that
-	// crosses back within one window is removed (no net change).
-	transitions map[kv.WorkerWithDpRank]bool
 }
 
 // New returns an empty table.
 func New() *Table {
-	return &Table{
-		entries:     map[string]Entry{},
-		active:      map[kv.WorkerWithDpRank]int{},
-		transitions: map[kv.WorkerWithDpRank]bool{},
-	}
+	return &Table{entries: map[string]Entry{}}
 }
 
 // Len is the number of tracked requests.
@@ -53,58 +42,19 @@ func (t *Table) Lookup(id string) (Entry, bool) {
 	return e, ok
 }
 
-// Active is the number of tracked requests on a rank.
-func (t *Table) Active(w kv.WorkerWithDpRank) int { return t.active[w] }
-
 // Track records a request, replacing any earlier entry of the same id (a
 // re-used id moves to its new rank).
 func (t *Table) Track(id string, e Entry) {
-	t.Untrack(id)
 	t.entries[id] = e
-	if t.active[e.Rank]++; t.active[e.Rank] == 1 {
-		t.crossed(e.Rank, true)
-	}
 }
 
 // Untrack forgets a request and returns its entry (false: not tracked).
 func (t *Table) Untrack(id string) (Entry, bool) {
 	e, ok := t.entries[id]
-	if !ok {
-		return Entry{}, false
+	if ok {
+		delete(t.entries, id)
 	}
-	delete(t.entries, id)
-	if t.active[e.Rank]--; t.active[e.Rank] <= 0 {
-		delete(t.active, e.Rank)
-		t.crossed(e.Rank, false)
-	}
-	return e, true
-}
-
-func (t *Table) crossed(w kv.WorkerWithDpRank, busy bool) {
-	if prev, ok := t.transitions[w]; ok && prev != busy {
-		delete(t.transitions, w)
-		return
-	}
-	t.transitions[w] = busy
-}
-
-// TakeTransitions returns the ranks that became busy and idle since the
-// last call, each sorted, and starts a new window.
-func (t *Table) TakeTransitions() (busy, idle []kv.WorkerWithDpRank) {
-	if len(t.transitions) == 0 {
-		return nil, nil
-	}
-	for w, b := range t.transitions {
-		if b {
-			busy = append(busy, w)
-		} else {
-			idle = append(idle, w)
-		}
-	}
-	clear(t.transitions)
-	slices.SortFunc(busy, kv.CompareRanks)
-	slices.SortFunc(idle, kv.CompareRanks)
-	return busy, idle
+	return e, ok
 }
 
 // DropOrigin forgets every request owned by origin and returns their ids,

@@ -11,32 +11,17 @@ func rk(w uint64, dp uint32) kv.WorkerWithDpRank {
 	return kv.WorkerWithDpRank{WorkerID: kv.WorkerID(w), DpRank: dp}
 }
 
-func TestTableCountsAndTransitions(t *testing.T) {
+func TestTableTracks(t *testing.T) {
 	tb := New()
 	tb.Track("a", Entry{Rank: rk(1, 0), Origin: "r1"})
-	tb.Track("b", Entry{Rank: rk(1, 0), Origin: "r2"})
 	tb.Track("c", Entry{Rank: rk(2, 0), Origin: "r2"})
-	if tb.Active(rk(1, 0)) != 2 || tb.Active(rk(2, 0)) != 1 || tb.Len() != 3 {
-		t.Fatalf("active %d/%d len %d", tb.Active(rk(1, 0)), tb.Active(rk(2, 0)), tb.Len())
-	}
-	busy, idle := tb.TakeTransitions()
-	if !reflect.DeepEqual(busy, []kv.WorkerWithDpRank{rk(1, 0), rk(2, 0)}) || idle != nil {
-		t.Fatalf("busy %v idle %v", busy, idle)
-	}
 	// A re-used id moves to its new rank.
 	tb.Track("c", Entry{Rank: rk(3, 1), Origin: "r2"})
-	if tb.Active(rk(2, 0)) != 0 || tb.Active(rk(3, 1)) != 1 {
-		t.Fatal("re-tracked id did not move")
+	if e, ok := tb.Lookup("c"); !ok || e.Rank != rk(3, 1) || tb.Len() != 2 {
+		t.Fatalf("re-tracked id: %+v %v, %d tracked", e, ok, tb.Len())
 	}
-	busy, idle = tb.TakeTransitions()
-	if !reflect.DeepEqual(busy, []kv.WorkerWithDpRank{rk(3, 1)}) || !reflect.DeepEqual(idle, []kv.WorkerWithDpRank{rk(2, 0)}) {
-		t.Fatalf("busy %v idle %v", busy, idle)
-	}
-	// Busy then idle within one window is no net change.
-	tb.Track("d", Entry{Rank: rk(4, 0)})
-	tb.Untrack("d")
-	if busy, idle = tb.TakeTransitions(); busy != nil || idle != nil {
-		t.Fatalf("round trip reported busy %v idle %v", busy, idle)
+	if e, ok := tb.Untrack("a"); !ok || e.Origin != "r1" || tb.Len() != 1 {
+		t.Fatalf("untrack: %+v %v", e, ok)
 	}
 	if _, ok := tb.Untrack("missing"); ok {
 		t.Fatal("untracked an unknown id")
@@ -51,8 +36,8 @@ func TestTableDrops(t *testing.T) {
 	if got := tb.DropOrigin("dead"); !reflect.DeepEqual(got, []string{"x1", "x2"}) {
 		t.Fatalf("dropped %v", got)
 	}
-	if tb.Len() != 1 || tb.Active(rk(1, 0)) != 0 || tb.Active(rk(2, 0)) != 1 {
-		t.Fatal("counts out of step after DropOrigin")
+	if _, ok := tb.Lookup("y"); tb.Len() != 1 || !ok {
+		t.Fatal("DropOrigin dropped another origin's request")
 	}
 	tb.Track("z", Entry{Rank: rk(7, 1), Origin: "alive"})
 	got := tb.DropUnregistered(func(w kv.WorkerWithDpRank) bool { return w.WorkerID != 7 })
