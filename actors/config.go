@@ -107,6 +107,9 @@ type Config struct {
 	// shardMiddleware wraps every shard's Receive. Unexported: only this
 	// package's tests set it, to inject crashes and stalls.
 	shardMiddleware []actor.ReceiverMiddleware
+	// schedulerMiddleware wraps the scheduler's Receive, as
+	// shardMiddleware does the shards' (tests only).
+	schedulerMiddleware []actor.ReceiverMiddleware
 	// shardTurns overrides how many messages a shard handles before it
 	// yields (0 = the shardTurns constant); for the ingest benchmark.
 	shardTurns int

@@ -40,3 +40,16 @@ func shardFaults(next actor.ReceiverFunc) actor.ReceiverFunc {
 		next(ctx, env)
 	}
 }
+
+// crashScheduler makes the scheduler panic (schedulerFaults, installed by
+// startRouter): its supervisor restarts it as a fresh instance.
+type crashScheduler struct{}
+
+func schedulerFaults(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(ctx actor.ReceiverContext, env *actor.MessageEnvelope) {
+		if _, ok := env.Message.(*crashScheduler); ok {
+			panic("scheduler crash requested")
+		}
+		next(ctx, env)
+	}
+}

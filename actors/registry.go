@@ -50,6 +50,8 @@ func (a *registryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.WorkerUp:
 		a.workerUp(ctx, m)
+	case *messages.RankTableQuery:
+		a.publish(ctx)
 	case *messages.PublishRankTable:
 		a.flushScheduled = false
 		if a.dirty {

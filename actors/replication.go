@@ -20,6 +20,8 @@ import (
 // It owns the table of peer-routed requests; the scheduler owns the table
 // of its own. Both apply the rules of package tracking.
 type replicationActor struct {
+	registry  *actor.PID
+	restarts  *restartNotice
 	cfg       Config
 	log       *slog.Logger
 	obs       Observer
@@ -34,9 +36,11 @@ type replicationActor struct {
 	byRank map[kv.WorkerWithDpRank][]*messages.SequenceEvent
 }
 
-func newReplicationProps(cfg Config, g *gossiper, scheduler *actor.PID, bl *backlog, d actor.Dispatcher) *actor.Props {
+func newReplicationProps(cfg Config, g *gossiper, scheduler, registry *actor.PID, bl *backlog, d actor.Dispatcher) *actor.Props {
+	restarts := &restartNotice{}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &replicationActor{
+			registry: registry, restarts: restarts,
 			cfg: cfg, log: cfg.Logger.With("component", "replication"), obs: cfg.Observer, gossip: g, backlog: bl,
 			scheduler: scheduler, ranks: emptyRankView(), remote: tracking.New(),
 			strideWarned: map[string]bool{}, byRank: map[kv.WorkerWithDpRank][]*messages.SequenceEvent{},
@@ -46,6 +50,8 @@ func newReplicationProps(cfg Config, g *gossiper, scheduler *actor.PID, bl *back
 
 func (a *replicationActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.restarts.started(ctx, a.registry)
 	case *messages.SequenceEvent:
 		a.backlog.done(1)
 		a.remoteBatch(ctx, []*messages.SequenceEvent{m})

@@ -120,16 +120,19 @@ func Start(cfg Config) (*Router, error) {
 	g := &gossiper{replica: cfg.ReplicaID, publish: cfg.Publish}
 	schedulerPID := actor.NewPID(sys.Address(), "scheduler")
 	replicationPID := actor.NewPID(sys.Address(), "replication")
+	registryPID := actor.NewPID(sys.Address(), "registry")
 	var err error
-	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.shards, replicationPID, schedDispatch), schedulerPID.Id); err != nil {
+	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.shards, replicationPID, registryPID, schedDispatch), schedulerPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn scheduler: %w", err)
 	}
 	r.replBacklog = newBacklog(cfg.ReplicationBacklog)
-	if r.replication, err = sys.Root.SpawnNamed(newReplicationProps(cfg, g, schedulerPID, r.replBacklog, replDispatch), replicationPID.Id); err != nil {
+	if r.replication, err = sys.Root.SpawnNamed(newReplicationProps(cfg, g, schedulerPID, registryPID, r.replBacklog, replDispatch), replicationPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn replication: %w", err)
 	}
-	r.registry = sys.Root.Spawn(newRegistryProps(cfg, r.shards, r.scheduler, r.replication).
-		Configure(actor.WithDispatcher(regDispatch)))
+	if r.registry, err = sys.Root.SpawnNamed(newRegistryProps(cfg, r.shards, r.scheduler, r.replication).
+		Configure(actor.WithDispatcher(regDispatch)), registryPID.Id); err != nil {
+		return nil, fmt.Errorf("spawn registry: %w", err)
+	}
 	go r.ticker()
 	return r, nil
 }

@@ -26,6 +26,7 @@ func startRouter(t testing.TB, mutate func(*Config)) *Router {
 	cfg.Shards = 2
 	cfg.TickInterval = 5 * time.Millisecond
 	cfg.shardMiddleware = []actor.ReceiverMiddleware{shardFaults}
+	cfg.schedulerMiddleware = []actor.ReceiverMiddleware{schedulerFaults}
 	if !testing.Verbose() {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -586,4 +587,37 @@ func TestRegistrationsCoalesce(t *testing.T) {
 		t.Fatalf("%d workers registered with %d rank tables; want %d with a few", len(reg.Workers), reg.TablesPublished, n)
 	}
 	t.Logf("%d workers, %d rank tables", n, reg.TablesPublished)
+}
+
+// A scheduler its supervisor restarted is a fresh instance with no ranks;
+// it asks the registry for the rank table, so routing resumes at once
+// instead of waiting for the fleet's next change.
+func TestSchedulerRestartGetsTheRanksBack(t *testing.T) {
+	r := startRouter(t, nil)
+	register(t, r, 1, 2)
+	waitWorkers(t, r, 2)
+	ctx := ctxT(t)
+	if _, err := r.Route(ctx, &messages.RouteRequest{TokenIds: prompt(64, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	r.system.Root.Send(r.scheduler, &crashScheduler{})
+	testutil.EventuallyNil(t, 3*time.Second, func() error {
+		_, err := r.Route(ctx, &messages.RouteRequest{RequestId: "after", TokenIds: prompt(64, 2), UpdateStates: true})
+		return err
+	})
+	// The board is rebuilt too: the recorded request shows in the loads.
+	testutil.EventuallyNil(t, 3*time.Second, func() error {
+		loads, err := r.PotentialLoads(ctx, nil, "")
+		if err != nil {
+			return err
+		}
+		var active uint32
+		for _, l := range loads.Loads {
+			active += l.ActiveRequests
+		}
+		if active != 1 {
+			return fmt.Errorf("%d active requests in the loads, want the one routed after the restart", active)
+		}
+		return nil
+	})
 }

@@ -48,6 +48,9 @@ type schedulerActor struct {
 	// candScratch backs candidates' result (see there).
 	candScratch []scheduling.Candidate
 
+	registry *actor.PID
+	restarts *restartNotice
+
 	pending map[uint64]*pending
 	// cancels maps a route call's cancel token to its pending decision.
 	cancels map[uint64]uint64
@@ -64,7 +67,8 @@ type schedulerActor struct {
 	sessionStats sessions.Stats
 }
 
-func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication *actor.PID, d actor.Dispatcher) *actor.Props {
+func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication, registry *actor.PID, d actor.Dispatcher) *actor.Props {
+	restarts := &restartNotice{}
 	return actor.PropsFromProducer(func() actor.Actor {
 		table, err := sessions.New(cfg.sessionsConfig())
 		if err != nil {
@@ -76,15 +80,19 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 			shards: shards, replication: replication,
 			ranks: emptyRankView(), local: tracking.New(), board: newLoadBoard(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
-			queue: mustQueue(cfg.Scheduling),
-			rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+			queue:    mustQueue(cfg.Scheduling),
+			rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+			registry: registry, restarts: restarts,
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
-		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(d))
+		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(d),
+		actor.WithReceiverMiddleware(cfg.schedulerMiddleware...))
 }
 
 func (s *schedulerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.restarts.started(ctx, s.registry)
 	case *messages.RouteRequest:
 		s.startRoute(ctx, m)
 	case *messages.OverlapScoresQuery:
