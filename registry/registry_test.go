@@ -2,7 +2,9 @@ package registry
 
 import (
 	"errors"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -262,6 +264,34 @@ func TestDigest(t *testing.T) {
 		c.change()
 		if b.Digest() == before {
 			t.Fatalf("%s did not change the digest", c.name)
+		}
+	}
+}
+
+// The rank list is kept sorted by edits, not re-sorted: after any mix of
+// registrations, reshapes and removals it must equal the ranks of the
+// registered workers sorted from scratch.
+func TestRanksFollowEveryChange(t *testing.T) {
+	r := New[string](8192, Limits{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	now := time.Unix(0, 0)
+	for step := range 5000 {
+		id := kv.WorkerID(1 + rng.IntN(300))
+		if rng.IntN(4) == 0 {
+			r.Remove(id)
+		} else {
+			shape := Shape{DpStart: uint32(rng.IntN(3)), DpSize: uint32(1 + rng.IntN(4))}
+			if _, err := r.Upsert(id, shape, "", false, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var want []kv.WorkerWithDpRank
+		for wid, w := range r.workers {
+			want = append(want, w.Shape.Ranks(wid)...)
+		}
+		slices.SortFunc(want, kv.CompareRanks)
+		if !slices.Equal(r.Ranks(), want) {
+			t.Fatalf("step %d: ranks %v, want %v", step, r.Ranks(), want)
 		}
 	}
 }
