@@ -326,3 +326,23 @@ func BenchmarkShardIngest(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRegisterFleet registers 7,000 single-rank workers one after
+// another, each call waiting until the scheduler's table holds its worker
+// (as static registrations and discovery do): one op is the whole fleet.
+func BenchmarkRegisterFleet(b *testing.B) {
+	const n = 7000
+	for b.Loop() {
+		b.StopTimer()
+		r := startRouter(b, nil)
+		b.StartTimer()
+		for id := uint64(1); id <= n; id++ {
+			if err := r.RegisterWorker(&messages.WorkerHeartbeat{WorkerId: id, DataParallelSize: 1}, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		r.Stop()
+		b.StartTimer()
+	}
+}

@@ -181,17 +181,15 @@ func (a *registryActor) condition(ctx actor.Context, m *messages.WorkerCondition
 
 func (a *registryActor) table() *messages.RankTable {
 	ranks := a.reg.Ranks()
-	kvBlocks := make(map[kv.WorkerID]uint64, a.reg.Len()) // each rank of a worker has the announced cache
-	for _, w := range a.reg.Workers() {
-		if w.Info != nil {
-			kvBlocks[w.ID] = w.Info.TotalKvBlocks
-		}
-	}
 	t := &messages.RankTable{Ranks: make([]*messages.RankEntry, 0, len(ranks))}
 	for _, w := range ranks {
+		var kvBlocks uint64 // each rank of a worker has the announced cache
+		if info, _ := a.reg.Info(w.WorkerID); info != nil {
+			kvBlocks = info.TotalKvBlocks
+		}
 		t.Ranks = append(t.Ranks, &messages.RankEntry{
 			Worker: rankMsg(w), Pid: a.pids[w].Id, MaxNumBatchedTokens: a.reg.Budget(w.WorkerID),
-			State: messages.WorkerState(a.reg.State(w)), TotalKvBlocks: kvBlocks[w.WorkerID],
+			State: messages.WorkerState(a.reg.State(w)), TotalKvBlocks: kvBlocks,
 			Role: messages.WorkerRole(a.reg.Role(w.WorkerID)),
 		})
 	}

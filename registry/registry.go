@@ -341,6 +341,17 @@ func (r *Registry[H]) Workers() []Worker[H] {
 	return out
 }
 
+// Info is a registered worker's last announcement (false: unknown). O(1),
+// unlike Workers, which copies and sorts them all.
+func (r *Registry[H]) Info(id kv.WorkerID) (H, bool) {
+	w, ok := r.workers[id]
+	if !ok {
+		var zero H
+		return zero, false
+	}
+	return w.Info, true
+}
+
 // Len is the number of registered workers.
 func (r *Registry[H]) Len() int { return len(r.workers) }
 
