@@ -71,11 +71,23 @@ func (b *loadBoard) sync(v *rankView, ask func(w kv.WorkerWithDpRank)) {
 // entries returns a lookup of eligible's entries: by position when
 // eligible is the synced view's own list (a decision without
 // constraints), else by key.
-func (b *loadBoard) entries(v *rankView, eligible []kv.WorkerWithDpRank) func(i int, w kv.WorkerWithDpRank) *boardEntry {
-	if b.view == v && len(eligible) == len(v.list) && (len(eligible) == 0 || &eligible[0] == &v.list[0]) {
-		return func(i int, _ kv.WorkerWithDpRank) *boardEntry { return b.at[i] }
+func (b *loadBoard) entries(v *rankView, eligible []kv.WorkerWithDpRank) boardLookup {
+	aligned := b.view == v && len(eligible) == len(v.list) && (len(eligible) == 0 || &eligible[0] == &v.list[0])
+	return boardLookup{b: b, aligned: aligned}
+}
+
+// boardLookup finds the entry of the i-th eligible rank w (a value, so a
+// decision's lookups allocate nothing).
+type boardLookup struct {
+	b       *loadBoard
+	aligned bool
+}
+
+func (l boardLookup) at(i int, w kv.WorkerWithDpRank) *boardEntry {
+	if l.aligned {
+		return l.b.at[i]
 	}
-	return func(_ int, w kv.WorkerWithDpRank) *boardEntry { return b.ranks[w] }
+	return l.b.ranks[w]
 }
 
 func (b *loadBoard) addRoot(e *boardEntry, h uint64) {

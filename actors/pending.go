@@ -104,7 +104,7 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 	var q *messages.LoadQuery
 	entry := s.board.entries(s.ranks, p.eligible)
 	for i, w := range p.eligible {
-		if !entry(i, w).sharesPrefix(root) {
+		if !entry.at(i, w).sharesPrefix(root) {
 			continue
 		}
 		pid, ok := s.ranks.pids[w]

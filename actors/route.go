@@ -163,7 +163,7 @@ func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Cand
 		}
 		l := p.loads[w]
 		if l == nil {
-			entry(i, w).fill(&c, promptBlocks, now)
+			entry.at(i, w).fill(&c, promptBlocks, now)
 		} else {
 			c.HasLoad = true
 			c.ActivePrefillTokens = l.ActivePrefillTokens
