@@ -252,6 +252,28 @@ func (p *ZMQPublisher) PublishEvent(ctx context.Context, ev *kv.Event) error {
 	return nil
 }
 
+// Subscribed reports whether a subscription matching the publisher's
+// topic has reached the rank's PUB socket. A SUB socket's subscription
+// arrives after its handshake, and a PUB drops what it sends to nobody
+// (ZMQ's slow joiner), so a batch published before Subscribed is true
+// may be heard by no one. Tests use it to publish a batch that must be
+// heard; the engine itself never waits for subscribers, as vLLM's does not.
+func (p *ZMQPublisher) Subscribed(rank uint32) bool {
+	if int(rank) >= len(p.ranks) {
+		return false
+	}
+	topics, ok := p.ranks[rank].pub.(zmq4.Topics)
+	if !ok {
+		return false
+	}
+	for _, t := range topics.Topics() {
+		if strings.HasPrefix(p.cfg.Topic, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // mediumOfTier is vLLM's medium string of a tier.
 func mediumOfTier(t kv.StorageTier) string {
 	switch t {

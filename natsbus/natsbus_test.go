@@ -101,7 +101,14 @@ func TestEventSourceDecodesBothFormsAndSurvivesGarbage(t *testing.T) {
 			msg.Header.Set("Content-Type", ProtobufContentType)
 			msg.Data, _ = events.EncodeProtoBatch([]kv.Event{stored(2, 0)})
 			_ = nc.PublishMsg(msg)
-			testutil.Eventually(t, waitTimeout, "4 events", func() bool { return c.len() == 4 })
+			// Two subscriptions (the subject and its children) deliver on
+			// their own goroutines, and a message is counted before it is
+			// decoded: wait until all five were handled, not just until
+			// the fourth event arrived.
+			testutil.Eventually(t, waitTimeout, "4 events and 2 drops", func() bool {
+				st := src.Stats()
+				return c.len() == 4 && st.Malformed["json"]+st.Malformed["protobuf"] == 2
+			})
 			st := src.Stats()
 			if st.Malformed["json"] != 1 || st.Malformed["protobuf"] != 1 || st.Gaps != 1 || st.Events != 4 {
 				t.Fatalf("stats %+v", st)

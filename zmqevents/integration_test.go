@@ -2,6 +2,7 @@ package zmqevents_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -261,13 +262,27 @@ func TestZMQRestartContinuingTheOldSequence(t *testing.T) {
 		}
 		return nil
 	})
+	// The handshake is counted before the SUB socket's subscription
+	// reaches the new publisher, and a PUB drops what it sends before
+	// that: wait for the subscription, so the batch numbered `old` is the
+	// first heard from the new process.
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if !r.pub.Subscribed(r.engine.worker.DpRank) {
+			return errors.New("the subscription never reached the new publisher")
+		}
+		return nil
+	})
 	before := r.sub.Stats()
 	r.publish(r.engine.next()) // numbered `old`: the next the subscriber expects
 	r.waitConverged()
-	st := r.sub.Stats()
-	if st.Restarts != 1 || st.Replays != before.Replays+2 {
-		t.Fatalf("want the restart found by a verifying replay and the new process replayed from 0: %+v", st)
-	}
+	// The stats are read after the replay returns, which can be a moment
+	// after its last batch converged the index.
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if st := r.sub.Stats(); st.Restarts != 1 || st.Replays != before.Replays+2 || st.Lost != 0 {
+			return fmt.Errorf("want the restart found by a verifying replay and the new process replayed from 0 (replays before %d): %+v", before.Replays, st)
+		}
+		return nil
+	})
 }
 
 // workloadAfterRestart rebinds a publisher on the same addresses (a new
