@@ -215,9 +215,8 @@ const registerTimeout = 5 * time.Second
 // route right after a registration sees the worker. A registry at its
 // limits refuses new workers with ErrLimit.
 func (r *Router) RegisterWorker(hb *messages.WorkerHeartbeat, static bool) error {
-	if r.cfg.Index.SharedStores.Holds(kv.WorkerID(hb.GetWorkerId())) {
-		return fmt.Errorf("register worker %d: it is declared a shared cache store (shared-cache-workers), which is never a routing candidate: %w",
-			hb.GetWorkerId(), ErrBadRequest)
+	if err := r.checkRegistrable(hb); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), registerTimeout)
 	defer cancel()
@@ -229,18 +228,28 @@ func (r *Router) RegisterWorker(hb *messages.WorkerHeartbeat, static bool) error
 }
 
 // AnnounceWorker is RegisterWorker without waiting: for heartbeats, which
-// repeat, so a caller need not know when the table includes the worker.
-// Heartbeats of many workers arriving together then publish one rank
+// repeat, so a caller need not know when the table includes the worker,
+// and for registering a whole fleet at once (announce all but the last,
+// register the last). Announcements arriving together publish one rank
 // table. A refusal (registry full) is logged and counted by the registry.
-func (r *Router) AnnounceWorker(hb *messages.WorkerHeartbeat) error {
-	if r.cfg.Index.SharedStores.Holds(kv.WorkerID(hb.GetWorkerId())) {
-		return fmt.Errorf("register worker %d: it is declared a shared cache store (shared-cache-workers), which is never a routing candidate: %w",
-			hb.GetWorkerId(), ErrBadRequest)
+// A worker announced without static expires unless its heartbeats go on.
+func (r *Router) AnnounceWorker(hb *messages.WorkerHeartbeat, static bool) error {
+	if err := r.checkRegistrable(hb); err != nil {
+		return err
 	}
 	if r.stopped.Load() {
 		return ErrStopped
 	}
-	r.system.Root.Send(r.registry, &messages.WorkerUp{Worker: hb, SeenUnixNano: time.Now().UnixNano()})
+	r.system.Root.Send(r.registry, &messages.WorkerUp{Worker: hb, Static: static, SeenUnixNano: time.Now().UnixNano()})
+	return nil
+}
+
+// checkRegistrable refuses a declared shared cache store as a worker.
+func (r *Router) checkRegistrable(hb *messages.WorkerHeartbeat) error {
+	if r.cfg.Index.SharedStores.Holds(kv.WorkerID(hb.GetWorkerId())) {
+		return fmt.Errorf("register worker %d: it is declared a shared cache store (shared-cache-workers), which is never a routing candidate: %w",
+			hb.GetWorkerId(), ErrBadRequest)
+	}
 	return nil
 }
 

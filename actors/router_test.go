@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -571,7 +572,7 @@ func TestRegistrationsCoalesce(t *testing.T) {
 	r := startRouter(t, nil)
 	const n = 2000
 	for id := uint64(1); id < n; id++ {
-		if err := r.AnnounceWorker(&messages.WorkerHeartbeat{WorkerId: id, DataParallelSize: 1}); err != nil {
+		if err := r.AnnounceWorker(&messages.WorkerHeartbeat{WorkerId: id, DataParallelSize: 1}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -620,4 +621,38 @@ func TestSchedulerRestartGetsTheRanksBack(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// An announcement keeps its static flag: a fleet announced at once with
+// static set outlives the heartbeat timeout (kvbench's indexer announces
+// 1,000 workers and sends no heartbeats), one without it expires.
+func TestAnnouncedStaticWorkersDoNotExpire(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.HeartbeatTimeout = 100 * time.Millisecond })
+	for id := uint64(1); id <= 3; id++ {
+		if err := r.AnnounceWorker(&messages.WorkerHeartbeat{WorkerId: id, DataParallelSize: 1}, id != 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWorkers(t, r, 3)
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		reg, err := r.Registry(ctxT(t))
+		if err != nil {
+			return err
+		}
+		var ids []uint64
+		for _, w := range reg.Workers {
+			if !w.Static {
+				return fmt.Errorf("worker %d registered without its static flag", w.GetWorker().GetWorkerId())
+			}
+			ids = append(ids, w.GetWorker().GetWorkerId())
+		}
+		if len(ids) != 2 || slices.Contains(ids, 3) {
+			return fmt.Errorf("workers %v; want 1 and 2 (static) left after the heartbeat timeout, 3 expired", ids)
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond) // three more timeouts: the static ones stay
+	if reg, err := r.Registry(ctxT(t)); err != nil || len(reg.Workers) != 2 {
+		t.Fatalf("static workers expired: %v %v", reg, err)
+	}
 }

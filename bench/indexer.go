@@ -168,7 +168,7 @@ func registerWorkers(ctx context.Context, router *actors.Router, cfg IndexerPlan
 		}
 		var err error
 		if i < cfg.Workers-1 {
-			err = router.AnnounceWorker(hb)
+			err = router.AnnounceWorker(hb, true) // static: the bench sends no heartbeats
 		} else {
 			err = router.RegisterWorker(hb, true)
 		}

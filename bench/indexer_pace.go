@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -39,6 +40,15 @@ func (p EventPace) Validate() error {
 		return fmt.Errorf("%w: an event rate or a speedup is required", ErrBadIndexerPlan)
 	}
 	return nil
+}
+
+// cmpPace orders paces by how fast they send (a run's paces are all
+// rates or all speedups).
+func cmpPace(a, b EventPace) int {
+	if c := cmp.Compare(a.Rate, b.Rate); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Speedup, b.Speedup)
 }
 
 // dueTimes is when each event of the step is due after its start, for the
@@ -130,6 +140,12 @@ type IndexerRatePoint struct {
 	// SchedP99Ms is the p99 of how long the process's goroutines waited
 	// runnable for a processor during the step (Go runtime metric).
 	SchedP99Ms float64 `json:"sched_latency_p99_ms"`
+	// IndexedBlocks is the (rank, block) entries the index holds when the
+	// step's events are applied, and RejectedEvents the step's events the
+	// index refused (unknown parent, malformed chain...): a step whose
+	// events were not applied measures an empty index.
+	IndexedBlocks  uint64 `json:"indexed_blocks"`
+	RejectedEvents uint64 `json:"rejected_events"`
 }
 
 // IndexerRateReport is a paced indexer run: one point per event rate.
@@ -144,7 +160,16 @@ type IndexerRateReport struct {
 	StepSeconds    float64            `json:"step_seconds"`
 	WarmupSeconds  float64            `json:"warmup_seconds"`
 	FullRoute      bool               `json:"full_route"`
-	Points         []IndexerRatePoint `json:"points"`
+	// GCPercent and MemoryLimit are the process's GC settings (the
+	// router's defaults unless GOGC/GOMEMLIMIT or the flags changed them;
+	// 0 = no limit).
+	GCPercent   int   `json:"gc_percent"`
+	MemoryLimit int64 `json:"memory_limit"`
+	// Warm is the unreported first pass at the highest rate, when asked
+	// for: a fresh process faults its heap in on that pass, which a
+	// router that has been running does not.
+	Warm   *IndexerRatePoint  `json:"warm,omitempty"`
+	Points []IndexerRatePoint `json:"points"`
 }
 
 // WriteText prints the report as a table, one row per rate.
@@ -155,12 +180,28 @@ func (r IndexerRateReport) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%s: %d workers, block %d, %d shards (GOMAXPROCS %d), %.0f %s/s open loop, %.0fs per rate (first %.0fs of lookups not counted)\n",
 		r.Trace, r.Workers, r.BlockSize, r.Shards, r.GOMAXPROCS, r.LookupRate, what, r.StepSeconds, r.WarmupSeconds)
-	fmt.Fprintf(w, "%-10s %-10s %-7s %-8s %-9s %-9s %-8s %-8s %-8s %-8s %-9s %-8s %s\n",
-		"target/s", "events/s", "kept-up", "dropped", "backlog", "drain-ms", "lookups", "p50-ms", "p99-ms", "p999-ms", "sched-p99", "partial", "errors/late")
-	for _, p := range r.Points {
-		fmt.Fprintf(w, "%-10.0f %-10.0f %-7s %-8d %-9d %-9.1f %-8d %-8.3f %-8.3f %-8.3f %-9.3f %-8d %d/%d\n",
+	limit := "none"
+	if r.MemoryLimit > 0 {
+		limit = fmt.Sprintf("%d MiB", r.MemoryLimit>>20)
+	}
+	gc := "runtime's"
+	if r.GCPercent > 0 {
+		gc = fmt.Sprint(r.GCPercent)
+	}
+	fmt.Fprintf(w, "GC target %s, memory limit %s\n", gc, limit)
+	fmt.Fprintf(w, "%-10s %-10s %-7s %-8s %-9s %-9s %-8s %-8s %-8s %-8s %-9s %-8s %-9s %-8s %s\n",
+		"target/s", "events/s", "kept-up", "dropped", "backlog", "drain-ms", "lookups", "p50-ms", "p99-ms", "p999-ms", "sched-p99", "partial", "blocks", "rejected", "errors/late")
+	row := func(p IndexerRatePoint, note string) {
+		fmt.Fprintf(w, "%-10.0f %-10.0f %-7s %-8d %-9d %-9.1f %-8d %-8.3f %-8.3f %-8.3f %-9.3f %-8d %-9d %-8d %d/%d%s\n",
 			p.TargetEventsPerSec, p.EventsPerSec, yesNo(p.KeptUp), p.DroppedEvents, p.MaxBacklog, p.DrainMs,
-			p.Lookups, p.LookupMs.P50, p.LookupMs.P99, p.LookupMs.P999, p.SchedP99Ms, p.PartialLookups, p.LookupErrors, p.LateLookups)
+			p.Lookups, p.LookupMs.P50, p.LookupMs.P99, p.LookupMs.P999, p.SchedP99Ms, p.PartialLookups,
+			p.IndexedBlocks, p.RejectedEvents, p.LookupErrors, p.LateLookups, note)
+	}
+	if r.Warm != nil {
+		row(*r.Warm, "  (warm-up pass of a fresh process, not a result)")
+	}
+	for _, p := range r.Points {
+		row(p, "")
 	}
 	fmt.Fprintln(w, "Dynamo's branch-sharded indexer: lookup p99 3.2 ms at 30k+ events/s (7,000 workers)")
 }

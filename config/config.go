@@ -33,7 +33,8 @@ type Config struct {
 	MaxBodyBytes    int64         `flag:"max-body-bytes" help:"largest accepted HTTP request body (413 above)"`
 	Proxy           bool          `flag:"proxy" help:"serve OpenAI-compatible /v1/completions and /v1/chat/completions by routing and forwarding to workers"`
 	Pprof           bool          `flag:"pprof" help:"serve Go profiles under /debug/pprof/ (for operators chasing CPU or memory)"`
-	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the decision path allocates per request and the live heap is mostly the index, so a higher target trades memory for CPU; 0 keeps the runtime's (or GOGC's) setting"`
+	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the decision path allocates per request and the live heap is mostly the index, so a higher target trades memory for CPU and lookup latency (every GC cycle marks the whole index); 0 keeps the runtime's (or GOGC's) setting"`
+	MemoryLimit     string        `flag:"memory-limit" help:"soft memory limit of the Go runtime (GOMEMLIMIT): bytes with an optional KiB, MiB or GiB suffix; auto = 90% of the container's cgroup memory limit when it has one (the safety net under gc-percent's headroom), none = no limit; GOMEMLIMIT in the environment wins"`
 
 	// ---- models and tokenization (text and chat prompts) ----
 	ServedModels             []string `flag:"served-model" help:"NAME=PATH: serve model NAME, tokenizing its text and chat prompts with the tokenizer at PATH (tokenizer.json, or a model directory with tokenizer.json, tokenizer_config.json and chat_template.jinja); NAME alone uses --tokenizer; repeatable or comma-separated"`
@@ -199,6 +200,7 @@ func Default() Config {
 		Proxy:           true,
 		TokenizerMode:   "router",
 		GCPercent:       400,
+		MemoryLimit:     "auto",
 
 		WorkerURLAllow:        []string{netpolicy.Private},
 		HTTPReadHeaderTimeout: 10 * time.Second,
@@ -313,6 +315,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseZMQEndpoints(c.ZMQEndpoints); err != nil {
 		errs = append(errs, err)
+	}
+	if _, _, err := ParseMemoryLimit(c.MemoryLimit); err != nil {
+		errs = append(errs, err)
+	}
+	if c.GCPercent < 0 {
+		errs = append(errs, fmt.Errorf("gc-percent must be >= 0, got %d", c.GCPercent))
 	}
 	errs = append(errs, c.validateDiscovery()...)
 	errs = append(errs, c.validateSessions()...)

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvrouter/kvrouter/messages"
 )
 
 var jsonSeeds = []string{
@@ -65,6 +69,15 @@ func FuzzDecodeProto(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte{0xff, 0x01})
+	// The per-block form of a Stored event (the encoder sends the packed one).
+	parent := uint64(5)
+	perBlock, err := proto.Marshal(&messages.KvEventBatch{Events: []*messages.KvEvent{{
+		Worker: &messages.WorkerRank{WorkerId: 2}, Data: &messages.KvEvent_Stored{Stored: &messages.BlockStored{
+			ParentHash: &parent, Blocks: []*messages.StoredBlock{{BlockHash: 6, TokensHash: 7}}}}}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(perBlock)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		evs, err := DecodeProto(data)
 		if err != nil {

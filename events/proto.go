@@ -18,13 +18,15 @@ func ToProto(ev *kv.Event) *messages.KvEvent {
 	}
 	switch ev.Kind {
 	case kv.EventStored:
-		s := &messages.BlockStored{Blocks: make([]*messages.StoredBlock, len(ev.Blocks))}
+		// The packed form: two arrays rather than a message per block.
+		hashes := make([]uint64, 2*len(ev.Blocks))
+		s := &messages.BlockStored{BlockHashes: hashes[:len(ev.Blocks):len(ev.Blocks)], TokensHashes: hashes[len(ev.Blocks):]}
 		if ev.HasParent {
 			p := uint64(ev.ParentHash)
 			s.ParentHash = &p
 		}
 		for i, b := range ev.Blocks {
-			s.Blocks[i] = &messages.StoredBlock{BlockHash: uint64(b.BlockHash), TokensHash: uint64(b.TokensHash)}
+			s.BlockHashes[i], s.TokensHashes[i] = uint64(b.BlockHash), uint64(b.TokensHash)
 		}
 		m.Data = &messages.KvEvent_Stored{Stored: s}
 	case kv.EventRemoved:
@@ -56,20 +58,19 @@ func FromProto(m *messages.KvEvent) (kv.Event, error) {
 	switch d := m.Data.(type) {
 	case *messages.KvEvent_Stored:
 		ev.Kind = kv.EventStored
+		blocks, err := storedBlocksOf(d.Stored) // rejects a nil body first
+		if err != nil {
+			return ev, err
+		}
 		if d.Stored.ParentHash != nil {
 			ev.HasParent, ev.ParentHash = true, kv.ExternalBlockHash(*d.Stored.ParentHash)
 		}
-		ev.Blocks = make([]kv.StoredBlock, len(d.Stored.Blocks))
-		for i, b := range d.Stored.Blocks {
-			if b == nil {
-				return ev, malformed("protobuf stored event: block %d is empty", i)
-			}
-			ev.Blocks[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(b.BlockHash), TokensHash: kv.LocalBlockHash(b.TokensHash)}
-		}
+		ev.Blocks = blocks
 	case *messages.KvEvent_Removed:
 		ev.Kind = kv.EventRemoved
-		ev.Removed = make([]kv.ExternalBlockHash, len(d.Removed.BlockHashes))
-		for i, h := range d.Removed.BlockHashes {
+		hashes := d.Removed.GetBlockHashes() // a nil body is an empty one: Validate rejects it
+		ev.Removed = make([]kv.ExternalBlockHash, len(hashes))
+		for i, h := range hashes {
 			ev.Removed[i] = kv.ExternalBlockHash(h)
 		}
 	case *messages.KvEvent_Cleared:
@@ -114,4 +115,32 @@ func EncodeProtoBatch(evs []kv.Event) ([]byte, error) {
 		return nil, fmt.Errorf("encode protobuf batch: %w", err)
 	}
 	return data, nil
+}
+
+// storedBlocksOf reads a BlockStored's chain from whichever form it uses.
+func storedBlocksOf(s *messages.BlockStored) ([]kv.StoredBlock, error) {
+	if s == nil {
+		return nil, malformed("protobuf stored event has no body")
+	}
+	packed := len(s.BlockHashes) + len(s.TokensHashes)
+	switch {
+	case packed > 0 && len(s.Blocks) > 0:
+		return nil, malformed("protobuf stored event carries both block forms (%d blocks, %d packed hashes)", len(s.Blocks), len(s.BlockHashes))
+	case len(s.BlockHashes) != len(s.TokensHashes):
+		return nil, malformed("protobuf stored event: %d block hashes but %d tokens hashes", len(s.BlockHashes), len(s.TokensHashes))
+	case packed > 0:
+		out := make([]kv.StoredBlock, len(s.BlockHashes))
+		for i, h := range s.BlockHashes {
+			out[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(h), TokensHash: kv.LocalBlockHash(s.TokensHashes[i])}
+		}
+		return out, nil
+	}
+	out := make([]kv.StoredBlock, len(s.Blocks))
+	for i, b := range s.Blocks {
+		if b == nil {
+			return nil, malformed("protobuf stored event: block %d is empty", i)
+		}
+		out[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(b.BlockHash), TokensHash: kv.LocalBlockHash(b.TokensHash)}
+	}
+	return out, nil
 }

@@ -102,7 +102,7 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		// Not waited for: a fleet's heartbeats arriving together publish
 		// one rank table (a refusal, registry full, is logged and counted
 		// by the registry; the next heartbeat retries).
-		if err := router.AnnounceWorker(hb.Proto()); err != nil {
+		if err := router.AnnounceWorker(hb.Proto(), false); err != nil {
 			log.Warn("worker heartbeat not registered", "worker", hb.WorkerID, "err", err)
 			return
 		}

@@ -123,8 +123,8 @@ func TestServeRejectsBadInput(t *testing.T) {
 // logs where it serves, answers HTTP, and shuts down cleanly when its
 // context ends.
 func TestServeRunsUntilCancelled(t *testing.T) {
-	orig := debug.SetGCPercent(100)
-	t.Cleanup(func() { debug.SetGCPercent(orig) })
+	orig, origLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(orig); debug.SetMemoryLimit(origLimit) })
 
 	var stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())

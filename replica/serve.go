@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime/debug"
 
 	"github.com/kvrouter/kvrouter/config"
 )
@@ -30,8 +29,8 @@ func Serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return fmt.Errorf("log level %q: %w", cfg.LogLevel, err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if cfg.GCPercent > 0 && getenv("GOGC") == "" {
-		debug.SetGCPercent(cfg.GCPercent)
+	if _, err := TuneRuntime(cfg, getenv, log); err != nil {
+		return err
 	}
 	rep, err := Start(ctx, cfg, log)
 	if err != nil {

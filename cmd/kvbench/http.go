@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -345,8 +344,9 @@ func startInProcessRouter(ctx context.Context, f httpFlags, log *slog.Logger, gr
 		return nil, cfg, nil, fmt.Errorf("--router-args: %w", err)
 	}
 	// As replica.Serve does for the binary.
-	if cfg.GCPercent > 0 && os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(cfg.GCPercent)
+	if _, err := replica.TuneRuntime(cfg, os.Getenv, log); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, cfg, nil, err
 	}
 	r, err := replica.Start(ctx, cfg, log.With("component", "router"))
 	if err != nil {

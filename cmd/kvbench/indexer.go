@@ -7,20 +7,25 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.IndexerBenchConfig{}
-	var logLevel, eventRates, speedups, out, cpuProfile string
+	var logLevel, eventRates, speedups, out, cpuProfile, memProfile string
 	var lookupRate float64
 	var step, warmup time.Duration
-	var maxInFlight int
+	var maxInFlight, gcPercent int
+	var warm bool
+	var memoryLimit string
 	fs := flag.NewFlagSet("kvbench indexer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.Plan.Workers, "workers", 1000, "engines the trace's requests are spread over (round-robin)")
@@ -40,6 +45,11 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&maxInFlight, "max-in-flight", 4096, "paced replay: most lookups outstanding at once (a lookup due past it waits; its wait counts)")
 	fs.StringVar(&out, "out", "", "paced replay: write the report as JSON to this file")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&memProfile, "memprofile", "", "paced replay: write a heap profile to this file as each step ends (the index is still full then; the last step's stays)")
+	fs.BoolVar(&warm, "warm", true, "paced replay: run the highest rate once before the measured steps and report it apart (a fresh process faults its heap in on that pass)")
+	routerDefaults := config.Default()
+	fs.IntVar(&gcPercent, "gc-percent", routerDefaults.GCPercent, "Go GC target, as kvrouter serve's --gc-percent (GOGC in the environment wins)")
+	fs.StringVar(&memoryLimit, "memory-limit", routerDefaults.MemoryLimit, "Go soft memory limit, as kvrouter serve's --memory-limit (GOMEMLIMIT in the environment wins)")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -52,6 +62,13 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	cfg.Logger = log
+	// The router under test runs with kvrouter serve's runtime settings.
+	rtCfg := config.Default()
+	rtCfg.GCPercent, rtCfg.MemoryLimit = gcPercent, memoryLimit
+	rt, err := replica.TuneRuntime(rtCfg, os.Getenv, log)
+	if err != nil {
+		return err
+	}
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
 		if err != nil {
@@ -81,8 +98,14 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	rep, err := bench.RunIndexerRates(ctx, bench.IndexerRateConfig{
 		Plan: cfg.Plan, TracePath: cfg.TracePath, Requests: cfg.Requests, Shards: cfg.Shards, Paces: paces,
 		LookupRate: lookupRate, Step: step, Warmup: warmup, MaxInFlight: maxInFlight, FullRoute: cfg.FullRoute, Logger: log,
+		Warm: warm, GCPercent: rt.GCPercent, MemoryLimit: rt.MemoryLimit,
 		OnPoint: func(p bench.IndexerRatePoint) {
 			fmt.Fprintf(stderr, "rate %.0f/s done: %.0f events/s, lookup p99 %.3f ms\n", p.TargetEventsPerSec, p.EventsPerSec, p.LookupMs.P99)
+			if memProfile != "" {
+				if err := writeHeapProfile(memProfile); err != nil {
+					fmt.Fprintf(stderr, "heap profile: %v\n", err)
+				}
+			}
 		},
 	})
 	if len(rep.Points) > 0 {
@@ -123,4 +146,19 @@ func parsePaces(eventRates, speedups string) ([]bench.EventPace, error) {
 		}
 	}
 	return out, nil
+}
+
+// writeHeapProfile collects garbage (the profile is as of the last GC)
+// and writes the heap profile to path.
+func writeHeapProfile(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
