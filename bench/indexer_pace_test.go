@@ -172,19 +172,21 @@ func TestIndexerRateReportText(t *testing.T) {
 	rep := IndexerRateReport{Trace: "t", Workers: 1000, BlockSize: 64, Shards: 2, GOMAXPROCS: 2, LookupRate: 1000,
 		StepSeconds: 6, WarmupSeconds: 1, Points: []IndexerRatePoint{
 			{TargetEventsPerSec: 10000, EventsPerSec: 9990, KeptUp: true, Lookups: 5000, LookupMs: LatencyMs{P50: 0.4, P99: 1.25, P999: 2}},
-			{TargetEventsPerSec: 30000, EventsPerSec: 21000, MaxBacklog: 9000, Lookups: 5000, LookupMs: LatencyMs{P99: 40}},
-		}}
+			{TargetEventsPerSec: 30000, EventsPerSec: 21000, MaxBacklog: 9000, Lookups: 5000, LookupMs: LatencyMs{P99: 40},
+				IndexedBlocks: 123456, RejectedEvents: 7},
+		},
+		GCPercent: 400, MemoryLimit: 9 << 30, Warm: &IndexerRatePoint{TargetEventsPerSec: 30000, EventsPerSec: 17000}}
 	var buf bytes.Buffer
 	rep.WriteText(&buf)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 5 {
-		t.Fatalf("want header, columns, 2 rows, footer; got:\n%s", buf.String())
+	if len(lines) != 7 || !strings.Contains(lines[1], "GC target 400, memory limit 9216 MiB") {
+		t.Fatalf("want header, GC line, columns, warm-up row, 2 rows, footer; got:\n%s", buf.String())
 	}
-	for i, want := range [][]string{{"10000", "9990", "yes", "1.250"}, {"30000", "21000", "NO", "9000", "40.000"}} {
-		fields := strings.Fields(lines[2+i])
+	for i, want := range [][]string{{"30000", "17000", "(warm-up"}, {"10000", "9990", "yes", "1.250"}, {"30000", "21000", "NO", "9000", "40.000", "123456", "7"}} {
+		fields := strings.Fields(lines[3+i])
 		for _, w := range want {
 			if !slices.Contains(fields, w) {
-				t.Fatalf("row %d %q lacks %q", i, lines[2+i], w)
+				t.Fatalf("row %d %q lacks %q", i, lines[3+i], w)
 			}
 		}
 	}
