@@ -410,3 +410,28 @@ func TestErrorReason(t *testing.T) {
 		t.Errorf("wrapped error reason %q", got)
 	}
 }
+
+// A node's first holder lives inline; a second moves the set to an array,
+// and removing down to one moves it back, with every holder (and its fan
+// position) intact throughout.
+func TestHolderInlineAndBack(t *testing.T) {
+	var n node
+	n.insertHolder(0, holder{ext: 10, id: 5, pos: 7})
+	if len(n.holders) != 1 || &n.holders[0] != &n.one[0] {
+		t.Fatal("the first holder is not inline")
+	}
+	at, _ := n.find(2)
+	n.insertHolder(at, holder{ext: 20, id: 2, pos: 3})
+	if len(n.holders) != 2 || &n.holders[0] == &n.one[0] || n.holders[0].id != 2 || n.holders[1].id != 5 {
+		t.Fatalf("two holders: %+v", n.holders)
+	}
+	at, _ = n.find(2)
+	n.deleteHolder(at)
+	if len(n.holders) != 1 || &n.holders[0] != &n.one[0] || n.holders[0] != (holder{ext: 10, id: 5, pos: 7}) {
+		t.Fatalf("back to one: %+v (inline %v)", n.holders, len(n.holders) == 1 && &n.holders[0] == &n.one[0])
+	}
+	n.deleteHolder(0)
+	if n.holders != nil {
+		t.Fatalf("emptied: %+v", n.holders)
+	}
+}
