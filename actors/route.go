@@ -158,8 +158,8 @@ func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Cand
 	entry := s.board.entries(s.ranks, p.eligible)
 	for i, w := range p.eligible {
 		c := scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: p.shared}
-		if o := p.overlaps[w]; o != nil {
-			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.DeviceBlocks, o.HostBlocks, o.DiskBlocks
+		if o, ok := p.overlaps.next(w); ok {
+			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.device, o.host, o.disk
 		}
 		l := p.loads[w]
 		if l == nil {
@@ -269,10 +269,10 @@ type hop struct {
 func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Decision, cfg scheduling.Config, newBlocks uint64, h hop) {
 	isl := uint64(len(p.req.TokenIds))
 	cached := d.CachedTokens
-	if o := p.overlaps[d.Worker]; o != nil && o.Predicted {
+	if o, ok := p.overlaps.find(d.Worker); ok && o.predicted {
 		// Predicted blocks attract the request but are not in the
 		// engine's cache yet: it will prefill them, so they count as load.
-		_, cached = scheduling.CacheHitEstimate(cfg, s.cfg.BlockSize, o.ConfirmedDeviceBlocks, 0, 0)
+		_, cached = scheduling.CacheHitEstimate(cfg, s.cfg.BlockSize, o.confirmed, 0, 0)
 	}
 	prefill := isl - min(cached, isl)
 	add := &messages.AddRequest{

@@ -197,23 +197,9 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 			}
 		}
 	}
-	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id}
+	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id, Ranks: packOverlaps(matches, predicted)}
 	if a.st.idx != nil {
 		reply.SharedBlocks = a.st.idx.SharedPrefix(local)
-	}
-	reply.Overlaps = make([]*messages.WorkerOverlap, 0, len(matches))
-	for w, t := range matches {
-		reply.Overlaps = append(reply.Overlaps, &messages.WorkerOverlap{
-			Worker:       rankMsg(w),
-			DeviceBlocks: t.Device,
-			HostBlocks:   t.Host,
-			DiskBlocks:   t.Disk,
-			TreeSize:     t.TreeSize,
-		})
-		if confirmed, ok := predicted[w]; ok {
-			o := reply.Overlaps[len(reply.Overlaps)-1]
-			o.Predicted, o.ConfirmedDeviceBlocks = true, confirmed
-		}
 	}
 	return reply
 }

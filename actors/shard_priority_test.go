@@ -96,8 +96,8 @@ func TestScoreOvertakesQueuedEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		var device uint32
-		for _, o := range res.(*messages.OverlapReply).Overlaps {
-			device = max(device, o.DeviceBlocks)
+		for _, d := range res.(*messages.OverlapReply).GetRanks().GetDeviceBlocks() {
+			device = max(device, d)
 		}
 		return device
 	}

@@ -1018,23 +1018,131 @@ func (x *WorkerOverlap) GetConfirmedDeviceBlocks() uint32 {
 	return 0
 }
 
-// OverlapReply is a shard's answer to a ScoreRequest.
+// RankOverlaps is a set of ranks' prefix overlaps as parallel arrays in
+// kv.CompareRanks order (entry i of each array describes one rank), so a
+// shard's answer for thousands of workers is a few allocations rather
+// than a message per worker. The fields mean what WorkerOverlap's do;
+// predicted_rows lists, ascending, the rows whose device_blocks come from
+// this replica's routing predictions, and confirmed_device_blocks (same
+// length) the engine-confirmed depth of each.
+type RankOverlaps struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	WorkerIds             []uint64               `protobuf:"varint,1,rep,packed,name=worker_ids,json=workerIds,proto3" json:"worker_ids,omitempty"`
+	DpRanks               []uint32               `protobuf:"varint,2,rep,packed,name=dp_ranks,json=dpRanks,proto3" json:"dp_ranks,omitempty"`
+	DeviceBlocks          []uint32               `protobuf:"varint,3,rep,packed,name=device_blocks,json=deviceBlocks,proto3" json:"device_blocks,omitempty"`
+	HostBlocks            []uint32               `protobuf:"varint,4,rep,packed,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`
+	DiskBlocks            []uint32               `protobuf:"varint,5,rep,packed,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`
+	TreeSizes             []uint64               `protobuf:"varint,6,rep,packed,name=tree_sizes,json=treeSizes,proto3" json:"tree_sizes,omitempty"`
+	PredictedRows         []uint32               `protobuf:"varint,7,rep,packed,name=predicted_rows,json=predictedRows,proto3" json:"predicted_rows,omitempty"`
+	ConfirmedDeviceBlocks []uint32               `protobuf:"varint,8,rep,packed,name=confirmed_device_blocks,json=confirmedDeviceBlocks,proto3" json:"confirmed_device_blocks,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *RankOverlaps) Reset() {
+	*x = RankOverlaps{}
+	mi := &file_kvrouter_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankOverlaps) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankOverlaps) ProtoMessage() {}
+
+func (x *RankOverlaps) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankOverlaps.ProtoReflect.Descriptor instead.
+func (*RankOverlaps) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RankOverlaps) GetWorkerIds() []uint64 {
+	if x != nil {
+		return x.WorkerIds
+	}
+	return nil
+}
+
+func (x *RankOverlaps) GetDpRanks() []uint32 {
+	if x != nil {
+		return x.DpRanks
+	}
+	return nil
+}
+
+func (x *RankOverlaps) GetDeviceBlocks() []uint32 {
+	if x != nil {
+		return x.DeviceBlocks
+	}
+	return nil
+}
+
+func (x *RankOverlaps) GetHostBlocks() []uint32 {
+	if x != nil {
+		return x.HostBlocks
+	}
+	return nil
+}
+
+func (x *RankOverlaps) GetDiskBlocks() []uint32 {
+	if x != nil {
+		return x.DiskBlocks
+	}
+	return nil
+}
+
+func (x *RankOverlaps) GetTreeSizes() []uint64 {
+	if x != nil {
+		return x.TreeSizes
+	}
+	return nil
+}
+
+func (x *RankOverlaps) GetPredictedRows() []uint32 {
+	if x != nil {
+		return x.PredictedRows
+	}
+	return nil
+}
+
+func (x *RankOverlaps) GetConfirmedDeviceBlocks() []uint32 {
+	if x != nil {
+		return x.ConfirmedDeviceBlocks
+	}
+	return nil
+}
+
+// OverlapReply is a shard's answer to a ScoreRequest: the ranks it owns
+// that hold any of the prompt's prefix.
 type OverlapReply struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	QueryId  uint64                 `protobuf:"varint,1,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
-	Shard    uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	Overlaps []*WorkerOverlap       `protobuf:"bytes,3,rep,name=overlaps,proto3" json:"overlaps,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	QueryId uint64                 `protobuf:"varint,1,opt,name=query_id,json=queryId,proto3" json:"query_id,omitempty"`
+	Shard   uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
 	// shared_blocks is the prompt's longest prefix held in the shared tier
 	// by the stores (and workers) this shard owns; the scheduler takes the
 	// max over shards.
-	SharedBlocks  uint32 `protobuf:"varint,4,opt,name=shared_blocks,json=sharedBlocks,proto3" json:"shared_blocks,omitempty"`
+	SharedBlocks  uint32        `protobuf:"varint,4,opt,name=shared_blocks,json=sharedBlocks,proto3" json:"shared_blocks,omitempty"`
+	Ranks         *RankOverlaps `protobuf:"bytes,5,opt,name=ranks,proto3" json:"ranks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OverlapReply) Reset() {
 	*x = OverlapReply{}
-	mi := &file_kvrouter_proto_msgTypes[12]
+	mi := &file_kvrouter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1154,7 @@ func (x *OverlapReply) String() string {
 func (*OverlapReply) ProtoMessage() {}
 
 func (x *OverlapReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[12]
+	mi := &file_kvrouter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1167,7 @@ func (x *OverlapReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapReply.ProtoReflect.Descriptor instead.
 func (*OverlapReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{12}
+	return file_kvrouter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OverlapReply) GetQueryId() uint64 {
@@ -1076,18 +1184,18 @@ func (x *OverlapReply) GetShard() uint32 {
 	return 0
 }
 
-func (x *OverlapReply) GetOverlaps() []*WorkerOverlap {
-	if x != nil {
-		return x.Overlaps
-	}
-	return nil
-}
-
 func (x *OverlapReply) GetSharedBlocks() uint32 {
 	if x != nil {
 		return x.SharedBlocks
 	}
 	return 0
+}
+
+func (x *OverlapReply) GetRanks() *RankOverlaps {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
 }
 
 // AddRequest records a routing decision on a worker's active sequences.
@@ -1120,7 +1228,7 @@ type AddRequest struct {
 
 func (x *AddRequest) Reset() {
 	*x = AddRequest{}
-	mi := &file_kvrouter_proto_msgTypes[13]
+	mi := &file_kvrouter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1240,7 @@ func (x *AddRequest) String() string {
 func (*AddRequest) ProtoMessage() {}
 
 func (x *AddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[13]
+	mi := &file_kvrouter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1253,7 @@ func (x *AddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRequest.ProtoReflect.Descriptor instead.
 func (*AddRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{13}
+	return file_kvrouter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AddRequest) GetRequestId() string {
@@ -1227,7 +1335,7 @@ type MarkPrefillCompleted struct {
 
 func (x *MarkPrefillCompleted) Reset() {
 	*x = MarkPrefillCompleted{}
-	mi := &file_kvrouter_proto_msgTypes[14]
+	mi := &file_kvrouter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1347,7 @@ func (x *MarkPrefillCompleted) String() string {
 func (*MarkPrefillCompleted) ProtoMessage() {}
 
 func (x *MarkPrefillCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[14]
+	mi := &file_kvrouter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1360,7 @@ func (x *MarkPrefillCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleted.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleted) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{14}
+	return file_kvrouter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MarkPrefillCompleted) GetRequestId() string {
@@ -1271,7 +1379,7 @@ type FreeRequest struct {
 
 func (x *FreeRequest) Reset() {
 	*x = FreeRequest{}
-	mi := &file_kvrouter_proto_msgTypes[15]
+	mi := &file_kvrouter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1391,7 @@ func (x *FreeRequest) String() string {
 func (*FreeRequest) ProtoMessage() {}
 
 func (x *FreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[15]
+	mi := &file_kvrouter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1404,7 @@ func (x *FreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeRequest.ProtoReflect.Descriptor instead.
 func (*FreeRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{15}
+	return file_kvrouter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FreeRequest) GetRequestId() string {
@@ -1318,7 +1426,7 @@ type AddOutputBlock struct {
 
 func (x *AddOutputBlock) Reset() {
 	*x = AddOutputBlock{}
-	mi := &file_kvrouter_proto_msgTypes[16]
+	mi := &file_kvrouter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1438,7 @@ func (x *AddOutputBlock) String() string {
 func (*AddOutputBlock) ProtoMessage() {}
 
 func (x *AddOutputBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[16]
+	mi := &file_kvrouter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1451,7 @@ func (x *AddOutputBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddOutputBlock.ProtoReflect.Descriptor instead.
 func (*AddOutputBlock) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{16}
+	return file_kvrouter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddOutputBlock) GetRequestId() string {
@@ -1372,7 +1480,7 @@ type LoadQuery struct {
 
 func (x *LoadQuery) Reset() {
 	*x = LoadQuery{}
-	mi := &file_kvrouter_proto_msgTypes[17]
+	mi := &file_kvrouter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1492,7 @@ func (x *LoadQuery) String() string {
 func (*LoadQuery) ProtoMessage() {}
 
 func (x *LoadQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[17]
+	mi := &file_kvrouter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1505,7 @@ func (x *LoadQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadQuery.ProtoReflect.Descriptor instead.
 func (*LoadQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{17}
+	return file_kvrouter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LoadQuery) GetQueryId() uint64 {
@@ -1450,7 +1558,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_kvrouter_proto_msgTypes[18]
+	mi := &file_kvrouter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1570,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[18]
+	mi := &file_kvrouter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1583,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{18}
+	return file_kvrouter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LoadReply) GetQueryId() uint64 {
@@ -1577,7 +1685,7 @@ type RankLoad struct {
 
 func (x *RankLoad) Reset() {
 	*x = RankLoad{}
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1697,7 @@ func (x *RankLoad) String() string {
 func (*RankLoad) ProtoMessage() {}
 
 func (x *RankLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1710,7 @@ func (x *RankLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankLoad.ProtoReflect.Descriptor instead.
 func (*RankLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{19}
+	return file_kvrouter_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RankLoad) GetWorker() *WorkerRank {
@@ -1693,7 +1801,7 @@ type RankLoadQuery struct {
 
 func (x *RankLoadQuery) Reset() {
 	*x = RankLoadQuery{}
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1813,7 @@ func (x *RankLoadQuery) String() string {
 func (*RankLoadQuery) ProtoMessage() {}
 
 func (x *RankLoadQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1826,7 @@ func (x *RankLoadQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankLoadQuery.ProtoReflect.Descriptor instead.
 func (*RankLoadQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{20}
+	return file_kvrouter_proto_rawDescGZIP(), []int{21}
 }
 
 type RouterConfigOverride struct {
@@ -1736,7 +1844,7 @@ type RouterConfigOverride struct {
 
 func (x *RouterConfigOverride) Reset() {
 	*x = RouterConfigOverride{}
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1856,7 @@ func (x *RouterConfigOverride) String() string {
 func (*RouterConfigOverride) ProtoMessage() {}
 
 func (x *RouterConfigOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1869,7 @@ func (x *RouterConfigOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterConfigOverride.ProtoReflect.Descriptor instead.
 func (*RouterConfigOverride) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{21}
+	return file_kvrouter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouterConfigOverride) GetOverlapScoreWeight() float64 {
@@ -1836,7 +1944,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1956,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1969,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{22}
+	return file_kvrouter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1954,7 +2062,7 @@ type CancelRoute struct {
 
 func (x *CancelRoute) Reset() {
 	*x = CancelRoute{}
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2074,7 @@ func (x *CancelRoute) String() string {
 func (*CancelRoute) ProtoMessage() {}
 
 func (x *CancelRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2087,7 @@ func (x *CancelRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRoute.ProtoReflect.Descriptor instead.
 func (*CancelRoute) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{23}
+	return file_kvrouter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelRoute) GetCancelToken() uint64 {
@@ -2017,7 +2125,7 @@ type RouteReply struct {
 
 func (x *RouteReply) Reset() {
 	*x = RouteReply{}
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2137,7 @@ func (x *RouteReply) String() string {
 func (*RouteReply) ProtoMessage() {}
 
 func (x *RouteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2150,7 @@ func (x *RouteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteReply.ProtoReflect.Descriptor instead.
 func (*RouteReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{24}
+	return file_kvrouter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RouteReply) GetWorker() *WorkerRank {
@@ -2114,7 +2222,7 @@ type SequenceEvent struct {
 
 func (x *SequenceEvent) Reset() {
 	*x = SequenceEvent{}
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2234,7 @@ func (x *SequenceEvent) String() string {
 func (*SequenceEvent) ProtoMessage() {}
 
 func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2247,7 @@ func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEvent.ProtoReflect.Descriptor instead.
 func (*SequenceEvent) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{25}
+	return file_kvrouter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SequenceEvent) GetOrigin() string {
@@ -2258,7 +2366,7 @@ type SessionBound struct {
 
 func (x *SessionBound) Reset() {
 	*x = SessionBound{}
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2378,7 @@ func (x *SessionBound) String() string {
 func (*SessionBound) ProtoMessage() {}
 
 func (x *SessionBound) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2391,7 @@ func (x *SessionBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionBound.ProtoReflect.Descriptor instead.
 func (*SessionBound) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{26}
+	return file_kvrouter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionBound) GetSessionId() string {
@@ -2336,7 +2444,7 @@ type SessionEnded struct {
 
 func (x *SessionEnded) Reset() {
 	*x = SessionEnded{}
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2456,7 @@ func (x *SessionEnded) String() string {
 func (*SessionEnded) ProtoMessage() {}
 
 func (x *SessionEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2469,7 @@ func (x *SessionEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
 func (*SessionEnded) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{27}
+	return file_kvrouter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SessionEnded) GetSessionId() string {
@@ -2411,7 +2519,7 @@ type SessionTable struct {
 
 func (x *SessionTable) Reset() {
 	*x = SessionTable{}
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2531,7 @@ func (x *SessionTable) String() string {
 func (*SessionTable) ProtoMessage() {}
 
 func (x *SessionTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2544,7 @@ func (x *SessionTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTable.ProtoReflect.Descriptor instead.
 func (*SessionTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{28}
+	return file_kvrouter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SessionTable) GetEntries() []*SequenceEvent {
@@ -2455,7 +2563,7 @@ type SequenceEventBatch struct {
 
 func (x *SequenceEventBatch) Reset() {
 	*x = SequenceEventBatch{}
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2575,7 @@ func (x *SequenceEventBatch) String() string {
 func (*SequenceEventBatch) ProtoMessage() {}
 
 func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2588,7 @@ func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEventBatch.ProtoReflect.Descriptor instead.
 func (*SequenceEventBatch) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{29}
+	return file_kvrouter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SequenceEventBatch) GetEvents() []*SequenceEvent {
@@ -2509,7 +2617,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2629,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2642,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{30}
+	return file_kvrouter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkerHeartbeat) GetWorkerId() uint64 {
@@ -2627,7 +2735,7 @@ type WorkerUp struct {
 
 func (x *WorkerUp) Reset() {
 	*x = WorkerUp{}
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2747,7 @@ func (x *WorkerUp) String() string {
 func (*WorkerUp) ProtoMessage() {}
 
 func (x *WorkerUp) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2760,7 @@ func (x *WorkerUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUp.ProtoReflect.Descriptor instead.
 func (*WorkerUp) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{31}
+	return file_kvrouter_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerUp) GetWorker() *WorkerHeartbeat {
@@ -2687,7 +2795,7 @@ type WorkerUpReply struct {
 
 func (x *WorkerUpReply) Reset() {
 	*x = WorkerUpReply{}
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2807,7 @@ func (x *WorkerUpReply) String() string {
 func (*WorkerUpReply) ProtoMessage() {}
 
 func (x *WorkerUpReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2820,7 @@ func (x *WorkerUpReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUpReply.ProtoReflect.Descriptor instead.
 func (*WorkerUpReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+	return file_kvrouter_proto_rawDescGZIP(), []int{33}
 }
 
 // RankTableQuery asks the registry to publish the rank table again: a
@@ -2725,7 +2833,7 @@ type RankTableQuery struct {
 
 func (x *RankTableQuery) Reset() {
 	*x = RankTableQuery{}
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2845,7 @@ func (x *RankTableQuery) String() string {
 func (*RankTableQuery) ProtoMessage() {}
 
 func (x *RankTableQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2858,7 @@ func (x *RankTableQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTableQuery.ProtoReflect.Descriptor instead.
 func (*RankTableQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+	return file_kvrouter_proto_rawDescGZIP(), []int{34}
 }
 
 // PublishRankTable is the registry's note to itself: publish the rank
@@ -2764,7 +2872,7 @@ type PublishRankTable struct {
 
 func (x *PublishRankTable) Reset() {
 	*x = PublishRankTable{}
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2884,7 @@ func (x *PublishRankTable) String() string {
 func (*PublishRankTable) ProtoMessage() {}
 
 func (x *PublishRankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2897,7 @@ func (x *PublishRankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRankTable.ProtoReflect.Descriptor instead.
 func (*PublishRankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{34}
+	return file_kvrouter_proto_rawDescGZIP(), []int{35}
 }
 
 // RoutingDecision tells an approximate-mode shard that a request's blocks
@@ -2804,7 +2912,7 @@ type RoutingDecision struct {
 
 func (x *RoutingDecision) Reset() {
 	*x = RoutingDecision{}
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2924,7 @@ func (x *RoutingDecision) String() string {
 func (*RoutingDecision) ProtoMessage() {}
 
 func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2937,7 @@ func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingDecision.ProtoReflect.Descriptor instead.
 func (*RoutingDecision) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{35}
+	return file_kvrouter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RoutingDecision) GetWorker() *WorkerRank {
@@ -2858,7 +2966,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2978,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2991,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{36}
+	return file_kvrouter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Tick) GetUnixNano() int64 {
@@ -2905,7 +3013,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3025,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3038,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{37}
+	return file_kvrouter_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RouteError) GetCode() RouteErrorCode {
@@ -2979,7 +3087,7 @@ type RequestLifecycle struct {
 
 func (x *RequestLifecycle) Reset() {
 	*x = RequestLifecycle{}
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3099,7 @@ func (x *RequestLifecycle) String() string {
 func (*RequestLifecycle) ProtoMessage() {}
 
 func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3112,7 @@ func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLifecycle.ProtoReflect.Descriptor instead.
 func (*RequestLifecycle) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{38}
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RequestLifecycle) GetRequestId() string {
@@ -3081,7 +3189,7 @@ type LifecycleReply struct {
 
 func (x *LifecycleReply) Reset() {
 	*x = LifecycleReply{}
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3201,7 @@ func (x *LifecycleReply) String() string {
 func (*LifecycleReply) ProtoMessage() {}
 
 func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3214,7 @@ func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
 func (*LifecycleReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LifecycleReply) GetRequestId() string {
@@ -3131,7 +3239,7 @@ type RegistryQuery struct {
 
 func (x *RegistryQuery) Reset() {
 	*x = RegistryQuery{}
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3251,7 @@ func (x *RegistryQuery) String() string {
 func (*RegistryQuery) ProtoMessage() {}
 
 func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3264,7 @@ func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
 func (*RegistryQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
 }
 
 type RegisteredWorker struct {
@@ -3174,7 +3282,7 @@ type RegisteredWorker struct {
 
 func (x *RegisteredWorker) Reset() {
 	*x = RegisteredWorker{}
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3294,7 @@ func (x *RegisteredWorker) String() string {
 func (*RegisteredWorker) ProtoMessage() {}
 
 func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3307,7 @@ func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
 func (*RegisteredWorker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
@@ -3264,7 +3372,7 @@ type RegistryReply struct {
 
 func (x *RegistryReply) Reset() {
 	*x = RegistryReply{}
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3384,7 @@ func (x *RegistryReply) String() string {
 func (*RegistryReply) ProtoMessage() {}
 
 func (x *RegistryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3397,7 @@ func (x *RegistryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
 func (*RegistryReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
@@ -3335,7 +3443,7 @@ type ShardStatsQuery struct {
 
 func (x *ShardStatsQuery) Reset() {
 	*x = ShardStatsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3347,7 +3455,7 @@ func (x *ShardStatsQuery) String() string {
 func (*ShardStatsQuery) ProtoMessage() {}
 
 func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3360,7 +3468,7 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
 }
 
 type WorkerBlocks struct {
@@ -3373,7 +3481,7 @@ type WorkerBlocks struct {
 
 func (x *WorkerBlocks) Reset() {
 	*x = WorkerBlocks{}
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3493,7 @@ func (x *WorkerBlocks) String() string {
 func (*WorkerBlocks) ProtoMessage() {}
 
 func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3506,7 @@ func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
 func (*WorkerBlocks) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WorkerBlocks) GetWorker() *WorkerRank {
@@ -3430,7 +3538,7 @@ type ShardStatsReply struct {
 
 func (x *ShardStatsReply) Reset() {
 	*x = ShardStatsReply{}
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3442,7 +3550,7 @@ func (x *ShardStatsReply) String() string {
 func (*ShardStatsReply) ProtoMessage() {}
 
 func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3455,7 +3563,7 @@ func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
 func (*ShardStatsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ShardStatsReply) GetShard() uint32 {
@@ -3508,7 +3616,7 @@ type PotentialLoad struct {
 
 func (x *PotentialLoad) Reset() {
 	*x = PotentialLoad{}
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3628,7 @@ func (x *PotentialLoad) String() string {
 func (*PotentialLoad) ProtoMessage() {}
 
 func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3641,7 @@ func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
 func (*PotentialLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PotentialLoad) GetWorker() *WorkerRank {
@@ -3582,7 +3690,7 @@ type DropOrigin struct {
 
 func (x *DropOrigin) Reset() {
 	*x = DropOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3702,7 @@ func (x *DropOrigin) String() string {
 func (*DropOrigin) ProtoMessage() {}
 
 func (x *DropOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3715,7 @@ func (x *DropOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
 func (*DropOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DropOrigin) GetOrigin() string {
@@ -3628,7 +3736,7 @@ type StaleRequestsFreed struct {
 
 func (x *StaleRequestsFreed) Reset() {
 	*x = StaleRequestsFreed{}
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3748,7 @@ func (x *StaleRequestsFreed) String() string {
 func (*StaleRequestsFreed) ProtoMessage() {}
 
 func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3761,7 @@ func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
 func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StaleRequestsFreed) GetRequestIds() []string {
@@ -3675,7 +3783,7 @@ type ActiveRequestsQuery struct {
 
 func (x *ActiveRequestsQuery) Reset() {
 	*x = ActiveRequestsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +3795,7 @@ func (x *ActiveRequestsQuery) String() string {
 func (*ActiveRequestsQuery) ProtoMessage() {}
 
 func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +3808,7 @@ func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ActiveRequestsQuery) GetOrigin() string {
@@ -3732,7 +3840,7 @@ type ActiveRequestsReply struct {
 
 func (x *ActiveRequestsReply) Reset() {
 	*x = ActiveRequestsReply{}
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3852,7 @@ func (x *ActiveRequestsReply) String() string {
 func (*ActiveRequestsReply) ProtoMessage() {}
 
 func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3865,7 @@ func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
@@ -3793,7 +3901,7 @@ type ReplaceOrigin struct {
 
 func (x *ReplaceOrigin) Reset() {
 	*x = ReplaceOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +3913,7 @@ func (x *ReplaceOrigin) String() string {
 func (*ReplaceOrigin) ProtoMessage() {}
 
 func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +3926,7 @@ func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
 func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReplaceOrigin) GetOrigin() string {
@@ -3846,7 +3954,7 @@ type OverlapScoresQuery struct {
 
 func (x *OverlapScoresQuery) Reset() {
 	*x = OverlapScoresQuery{}
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3858,7 +3966,7 @@ func (x *OverlapScoresQuery) String() string {
 func (*OverlapScoresQuery) ProtoMessage() {}
 
 func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3871,7 +3979,7 @@ func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
 func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
@@ -3900,7 +4008,7 @@ type OverlapScoresReply struct {
 
 func (x *OverlapScoresReply) Reset() {
 	*x = OverlapScoresReply{}
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +4020,7 @@ func (x *OverlapScoresReply) String() string {
 func (*OverlapScoresReply) ProtoMessage() {}
 
 func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +4033,7 @@ func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
 func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
@@ -3961,7 +4069,7 @@ type PotentialLoadsQuery struct {
 
 func (x *PotentialLoadsQuery) Reset() {
 	*x = PotentialLoadsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4081,7 @@ func (x *PotentialLoadsQuery) String() string {
 func (*PotentialLoadsQuery) ProtoMessage() {}
 
 func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4094,7 @@ func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{54}
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
@@ -4012,7 +4120,7 @@ type PotentialLoadsReply struct {
 
 func (x *PotentialLoadsReply) Reset() {
 	*x = PotentialLoadsReply{}
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4024,7 +4132,7 @@ func (x *PotentialLoadsReply) String() string {
 func (*PotentialLoadsReply) ProtoMessage() {}
 
 func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4037,7 +4145,7 @@ func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
@@ -4062,7 +4170,7 @@ type ClusterDigest struct {
 
 func (x *ClusterDigest) Reset() {
 	*x = ClusterDigest{}
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4074,7 +4182,7 @@ func (x *ClusterDigest) String() string {
 func (*ClusterDigest) ProtoMessage() {}
 
 func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4087,7 +4195,7 @@ func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
 func (*ClusterDigest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+	return file_kvrouter_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ClusterDigest) GetOrigin() string {
@@ -4128,7 +4236,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4248,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4261,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{57}
+	return file_kvrouter_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StateRequest) GetRequester() string {
@@ -4175,7 +4283,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4187,7 +4295,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4200,7 +4308,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{58}
+	return file_kvrouter_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StateSnapshot) GetOrigin() string {
@@ -4234,7 +4342,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4354,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4367,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{59}
+	return file_kvrouter_proto_rawDescGZIP(), []int{60}
 }
 
 // DumpQuery asks a shard for its whole index as single-block Stored
@@ -4272,7 +4380,7 @@ type DumpQuery struct {
 
 func (x *DumpQuery) Reset() {
 	*x = DumpQuery{}
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4392,7 @@ func (x *DumpQuery) String() string {
 func (*DumpQuery) ProtoMessage() {}
 
 func (x *DumpQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4405,7 @@ func (x *DumpQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
 func (*DumpQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{60}
+	return file_kvrouter_proto_rawDescGZIP(), []int{61}
 }
 
 // RankEntry is one registered worker rank as the registry publishes it:
@@ -4316,7 +4424,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4328,7 +4436,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4341,7 +4449,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{61}
+	return file_kvrouter_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -4399,7 +4507,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4411,7 +4519,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4424,7 +4532,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{62}
+	return file_kvrouter_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -4445,7 +4553,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4457,7 +4565,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4470,7 +4578,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{63}
+	return file_kvrouter_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -4494,7 +4602,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4614,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4627,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{64}
+	return file_kvrouter_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -4553,7 +4661,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +4673,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +4686,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{65}
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
 }
 
 type TrackedReply struct {
@@ -4591,7 +4699,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4603,7 +4711,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4616,7 +4724,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -4645,7 +4753,7 @@ type SessionUpdates struct {
 
 func (x *SessionUpdates) Reset() {
 	*x = SessionUpdates{}
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4657,7 +4765,7 @@ func (x *SessionUpdates) String() string {
 func (*SessionUpdates) ProtoMessage() {}
 
 func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4670,7 +4778,7 @@ func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUpdates.ProtoReflect.Descriptor instead.
 func (*SessionUpdates) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SessionUpdates) GetEvents() []*SequenceEvent {
@@ -4690,7 +4798,7 @@ type EndSession struct {
 
 func (x *EndSession) Reset() {
 	*x = EndSession{}
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4702,7 +4810,7 @@ func (x *EndSession) String() string {
 func (*EndSession) ProtoMessage() {}
 
 func (x *EndSession) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4715,7 +4823,7 @@ func (x *EndSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSession.ProtoReflect.Descriptor instead.
 func (*EndSession) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{68}
+	return file_kvrouter_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EndSession) GetSessionId() string {
@@ -4735,7 +4843,7 @@ type EndSessionReply struct {
 
 func (x *EndSessionReply) Reset() {
 	*x = EndSessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4747,7 +4855,7 @@ func (x *EndSessionReply) String() string {
 func (*EndSessionReply) ProtoMessage() {}
 
 func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4760,7 +4868,7 @@ func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionReply.ProtoReflect.Descriptor instead.
 func (*EndSessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{69}
+	return file_kvrouter_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *EndSessionReply) GetFound() bool {
@@ -4787,7 +4895,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4799,7 +4907,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4812,7 +4920,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{70}
+	return file_kvrouter_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SessionQuery) GetSessionId() string {
@@ -4834,7 +4942,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4846,7 +4954,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4859,7 +4967,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{71}
+	return file_kvrouter_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SessionReply) GetFound() bool {
@@ -4899,7 +5007,7 @@ type SessionDigestQuery struct {
 
 func (x *SessionDigestQuery) Reset() {
 	*x = SessionDigestQuery{}
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +5019,7 @@ func (x *SessionDigestQuery) String() string {
 func (*SessionDigestQuery) ProtoMessage() {}
 
 func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +5032,7 @@ func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
 func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{72}
+	return file_kvrouter_proto_rawDescGZIP(), []int{73}
 }
 
 type SessionDigestReply struct {
@@ -4937,7 +5045,7 @@ type SessionDigestReply struct {
 
 func (x *SessionDigestReply) Reset() {
 	*x = SessionDigestReply{}
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4949,7 +5057,7 @@ func (x *SessionDigestReply) String() string {
 func (*SessionDigestReply) ProtoMessage() {}
 
 func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4962,7 +5070,7 @@ func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
 func (*SessionDigestReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{73}
+	return file_kvrouter_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SessionDigestReply) GetCount() uint64 {
@@ -4989,7 +5097,7 @@ type SessionSnapshotQuery struct {
 
 func (x *SessionSnapshotQuery) Reset() {
 	*x = SessionSnapshotQuery{}
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5001,7 +5109,7 @@ func (x *SessionSnapshotQuery) String() string {
 func (*SessionSnapshotQuery) ProtoMessage() {}
 
 func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5014,7 +5122,7 @@ func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
 func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{74}
+	return file_kvrouter_proto_rawDescGZIP(), []int{75}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -5075,12 +5183,25 @@ const file_kvrouter_proto_rawDesc = "" +
 	"diskBlocks\x12\x1b\n" +
 	"\ttree_size\x18\x05 \x01(\x04R\btreeSize\x12\x1c\n" +
 	"\tpredicted\x18\x06 \x01(\bR\tpredicted\x126\n" +
-	"\x17confirmed_device_blocks\x18\a \x01(\rR\x15confirmedDeviceBlocks\"\xa2\x01\n" +
+	"\x17confirmed_device_blocks\x18\a \x01(\rR\x15confirmedDeviceBlocks\"\xad\x02\n" +
+	"\fRankOverlaps\x12\x1d\n" +
+	"\n" +
+	"worker_ids\x18\x01 \x03(\x04R\tworkerIds\x12\x19\n" +
+	"\bdp_ranks\x18\x02 \x03(\rR\adpRanks\x12#\n" +
+	"\rdevice_blocks\x18\x03 \x03(\rR\fdeviceBlocks\x12\x1f\n" +
+	"\vhost_blocks\x18\x04 \x03(\rR\n" +
+	"hostBlocks\x12\x1f\n" +
+	"\vdisk_blocks\x18\x05 \x03(\rR\n" +
+	"diskBlocks\x12\x1d\n" +
+	"\n" +
+	"tree_sizes\x18\x06 \x03(\x04R\ttreeSizes\x12%\n" +
+	"\x0epredicted_rows\x18\a \x03(\rR\rpredictedRows\x126\n" +
+	"\x17confirmed_device_blocks\x18\b \x03(\rR\x15confirmedDeviceBlocks\"\xa1\x01\n" +
 	"\fOverlapReply\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12\x14\n" +
-	"\x05shard\x18\x02 \x01(\rR\x05shard\x12<\n" +
-	"\boverlaps\x18\x03 \x03(\v2 .kvrouter.internal.WorkerOverlapR\boverlaps\x12#\n" +
-	"\rshared_blocks\x18\x04 \x01(\rR\fsharedBlocks\"\x95\x03\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12#\n" +
+	"\rshared_blocks\x18\x04 \x01(\rR\fsharedBlocks\x125\n" +
+	"\x05ranks\x18\x05 \x01(\v2\x1f.kvrouter.internal.RankOverlapsR\x05ranksJ\x04\b\x03\x10\x04\"\x95\x03\n" +
 	"\n" +
 	"AddRequest\x12\x1d\n" +
 	"\n" +
@@ -5413,7 +5534,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
@@ -5431,70 +5552,71 @@ var file_kvrouter_proto_goTypes = []any{
 	(*WorkerConditionReply)(nil), // 13: kvrouter.internal.WorkerConditionReply
 	(*ScoreRequest)(nil),         // 14: kvrouter.internal.ScoreRequest
 	(*WorkerOverlap)(nil),        // 15: kvrouter.internal.WorkerOverlap
-	(*OverlapReply)(nil),         // 16: kvrouter.internal.OverlapReply
-	(*AddRequest)(nil),           // 17: kvrouter.internal.AddRequest
-	(*MarkPrefillCompleted)(nil), // 18: kvrouter.internal.MarkPrefillCompleted
-	(*FreeRequest)(nil),          // 19: kvrouter.internal.FreeRequest
-	(*AddOutputBlock)(nil),       // 20: kvrouter.internal.AddOutputBlock
-	(*LoadQuery)(nil),            // 21: kvrouter.internal.LoadQuery
-	(*LoadReply)(nil),            // 22: kvrouter.internal.LoadReply
-	(*RankLoad)(nil),             // 23: kvrouter.internal.RankLoad
-	(*RankLoadQuery)(nil),        // 24: kvrouter.internal.RankLoadQuery
-	(*RouterConfigOverride)(nil), // 25: kvrouter.internal.RouterConfigOverride
-	(*RouteRequest)(nil),         // 26: kvrouter.internal.RouteRequest
-	(*CancelRoute)(nil),          // 27: kvrouter.internal.CancelRoute
-	(*RouteReply)(nil),           // 28: kvrouter.internal.RouteReply
-	(*SequenceEvent)(nil),        // 29: kvrouter.internal.SequenceEvent
-	(*SessionBound)(nil),         // 30: kvrouter.internal.SessionBound
-	(*SessionEnded)(nil),         // 31: kvrouter.internal.SessionEnded
-	(*SessionTable)(nil),         // 32: kvrouter.internal.SessionTable
-	(*SequenceEventBatch)(nil),   // 33: kvrouter.internal.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 34: kvrouter.internal.WorkerHeartbeat
-	(*WorkerUp)(nil),             // 35: kvrouter.internal.WorkerUp
-	(*WorkerUpReply)(nil),        // 36: kvrouter.internal.WorkerUpReply
-	(*RankTableQuery)(nil),       // 37: kvrouter.internal.RankTableQuery
-	(*PublishRankTable)(nil),     // 38: kvrouter.internal.PublishRankTable
-	(*RoutingDecision)(nil),      // 39: kvrouter.internal.RoutingDecision
-	(*Tick)(nil),                 // 40: kvrouter.internal.Tick
-	(*RouteError)(nil),           // 41: kvrouter.internal.RouteError
-	(*RequestLifecycle)(nil),     // 42: kvrouter.internal.RequestLifecycle
-	(*LifecycleReply)(nil),       // 43: kvrouter.internal.LifecycleReply
-	(*RegistryQuery)(nil),        // 44: kvrouter.internal.RegistryQuery
-	(*RegisteredWorker)(nil),     // 45: kvrouter.internal.RegisteredWorker
-	(*RegistryReply)(nil),        // 46: kvrouter.internal.RegistryReply
-	(*ShardStatsQuery)(nil),      // 47: kvrouter.internal.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 48: kvrouter.internal.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 49: kvrouter.internal.ShardStatsReply
-	(*PotentialLoad)(nil),        // 50: kvrouter.internal.PotentialLoad
-	(*DropOrigin)(nil),           // 51: kvrouter.internal.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 52: kvrouter.internal.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 53: kvrouter.internal.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 54: kvrouter.internal.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 55: kvrouter.internal.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 56: kvrouter.internal.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 57: kvrouter.internal.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 58: kvrouter.internal.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 59: kvrouter.internal.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 60: kvrouter.internal.ClusterDigest
-	(*StateRequest)(nil),         // 61: kvrouter.internal.StateRequest
-	(*StateSnapshot)(nil),        // 62: kvrouter.internal.StateSnapshot
-	(*Barrier)(nil),              // 63: kvrouter.internal.Barrier
-	(*DumpQuery)(nil),            // 64: kvrouter.internal.DumpQuery
-	(*RankEntry)(nil),            // 65: kvrouter.internal.RankEntry
-	(*RankTable)(nil),            // 66: kvrouter.internal.RankTable
-	(*PeerStep)(nil),             // 67: kvrouter.internal.PeerStep
-	(*RestoreOrigin)(nil),        // 68: kvrouter.internal.RestoreOrigin
-	(*TrackedQuery)(nil),         // 69: kvrouter.internal.TrackedQuery
-	(*TrackedReply)(nil),         // 70: kvrouter.internal.TrackedReply
-	(*SessionUpdates)(nil),       // 71: kvrouter.internal.SessionUpdates
-	(*EndSession)(nil),           // 72: kvrouter.internal.EndSession
-	(*EndSessionReply)(nil),      // 73: kvrouter.internal.EndSessionReply
-	(*SessionQuery)(nil),         // 74: kvrouter.internal.SessionQuery
-	(*SessionReply)(nil),         // 75: kvrouter.internal.SessionReply
-	(*SessionDigestQuery)(nil),   // 76: kvrouter.internal.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 77: kvrouter.internal.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 78: kvrouter.internal.SessionSnapshotQuery
-	nil,                          // 79: kvrouter.internal.ShardStatsReply.CountersEntry
+	(*RankOverlaps)(nil),         // 16: kvrouter.internal.RankOverlaps
+	(*OverlapReply)(nil),         // 17: kvrouter.internal.OverlapReply
+	(*AddRequest)(nil),           // 18: kvrouter.internal.AddRequest
+	(*MarkPrefillCompleted)(nil), // 19: kvrouter.internal.MarkPrefillCompleted
+	(*FreeRequest)(nil),          // 20: kvrouter.internal.FreeRequest
+	(*AddOutputBlock)(nil),       // 21: kvrouter.internal.AddOutputBlock
+	(*LoadQuery)(nil),            // 22: kvrouter.internal.LoadQuery
+	(*LoadReply)(nil),            // 23: kvrouter.internal.LoadReply
+	(*RankLoad)(nil),             // 24: kvrouter.internal.RankLoad
+	(*RankLoadQuery)(nil),        // 25: kvrouter.internal.RankLoadQuery
+	(*RouterConfigOverride)(nil), // 26: kvrouter.internal.RouterConfigOverride
+	(*RouteRequest)(nil),         // 27: kvrouter.internal.RouteRequest
+	(*CancelRoute)(nil),          // 28: kvrouter.internal.CancelRoute
+	(*RouteReply)(nil),           // 29: kvrouter.internal.RouteReply
+	(*SequenceEvent)(nil),        // 30: kvrouter.internal.SequenceEvent
+	(*SessionBound)(nil),         // 31: kvrouter.internal.SessionBound
+	(*SessionEnded)(nil),         // 32: kvrouter.internal.SessionEnded
+	(*SessionTable)(nil),         // 33: kvrouter.internal.SessionTable
+	(*SequenceEventBatch)(nil),   // 34: kvrouter.internal.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 35: kvrouter.internal.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 36: kvrouter.internal.WorkerUp
+	(*WorkerUpReply)(nil),        // 37: kvrouter.internal.WorkerUpReply
+	(*RankTableQuery)(nil),       // 38: kvrouter.internal.RankTableQuery
+	(*PublishRankTable)(nil),     // 39: kvrouter.internal.PublishRankTable
+	(*RoutingDecision)(nil),      // 40: kvrouter.internal.RoutingDecision
+	(*Tick)(nil),                 // 41: kvrouter.internal.Tick
+	(*RouteError)(nil),           // 42: kvrouter.internal.RouteError
+	(*RequestLifecycle)(nil),     // 43: kvrouter.internal.RequestLifecycle
+	(*LifecycleReply)(nil),       // 44: kvrouter.internal.LifecycleReply
+	(*RegistryQuery)(nil),        // 45: kvrouter.internal.RegistryQuery
+	(*RegisteredWorker)(nil),     // 46: kvrouter.internal.RegisteredWorker
+	(*RegistryReply)(nil),        // 47: kvrouter.internal.RegistryReply
+	(*ShardStatsQuery)(nil),      // 48: kvrouter.internal.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 49: kvrouter.internal.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 50: kvrouter.internal.ShardStatsReply
+	(*PotentialLoad)(nil),        // 51: kvrouter.internal.PotentialLoad
+	(*DropOrigin)(nil),           // 52: kvrouter.internal.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 53: kvrouter.internal.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 54: kvrouter.internal.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 55: kvrouter.internal.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 56: kvrouter.internal.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 57: kvrouter.internal.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 58: kvrouter.internal.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 59: kvrouter.internal.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 60: kvrouter.internal.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 61: kvrouter.internal.ClusterDigest
+	(*StateRequest)(nil),         // 62: kvrouter.internal.StateRequest
+	(*StateSnapshot)(nil),        // 63: kvrouter.internal.StateSnapshot
+	(*Barrier)(nil),              // 64: kvrouter.internal.Barrier
+	(*DumpQuery)(nil),            // 65: kvrouter.internal.DumpQuery
+	(*RankEntry)(nil),            // 66: kvrouter.internal.RankEntry
+	(*RankTable)(nil),            // 67: kvrouter.internal.RankTable
+	(*PeerStep)(nil),             // 68: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 69: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 70: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 71: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 72: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 73: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 74: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 75: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 76: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 77: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 78: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 79: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 80: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	5,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
@@ -5506,48 +5628,48 @@ var file_kvrouter_proto_depIdxs = []int32{
 	9,  // 6: kvrouter.internal.KvEventBatch.events:type_name -> kvrouter.internal.KvEvent
 	1,  // 7: kvrouter.internal.WorkerCondition.condition:type_name -> kvrouter.internal.WorkerState
 	4,  // 8: kvrouter.internal.WorkerOverlap.worker:type_name -> kvrouter.internal.WorkerRank
-	15, // 9: kvrouter.internal.OverlapReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
+	16, // 9: kvrouter.internal.OverlapReply.ranks:type_name -> kvrouter.internal.RankOverlaps
 	4,  // 10: kvrouter.internal.AddRequest.worker:type_name -> kvrouter.internal.WorkerRank
 	4,  // 11: kvrouter.internal.LoadReply.worker:type_name -> kvrouter.internal.WorkerRank
 	4,  // 12: kvrouter.internal.RankLoad.worker:type_name -> kvrouter.internal.WorkerRank
 	4,  // 13: kvrouter.internal.RouteRequest.pinned_worker:type_name -> kvrouter.internal.WorkerRank
-	25, // 14: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
+	26, // 14: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
 	4,  // 15: kvrouter.internal.RouteReply.worker:type_name -> kvrouter.internal.WorkerRank
 	4,  // 16: kvrouter.internal.RouteReply.prefill_worker:type_name -> kvrouter.internal.WorkerRank
-	17, // 17: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
-	18, // 18: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
-	19, // 19: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
-	30, // 20: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
-	31, // 21: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
+	18, // 17: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
+	19, // 18: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	20, // 19: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
+	31, // 20: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
+	32, // 21: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
 	4,  // 22: kvrouter.internal.SessionBound.worker:type_name -> kvrouter.internal.WorkerRank
 	4,  // 23: kvrouter.internal.SessionEnded.worker:type_name -> kvrouter.internal.WorkerRank
-	29, // 24: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
-	29, // 25: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
+	30, // 24: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
+	30, // 25: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
 	2,  // 26: kvrouter.internal.WorkerHeartbeat.role:type_name -> kvrouter.internal.WorkerRole
-	34, // 27: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	35, // 27: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
 	4,  // 28: kvrouter.internal.RoutingDecision.worker:type_name -> kvrouter.internal.WorkerRank
 	3,  // 29: kvrouter.internal.RouteError.code:type_name -> kvrouter.internal.RouteErrorCode
-	18, // 30: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
-	19, // 31: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
-	20, // 32: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
-	34, // 33: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	45, // 34: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
+	19, // 30: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	20, // 31: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
+	21, // 32: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
+	35, // 33: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	46, // 34: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
 	4,  // 35: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
-	48, // 36: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
-	79, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	49, // 36: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
+	80, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
 	4,  // 38: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
-	29, // 39: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
-	29, // 40: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
+	30, // 39: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
+	30, // 40: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
 	15, // 41: kvrouter.internal.OverlapScoresReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
-	50, // 42: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
-	29, // 43: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
+	51, // 42: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
+	30, // 43: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
 	4,  // 44: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
 	1,  // 45: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
 	2,  // 46: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
-	65, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
-	29, // 48: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
-	17, // 49: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
-	29, // 50: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
+	66, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
+	30, // 48: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
+	18, // 49: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
+	30, // 50: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
 	4,  // 51: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
 	52, // [52:52] is the sub-list for method output_type
 	52, // [52:52] is the sub-list for method input_type
@@ -5567,27 +5689,27 @@ func file_kvrouter_proto_init() {
 		(*KvEvent_Removed)(nil),
 		(*KvEvent_Cleared)(nil),
 	}
-	file_kvrouter_proto_msgTypes[21].OneofWrappers = []any{}
-	file_kvrouter_proto_msgTypes[25].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[22].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[26].OneofWrappers = []any{
 		(*SequenceEvent_Add)(nil),
 		(*SequenceEvent_PrefillCompleted)(nil),
 		(*SequenceEvent_Free)(nil),
 		(*SequenceEvent_SessionBound)(nil),
 		(*SequenceEvent_SessionEnded)(nil),
 	}
-	file_kvrouter_proto_msgTypes[38].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[39].OneofWrappers = []any{
 		(*RequestLifecycle_PrefillCompleted)(nil),
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
 	}
-	file_kvrouter_proto_msgTypes[49].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   76,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
