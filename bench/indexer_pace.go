@@ -150,16 +150,16 @@ type IndexerRatePoint struct {
 
 // IndexerRateReport is a paced indexer run: one point per event rate.
 type IndexerRateReport struct {
-	Trace          string             `json:"trace"`
-	Workers        int                `json:"workers"`
-	BlockSize      int                `json:"block_size"`
-	CapacityBlocks int                `json:"capacity_blocks"`
-	Shards         int                `json:"shards"`
-	GOMAXPROCS     int                `json:"gomaxprocs"`
-	LookupRate     float64            `json:"lookup_rate"`
-	StepSeconds    float64            `json:"step_seconds"`
-	WarmupSeconds  float64            `json:"warmup_seconds"`
-	FullRoute      bool               `json:"full_route"`
+	Trace          string  `json:"trace"`
+	Workers        int     `json:"workers"`
+	BlockSize      int     `json:"block_size"`
+	CapacityBlocks int     `json:"capacity_blocks"`
+	Shards         int     `json:"shards"`
+	GOMAXPROCS     int     `json:"gomaxprocs"`
+	LookupRate     float64 `json:"lookup_rate"`
+	StepSeconds    float64 `json:"step_seconds"`
+	WarmupSeconds  float64 `json:"warmup_seconds"`
+	FullRoute      bool    `json:"full_route"`
 	// GCPercent and MemoryLimit are the process's GC settings (the
 	// router's defaults unless GOGC/GOMEMLIMIT or the flags changed them;
 	// 0 = no limit).
