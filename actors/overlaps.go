@@ -18,26 +18,25 @@ type overlapRow struct {
 	confirmed uint32
 }
 
+// rankMatch is one rank's match, for sorting.
+type rankMatch struct {
+	w kv.WorkerWithDpRank
+	t index.TierMatch
+}
+
 // packOverlaps turns a shard's matches into the reply's arrays, sorted by
 // rank. predicted holds the confirmed depth of the rows whose device
-// depth is predicted (nil when none is).
-func packOverlaps(matches map[kv.WorkerWithDpRank]index.TierMatch, predicted map[kv.WorkerWithDpRank]uint32) *messages.RankOverlaps {
+// depth is predicted (nil when none is). scratch is reused for the sort
+// and returned for the next call.
+func packOverlaps(matches map[kv.WorkerWithDpRank]index.TierMatch, predicted map[kv.WorkerWithDpRank]uint32,
+	scratch []rankMatch) (*messages.RankOverlaps, []rankMatch) {
 	n := len(matches)
-	type entry struct {
-		w kv.WorkerWithDpRank
-		t index.TierMatch
-	}
-	entries := make([]entry, 0, n)
+	entries := scratch[:0]
 	for w, t := range matches {
-		entries = append(entries, entry{w, t})
+		entries = append(entries, rankMatch{w, t})
 	}
-	slices.SortFunc(entries, func(a, b entry) int { return kv.CompareRanks(a.w, b.w) })
-	u32 := make([]uint32, 4*n) // dp ranks, device, host, disk: one allocation
-	u64 := make([]uint64, 2*n) // worker ids, tree sizes
-	r := &messages.RankOverlaps{
-		WorkerIds: u64[:n:n], TreeSizes: u64[n:],
-		DpRanks: u32[:n:n], DeviceBlocks: u32[n : 2*n : 2*n], HostBlocks: u32[2*n : 3*n : 3*n], DiskBlocks: u32[3*n:],
-	}
+	slices.SortFunc(entries, func(a, b rankMatch) int { return kv.CompareRanks(a.w, b.w) })
+	r := newRankOverlaps(n)
 	for i, e := range entries {
 		w, t := e.w, e.t
 		r.WorkerIds[i], r.DpRanks[i], r.TreeSizes[i] = uint64(w.WorkerID), w.DpRank, t.TreeSize
@@ -47,7 +46,7 @@ func packOverlaps(matches map[kv.WorkerWithDpRank]index.TierMatch, predicted map
 			r.ConfirmedDeviceBlocks = append(r.ConfirmedDeviceBlocks, confirmed)
 		}
 	}
-	return r
+	return r, entries[:0]
 }
 
 // overlapSet is a decision's shard replies. Every worker lives on one
@@ -134,4 +133,35 @@ func (s *overlapSet) find(w kv.WorkerWithDpRank) (overlapRow, bool) {
 		}
 	}
 	return overlapRow{}, false
+}
+
+// every is the overlap of each rank of list (sorted), zeros for a rank
+// holding nothing: the overlap-scores answer, as arrays.
+func (s *overlapSet) every(list []kv.WorkerWithDpRank) *messages.RankOverlaps {
+	n := len(list)
+	r := newRankOverlaps(n)
+	for i, w := range list {
+		r.WorkerIds[i], r.DpRanks[i] = uint64(w.WorkerID), w.DpRank
+		row, ok := s.next(w)
+		if !ok {
+			continue
+		}
+		r.DeviceBlocks[i], r.HostBlocks[i], r.DiskBlocks[i], r.TreeSizes[i] = row.device, row.host, row.disk, row.tree
+		if row.predicted {
+			r.PredictedRows = append(r.PredictedRows, uint32(i))
+			r.ConfirmedDeviceBlocks = append(r.ConfirmedDeviceBlocks, row.confirmed)
+		}
+	}
+	return r
+}
+
+// newRankOverlaps returns arrays for n rows in two allocations (the
+// capacities are cut, so appending to one array cannot run into another).
+func newRankOverlaps(n int) *messages.RankOverlaps {
+	u32 := make([]uint32, 4*n) // dp ranks, device, host, disk
+	u64 := make([]uint64, 2*n) // worker ids, tree sizes
+	return &messages.RankOverlaps{
+		WorkerIds: u64[:n:n], TreeSizes: u64[n:],
+		DpRanks: u32[:n:n], DeviceBlocks: u32[n : 2*n : 2*n], HostBlocks: u32[2*n : 3*n : 3*n], DiskBlocks: u32[3*n:],
+	}
 }

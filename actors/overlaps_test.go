@@ -42,7 +42,8 @@ func TestOverlapSetMatchesAMap(t *testing.T) {
 				want[w] = row
 			}
 		}
-		set.add(packOverlaps(matches, predicted))
+		packed, _ := packOverlaps(matches, predicted, nil)
+		set.add(packed)
 	}
 	check := func(how string, ranks []kv.WorkerWithDpRank, get func(kv.WorkerWithDpRank) (overlapRow, bool)) {
 		t.Helper()
@@ -63,13 +64,30 @@ func TestOverlapSetMatchesAMap(t *testing.T) {
 	check("shuffled", shuffled, set.next)
 	check("by lookup", shuffled, set.find)
 	check("unknown ranks", []kv.WorkerWithDpRank{{WorkerID: 999}, {WorkerID: 5, DpRank: 9}}, set.find)
+
+	// The overlap-scores answer: every rank in order, zeros where nothing.
+	every := set.every(all)
+	if len(every.WorkerIds) != len(all) {
+		t.Fatalf("every: %d rows for %d ranks", len(every.WorkerIds), len(all))
+	}
+	var fromEvery overlapSet
+	fromEvery.reset(1)
+	fromEvery.add(every)
+	check("every", all, func(w kv.WorkerWithDpRank) (overlapRow, bool) {
+		row, ok := fromEvery.next(w)
+		if !ok {
+			return row, false
+		}
+		_, held := want[w]
+		return row, held || row != (overlapRow{tree: row.tree}) // a zero row stands for no match
+	})
 }
 
 // A reply whose arrays do not line up is ignored, not indexed past.
 func TestOverlapSetIgnoresMisshapenReplies(t *testing.T) {
 	var set overlapSet
 	set.reset(1)
-	r := packOverlaps(map[kv.WorkerWithDpRank]index.TierMatch{{WorkerID: 1}: {Device: 3}}, nil)
+	r, _ := packOverlaps(map[kv.WorkerWithDpRank]index.TierMatch{{WorkerID: 1}: {Device: 3}}, nil, nil)
 	r.DiskBlocks = nil
 	set.add(r)
 	if _, ok := set.next(kv.WorkerWithDpRank{WorkerID: 1}); ok {

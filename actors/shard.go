@@ -33,9 +33,13 @@ type shardState struct {
 	backlog  *backlog
 	restarts uint64
 	resets   uint64
-	cfg      IndexConfig
-	log      *slog.Logger
-	obs      Observer
+	// matches and packed are a lookup's scratch (the actor is the only
+	// reader): the reply copies out of them before the next message.
+	matches index.TieredMatches
+	packed  []rankMatch
+	cfg     IndexConfig
+	log     *slog.Logger
+	obs     Observer
 }
 
 type shardActor struct{ st *shardState }
@@ -182,7 +186,15 @@ func (a *shardActor) index(ev *kv.Event) {
 
 func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 	local := kv.AsLocalHashes(m.LocalHashes) // the message is never modified
-	matches := a.tree().FindMatches(local)
+	var matches index.TieredMatches
+	if a.st.idx != nil {
+		if a.st.matches == nil {
+			a.st.matches = index.TieredMatches{}
+		}
+		matches = a.st.idx.FindMatchesInto(a.st.matches, local)
+	} else {
+		matches = a.tree().FindMatches(local)
+	}
 	var predicted map[kv.WorkerWithDpRank]uint32 // confirmed depth of predicted rows
 	if a.st.pred != nil && !a.st.approx {
 		for w, p := range a.st.pred.FindMatches(local) {
@@ -197,7 +209,9 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 			}
 		}
 	}
-	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id, Ranks: packOverlaps(matches, predicted)}
+	var ranks *messages.RankOverlaps
+	ranks, a.st.packed = packOverlaps(matches, predicted, a.st.packed)
+	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id, Ranks: ranks}
 	if a.st.idx != nil {
 		reply.SharedBlocks = a.st.idx.SharedPrefix(local)
 	}

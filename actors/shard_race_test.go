@@ -97,9 +97,9 @@ func TestConcurrentIngestAndLookupsKeepIndexWhole(t *testing.T) {
 				}
 				mu.Lock()
 				lookups++
-				for _, o := range reply.Overlaps {
-					if o.DeviceBlocks != 0 && o.DeviceBlocks != 4 {
-						torn = append(torn, o.DeviceBlocks)
+				for _, d := range reply.GetRanks().GetDeviceBlocks() {
+					if d != 0 && d != 4 {
+						torn = append(torn, d)
 					}
 				}
 				mu.Unlock()

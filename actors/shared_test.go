@@ -60,8 +60,8 @@ func TestSharedPrefixAcrossShards(t *testing.T) {
 		if err != nil {
 			return 0, err
 		}
-		if len(reply.Overlaps) != 1 || reply.Overlaps[0].DeviceBlocks != 0 {
-			return 0, fmt.Errorf("overlaps %v: only worker 1, with no device blocks", reply.Overlaps)
+		if ranks := reply.GetRanks(); len(ranks.GetWorkerIds()) != 1 || ranks.DeviceBlocks[0] != 0 {
+			return 0, fmt.Errorf("overlaps %v: only worker 1, with no device blocks", ranks)
 		}
 		return reply.SharedBlocks, nil
 	}

@@ -138,17 +138,21 @@ func (v *service) OverlapScores(ctx context.Context, r *pb.TokensRequest) (*pb.O
 		return nil, v.s.routerError(err)
 	}
 	cfg := v.s.opts.Router.Config().Scheduling
+	ranks := reply.GetRanks()
+	n := len(ranks.GetWorkerIds())
 	res := &pb.OverlapScoresResponse{RequestBlocks: reply.RequestBlocks, SharedBlocks: reply.SharedBlocks,
-		Scores: make([]*pb.OverlapRow, 0, len(reply.Overlaps))}
-	for _, o := range reply.Overlaps {
-		credit, cached := scheduling.CacheHitEstimate(cfg, v.s.opts.BlockSize, o.DeviceBlocks, o.HostBlocks, o.DiskBlocks)
-		res.Scores = append(res.Scores, &pb.OverlapRow{
-			WorkerId: o.Worker.GetWorkerId(), DpRank: o.Worker.GetDpRank(),
-			DeviceBlocks: o.DeviceBlocks, HostBlocks: o.HostBlocks, DiskBlocks: o.DiskBlocks,
-			Credit: credit, CachedTokens: cached, TreeSize: o.TreeSize,
-			SharedBeyondDeviceBlocks: scheduling.SharedBeyondDevice(o.DeviceBlocks, reply.SharedBlocks),
-			SharedCreditBlocks:       scheduling.SharedCredit(cfg.SharedCacheMultiplier, o.DeviceBlocks, reply.SharedBlocks),
-		})
+		Scores: make([]*pb.OverlapRow, n)}
+	rows := make([]pb.OverlapRow, n) // one allocation for the rows
+	for i := range rows {
+		device, host, disk := ranks.DeviceBlocks[i], ranks.HostBlocks[i], ranks.DiskBlocks[i]
+		credit, cached := scheduling.CacheHitEstimate(cfg, v.s.opts.BlockSize, device, host, disk)
+		row := &rows[i]
+		row.WorkerId, row.DpRank = ranks.WorkerIds[i], ranks.DpRanks[i]
+		row.DeviceBlocks, row.HostBlocks, row.DiskBlocks = device, host, disk
+		row.Credit, row.CachedTokens, row.TreeSize = credit, cached, ranks.TreeSizes[i]
+		row.SharedBeyondDeviceBlocks = scheduling.SharedBeyondDevice(device, reply.SharedBlocks)
+		row.SharedCreditBlocks = scheduling.SharedCredit(cfg.SharedCacheMultiplier, device, reply.SharedBlocks)
+		res.Scores[i] = row
 	}
 	return res, nil
 }

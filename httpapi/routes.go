@@ -249,16 +249,18 @@ func (s *Server) overlapScores(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := s.opts.Router.Config().Scheduling
-	rows := make([]OverlapRow, 0, len(reply.Overlaps))
-	for _, o := range reply.Overlaps {
-		credit, cached := scheduleCredit(cfg, s.opts.BlockSize, o)
-		rows = append(rows, OverlapRow{
-			WorkerID: o.Worker.GetWorkerId(), DpRank: o.Worker.GetDpRank(),
-			DeviceBlocks: o.DeviceBlocks, HostBlocks: o.HostBlocks, DiskBlocks: o.DiskBlocks,
-			Credit: credit, CachedTokens: cached, TreeSize: o.TreeSize,
-			SharedBeyondDeviceBlocks: scheduling.SharedBeyondDevice(o.DeviceBlocks, reply.SharedBlocks),
-			SharedCreditBlocks:       scheduling.SharedCredit(cfg.SharedCacheMultiplier, o.DeviceBlocks, reply.SharedBlocks),
-		})
+	ranks := reply.GetRanks()
+	rows := make([]OverlapRow, len(ranks.GetWorkerIds()))
+	for i := range rows {
+		device, host, disk := ranks.DeviceBlocks[i], ranks.HostBlocks[i], ranks.DiskBlocks[i]
+		credit, cached := scheduling.CacheHitEstimate(cfg, s.opts.BlockSize, device, host, disk)
+		rows[i] = OverlapRow{
+			WorkerID: ranks.WorkerIds[i], DpRank: ranks.DpRanks[i],
+			DeviceBlocks: device, HostBlocks: host, DiskBlocks: disk,
+			Credit: credit, CachedTokens: cached, TreeSize: ranks.TreeSizes[i],
+			SharedBeyondDeviceBlocks: scheduling.SharedBeyondDevice(device, reply.SharedBlocks),
+			SharedCreditBlocks:       scheduling.SharedCredit(cfg.SharedCacheMultiplier, device, reply.SharedBlocks),
+		}
 	}
 	res := map[string]any{"request_blocks": reply.RequestBlocks, "shared_blocks": reply.SharedBlocks, "scores": rows}
 	if body.promptTokens > 0 {

@@ -6,7 +6,6 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/netpolicy"
-	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
@@ -107,8 +106,4 @@ func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request) {
 	s.opts.Router.RemoveWorker(kv.WorkerID(id))
 	s.forgetURLs()
 	writeJSON(w, http.StatusOK, map[string]any{"worker_id": id, "removed": true})
-}
-
-func scheduleCredit(cfg scheduling.Config, blockSize int, o *messages.WorkerOverlap) (float64, uint64) {
-	return scheduling.CacheHitEstimate(cfg, blockSize, o.DeviceBlocks, o.HostBlocks, o.DiskBlocks)
 }

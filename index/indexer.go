@@ -65,9 +65,21 @@ func (x *Indexer) Apply(ev *kv.Event) error {
 // blocks right after that prefix (the rank's host prefix minus its device
 // prefix); Disk counts disk-tier blocks right after device+host.
 func (x *Indexer) FindMatches(hashes []kv.LocalBlockHash) TieredMatches {
+	return x.FindMatchesInto(nil, hashes)
+}
+
+// FindMatchesInto is FindMatches writing into out, which it clears first
+// (nil allocates a map). A shard reuses one map for every lookup: at
+// thousands of workers a fresh map per lookup was a large part of what a
+// lookup allocates, and allocation during a GC cycle is paid in marking.
+func (x *Indexer) FindMatchesInto(out TieredMatches, hashes []kv.LocalBlockHash) TieredMatches {
 	dev := x.tiers[kv.TierDevice]
 	x.depths = dev.matchDepths(hashes, x.depths[:0])
-	out := make(TieredMatches, len(x.depths))
+	if out == nil {
+		out = make(TieredMatches, len(x.depths))
+	} else {
+		clear(out)
+	}
 	for _, d := range x.depths {
 		rs := &dev.ranks[d.id]
 		out[rs.rank] = TierMatch{Device: d.depth, TreeSize: uint64(len(rs.blocks))}

@@ -50,6 +50,11 @@ func TestIndexerTieredMatches(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Fatalf("got %v\nwant %v", got, want)
 	}
+	// Into a reused map holding another prompt's answer: the same.
+	stale := TieredMatches{w3: {Device: 9}, kv.WorkerWithDpRank{WorkerID: 99}: {Device: 1}}
+	if again := x.FindMatchesInto(stale, locals(1, 2, 3, 4, 5, 6, 7)); !maps.Equal(again, want) {
+		t.Fatalf("into a reused map: got %v\nwant %v", again, want)
+	}
 	if x.Len() != 5 || x.Tier(kv.TierExternal).Len() != 3 || x.Tier(kv.NumTiers) != nil {
 		t.Fatalf("len %d external %d", x.Len(), x.Tier(kv.TierExternal).Len())
 	}

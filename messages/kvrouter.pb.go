@@ -922,126 +922,32 @@ func (x *ScoreRequest) GetLocalHashes() []uint64 {
 	return nil
 }
 
-type WorkerOverlap struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Worker       *WorkerRank            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	DeviceBlocks uint32                 `protobuf:"varint,2,opt,name=device_blocks,json=deviceBlocks,proto3" json:"device_blocks,omitempty"` // consecutive prefix blocks on the device tier
-	HostBlocks   uint32                 `protobuf:"varint,3,opt,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`       // blocks continuing the prefix on host memory
-	DiskBlocks   uint32                 `protobuf:"varint,4,opt,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`       // blocks continuing the prefix on disk
-	TreeSize     uint64                 `protobuf:"varint,5,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`             // blocks the worker has indexed on the device tier
-	// predicted_blocks is set when device_blocks comes from this replica's
-	// own routing predictions rather than the engine's events: the engine
-	// has not stored those blocks yet, so a request routed on them still
-	// prefills them.
-	Predicted             bool   `protobuf:"varint,6,opt,name=predicted,proto3" json:"predicted,omitempty"`
-	ConfirmedDeviceBlocks uint32 `protobuf:"varint,7,opt,name=confirmed_device_blocks,json=confirmedDeviceBlocks,proto3" json:"confirmed_device_blocks,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
-}
-
-func (x *WorkerOverlap) Reset() {
-	*x = WorkerOverlap{}
-	mi := &file_kvrouter_proto_msgTypes[11]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WorkerOverlap) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WorkerOverlap) ProtoMessage() {}
-
-func (x *WorkerOverlap) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[11]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WorkerOverlap.ProtoReflect.Descriptor instead.
-func (*WorkerOverlap) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{11}
-}
-
-func (x *WorkerOverlap) GetWorker() *WorkerRank {
-	if x != nil {
-		return x.Worker
-	}
-	return nil
-}
-
-func (x *WorkerOverlap) GetDeviceBlocks() uint32 {
-	if x != nil {
-		return x.DeviceBlocks
-	}
-	return 0
-}
-
-func (x *WorkerOverlap) GetHostBlocks() uint32 {
-	if x != nil {
-		return x.HostBlocks
-	}
-	return 0
-}
-
-func (x *WorkerOverlap) GetDiskBlocks() uint32 {
-	if x != nil {
-		return x.DiskBlocks
-	}
-	return 0
-}
-
-func (x *WorkerOverlap) GetTreeSize() uint64 {
-	if x != nil {
-		return x.TreeSize
-	}
-	return 0
-}
-
-func (x *WorkerOverlap) GetPredicted() bool {
-	if x != nil {
-		return x.Predicted
-	}
-	return false
-}
-
-func (x *WorkerOverlap) GetConfirmedDeviceBlocks() uint32 {
-	if x != nil {
-		return x.ConfirmedDeviceBlocks
-	}
-	return 0
-}
-
 // RankOverlaps is a set of ranks' prefix overlaps as parallel arrays in
-// kv.CompareRanks order (entry i of each array describes one rank), so a
-// shard's answer for thousands of workers is a few allocations rather
-// than a message per worker. The fields mean what WorkerOverlap's do;
-// predicted_rows lists, ascending, the rows whose device_blocks come from
-// this replica's routing predictions, and confirmed_device_blocks (same
-// length) the engine-confirmed depth of each.
+// kv.CompareRanks order (entry i of each array describes one rank), so an
+// answer for thousands of workers is a few allocations rather than a
+// message per worker.
 type RankOverlaps struct {
-	state                 protoimpl.MessageState `protogen:"open.v1"`
-	WorkerIds             []uint64               `protobuf:"varint,1,rep,packed,name=worker_ids,json=workerIds,proto3" json:"worker_ids,omitempty"`
-	DpRanks               []uint32               `protobuf:"varint,2,rep,packed,name=dp_ranks,json=dpRanks,proto3" json:"dp_ranks,omitempty"`
-	DeviceBlocks          []uint32               `protobuf:"varint,3,rep,packed,name=device_blocks,json=deviceBlocks,proto3" json:"device_blocks,omitempty"`
-	HostBlocks            []uint32               `protobuf:"varint,4,rep,packed,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`
-	DiskBlocks            []uint32               `protobuf:"varint,5,rep,packed,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`
-	TreeSizes             []uint64               `protobuf:"varint,6,rep,packed,name=tree_sizes,json=treeSizes,proto3" json:"tree_sizes,omitempty"`
-	PredictedRows         []uint32               `protobuf:"varint,7,rep,packed,name=predicted_rows,json=predictedRows,proto3" json:"predicted_rows,omitempty"`
-	ConfirmedDeviceBlocks []uint32               `protobuf:"varint,8,rep,packed,name=confirmed_device_blocks,json=confirmedDeviceBlocks,proto3" json:"confirmed_device_blocks,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	WorkerIds    []uint64               `protobuf:"varint,1,rep,packed,name=worker_ids,json=workerIds,proto3" json:"worker_ids,omitempty"`
+	DpRanks      []uint32               `protobuf:"varint,2,rep,packed,name=dp_ranks,json=dpRanks,proto3" json:"dp_ranks,omitempty"`
+	DeviceBlocks []uint32               `protobuf:"varint,3,rep,packed,name=device_blocks,json=deviceBlocks,proto3" json:"device_blocks,omitempty"` // consecutive prefix blocks on the device tier
+	HostBlocks   []uint32               `protobuf:"varint,4,rep,packed,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`       // blocks continuing the prefix on host memory
+	DiskBlocks   []uint32               `protobuf:"varint,5,rep,packed,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`       // blocks continuing the prefix on disk
+	TreeSizes    []uint64               `protobuf:"varint,6,rep,packed,name=tree_sizes,json=treeSizes,proto3" json:"tree_sizes,omitempty"`          // blocks the rank has indexed on the device tier
+	// predicted_rows lists, ascending, the rows whose device_blocks come from
+	// this replica's own routing predictions rather than the engine's events
+	// (the engine has not stored those blocks yet, so a request routed on
+	// them still prefills them); confirmed_device_blocks (same length) is
+	// the engine-confirmed depth of each.
+	PredictedRows         []uint32 `protobuf:"varint,7,rep,packed,name=predicted_rows,json=predictedRows,proto3" json:"predicted_rows,omitempty"`
+	ConfirmedDeviceBlocks []uint32 `protobuf:"varint,8,rep,packed,name=confirmed_device_blocks,json=confirmedDeviceBlocks,proto3" json:"confirmed_device_blocks,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RankOverlaps) Reset() {
 	*x = RankOverlaps{}
-	mi := &file_kvrouter_proto_msgTypes[12]
+	mi := &file_kvrouter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +959,7 @@ func (x *RankOverlaps) String() string {
 func (*RankOverlaps) ProtoMessage() {}
 
 func (x *RankOverlaps) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[12]
+	mi := &file_kvrouter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +972,7 @@ func (x *RankOverlaps) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankOverlaps.ProtoReflect.Descriptor instead.
 func (*RankOverlaps) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{12}
+	return file_kvrouter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RankOverlaps) GetWorkerIds() []uint64 {
@@ -1142,7 +1048,7 @@ type OverlapReply struct {
 
 func (x *OverlapReply) Reset() {
 	*x = OverlapReply{}
-	mi := &file_kvrouter_proto_msgTypes[13]
+	mi := &file_kvrouter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1060,7 @@ func (x *OverlapReply) String() string {
 func (*OverlapReply) ProtoMessage() {}
 
 func (x *OverlapReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[13]
+	mi := &file_kvrouter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1073,7 @@ func (x *OverlapReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapReply.ProtoReflect.Descriptor instead.
 func (*OverlapReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{13}
+	return file_kvrouter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OverlapReply) GetQueryId() uint64 {
@@ -1228,7 +1134,7 @@ type AddRequest struct {
 
 func (x *AddRequest) Reset() {
 	*x = AddRequest{}
-	mi := &file_kvrouter_proto_msgTypes[14]
+	mi := &file_kvrouter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1146,7 @@ func (x *AddRequest) String() string {
 func (*AddRequest) ProtoMessage() {}
 
 func (x *AddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[14]
+	mi := &file_kvrouter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1159,7 @@ func (x *AddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRequest.ProtoReflect.Descriptor instead.
 func (*AddRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{14}
+	return file_kvrouter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AddRequest) GetRequestId() string {
@@ -1335,7 +1241,7 @@ type MarkPrefillCompleted struct {
 
 func (x *MarkPrefillCompleted) Reset() {
 	*x = MarkPrefillCompleted{}
-	mi := &file_kvrouter_proto_msgTypes[15]
+	mi := &file_kvrouter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1253,7 @@ func (x *MarkPrefillCompleted) String() string {
 func (*MarkPrefillCompleted) ProtoMessage() {}
 
 func (x *MarkPrefillCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[15]
+	mi := &file_kvrouter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1266,7 @@ func (x *MarkPrefillCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleted.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleted) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{15}
+	return file_kvrouter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MarkPrefillCompleted) GetRequestId() string {
@@ -1379,7 +1285,7 @@ type FreeRequest struct {
 
 func (x *FreeRequest) Reset() {
 	*x = FreeRequest{}
-	mi := &file_kvrouter_proto_msgTypes[16]
+	mi := &file_kvrouter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1297,7 @@ func (x *FreeRequest) String() string {
 func (*FreeRequest) ProtoMessage() {}
 
 func (x *FreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[16]
+	mi := &file_kvrouter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1310,7 @@ func (x *FreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeRequest.ProtoReflect.Descriptor instead.
 func (*FreeRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{16}
+	return file_kvrouter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FreeRequest) GetRequestId() string {
@@ -1426,7 +1332,7 @@ type AddOutputBlock struct {
 
 func (x *AddOutputBlock) Reset() {
 	*x = AddOutputBlock{}
-	mi := &file_kvrouter_proto_msgTypes[17]
+	mi := &file_kvrouter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1344,7 @@ func (x *AddOutputBlock) String() string {
 func (*AddOutputBlock) ProtoMessage() {}
 
 func (x *AddOutputBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[17]
+	mi := &file_kvrouter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1357,7 @@ func (x *AddOutputBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddOutputBlock.ProtoReflect.Descriptor instead.
 func (*AddOutputBlock) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{17}
+	return file_kvrouter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddOutputBlock) GetRequestId() string {
@@ -1480,7 +1386,7 @@ type LoadQuery struct {
 
 func (x *LoadQuery) Reset() {
 	*x = LoadQuery{}
-	mi := &file_kvrouter_proto_msgTypes[18]
+	mi := &file_kvrouter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1398,7 @@ func (x *LoadQuery) String() string {
 func (*LoadQuery) ProtoMessage() {}
 
 func (x *LoadQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[18]
+	mi := &file_kvrouter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1411,7 @@ func (x *LoadQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadQuery.ProtoReflect.Descriptor instead.
 func (*LoadQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{18}
+	return file_kvrouter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LoadQuery) GetQueryId() uint64 {
@@ -1558,7 +1464,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1476,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[19]
+	mi := &file_kvrouter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1489,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{19}
+	return file_kvrouter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LoadReply) GetQueryId() uint64 {
@@ -1685,7 +1591,7 @@ type RankLoad struct {
 
 func (x *RankLoad) Reset() {
 	*x = RankLoad{}
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1603,7 @@ func (x *RankLoad) String() string {
 func (*RankLoad) ProtoMessage() {}
 
 func (x *RankLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[20]
+	mi := &file_kvrouter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1616,7 @@ func (x *RankLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankLoad.ProtoReflect.Descriptor instead.
 func (*RankLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{20}
+	return file_kvrouter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RankLoad) GetWorker() *WorkerRank {
@@ -1801,7 +1707,7 @@ type RankLoadQuery struct {
 
 func (x *RankLoadQuery) Reset() {
 	*x = RankLoadQuery{}
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1719,7 @@ func (x *RankLoadQuery) String() string {
 func (*RankLoadQuery) ProtoMessage() {}
 
 func (x *RankLoadQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[21]
+	mi := &file_kvrouter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1732,7 @@ func (x *RankLoadQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankLoadQuery.ProtoReflect.Descriptor instead.
 func (*RankLoadQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{21}
+	return file_kvrouter_proto_rawDescGZIP(), []int{20}
 }
 
 type RouterConfigOverride struct {
@@ -1844,7 +1750,7 @@ type RouterConfigOverride struct {
 
 func (x *RouterConfigOverride) Reset() {
 	*x = RouterConfigOverride{}
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1762,7 @@ func (x *RouterConfigOverride) String() string {
 func (*RouterConfigOverride) ProtoMessage() {}
 
 func (x *RouterConfigOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[22]
+	mi := &file_kvrouter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1775,7 @@ func (x *RouterConfigOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterConfigOverride.ProtoReflect.Descriptor instead.
 func (*RouterConfigOverride) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{22}
+	return file_kvrouter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RouterConfigOverride) GetOverlapScoreWeight() float64 {
@@ -1944,7 +1850,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +1862,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[23]
+	mi := &file_kvrouter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +1875,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{23}
+	return file_kvrouter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -2062,7 +1968,7 @@ type CancelRoute struct {
 
 func (x *CancelRoute) Reset() {
 	*x = CancelRoute{}
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +1980,7 @@ func (x *CancelRoute) String() string {
 func (*CancelRoute) ProtoMessage() {}
 
 func (x *CancelRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[24]
+	mi := &file_kvrouter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +1993,7 @@ func (x *CancelRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRoute.ProtoReflect.Descriptor instead.
 func (*CancelRoute) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{24}
+	return file_kvrouter_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelRoute) GetCancelToken() uint64 {
@@ -2125,7 +2031,7 @@ type RouteReply struct {
 
 func (x *RouteReply) Reset() {
 	*x = RouteReply{}
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2043,7 @@ func (x *RouteReply) String() string {
 func (*RouteReply) ProtoMessage() {}
 
 func (x *RouteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[25]
+	mi := &file_kvrouter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2056,7 @@ func (x *RouteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteReply.ProtoReflect.Descriptor instead.
 func (*RouteReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{25}
+	return file_kvrouter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RouteReply) GetWorker() *WorkerRank {
@@ -2222,7 +2128,7 @@ type SequenceEvent struct {
 
 func (x *SequenceEvent) Reset() {
 	*x = SequenceEvent{}
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2140,7 @@ func (x *SequenceEvent) String() string {
 func (*SequenceEvent) ProtoMessage() {}
 
 func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[26]
+	mi := &file_kvrouter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2153,7 @@ func (x *SequenceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEvent.ProtoReflect.Descriptor instead.
 func (*SequenceEvent) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{26}
+	return file_kvrouter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SequenceEvent) GetOrigin() string {
@@ -2366,7 +2272,7 @@ type SessionBound struct {
 
 func (x *SessionBound) Reset() {
 	*x = SessionBound{}
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2284,7 @@ func (x *SessionBound) String() string {
 func (*SessionBound) ProtoMessage() {}
 
 func (x *SessionBound) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[27]
+	mi := &file_kvrouter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2297,7 @@ func (x *SessionBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionBound.ProtoReflect.Descriptor instead.
 func (*SessionBound) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{27}
+	return file_kvrouter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionBound) GetSessionId() string {
@@ -2444,7 +2350,7 @@ type SessionEnded struct {
 
 func (x *SessionEnded) Reset() {
 	*x = SessionEnded{}
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2362,7 @@ func (x *SessionEnded) String() string {
 func (*SessionEnded) ProtoMessage() {}
 
 func (x *SessionEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[28]
+	mi := &file_kvrouter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2375,7 @@ func (x *SessionEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
 func (*SessionEnded) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{28}
+	return file_kvrouter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionEnded) GetSessionId() string {
@@ -2519,7 +2425,7 @@ type SessionTable struct {
 
 func (x *SessionTable) Reset() {
 	*x = SessionTable{}
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2437,7 @@ func (x *SessionTable) String() string {
 func (*SessionTable) ProtoMessage() {}
 
 func (x *SessionTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[29]
+	mi := &file_kvrouter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2450,7 @@ func (x *SessionTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTable.ProtoReflect.Descriptor instead.
 func (*SessionTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{29}
+	return file_kvrouter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SessionTable) GetEntries() []*SequenceEvent {
@@ -2563,7 +2469,7 @@ type SequenceEventBatch struct {
 
 func (x *SequenceEventBatch) Reset() {
 	*x = SequenceEventBatch{}
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2481,7 @@ func (x *SequenceEventBatch) String() string {
 func (*SequenceEventBatch) ProtoMessage() {}
 
 func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[30]
+	mi := &file_kvrouter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2494,7 @@ func (x *SequenceEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceEventBatch.ProtoReflect.Descriptor instead.
 func (*SequenceEventBatch) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{30}
+	return file_kvrouter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SequenceEventBatch) GetEvents() []*SequenceEvent {
@@ -2617,7 +2523,7 @@ type WorkerHeartbeat struct {
 
 func (x *WorkerHeartbeat) Reset() {
 	*x = WorkerHeartbeat{}
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2535,7 @@ func (x *WorkerHeartbeat) String() string {
 func (*WorkerHeartbeat) ProtoMessage() {}
 
 func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[31]
+	mi := &file_kvrouter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2548,7 @@ func (x *WorkerHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkerHeartbeat) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{31}
+	return file_kvrouter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkerHeartbeat) GetWorkerId() uint64 {
@@ -2735,7 +2641,7 @@ type WorkerUp struct {
 
 func (x *WorkerUp) Reset() {
 	*x = WorkerUp{}
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2653,7 @@ func (x *WorkerUp) String() string {
 func (*WorkerUp) ProtoMessage() {}
 
 func (x *WorkerUp) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[32]
+	mi := &file_kvrouter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2666,7 @@ func (x *WorkerUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUp.ProtoReflect.Descriptor instead.
 func (*WorkerUp) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{32}
+	return file_kvrouter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkerUp) GetWorker() *WorkerHeartbeat {
@@ -2795,7 +2701,7 @@ type WorkerUpReply struct {
 
 func (x *WorkerUpReply) Reset() {
 	*x = WorkerUpReply{}
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2713,7 @@ func (x *WorkerUpReply) String() string {
 func (*WorkerUpReply) ProtoMessage() {}
 
 func (x *WorkerUpReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[33]
+	mi := &file_kvrouter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2726,7 @@ func (x *WorkerUpReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUpReply.ProtoReflect.Descriptor instead.
 func (*WorkerUpReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{33}
+	return file_kvrouter_proto_rawDescGZIP(), []int{32}
 }
 
 // RankTableQuery asks the registry to publish the rank table again: a
@@ -2833,7 +2739,7 @@ type RankTableQuery struct {
 
 func (x *RankTableQuery) Reset() {
 	*x = RankTableQuery{}
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2751,7 @@ func (x *RankTableQuery) String() string {
 func (*RankTableQuery) ProtoMessage() {}
 
 func (x *RankTableQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[34]
+	mi := &file_kvrouter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +2764,7 @@ func (x *RankTableQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTableQuery.ProtoReflect.Descriptor instead.
 func (*RankTableQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{34}
+	return file_kvrouter_proto_rawDescGZIP(), []int{33}
 }
 
 // PublishRankTable is the registry's note to itself: publish the rank
@@ -2872,7 +2778,7 @@ type PublishRankTable struct {
 
 func (x *PublishRankTable) Reset() {
 	*x = PublishRankTable{}
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +2790,7 @@ func (x *PublishRankTable) String() string {
 func (*PublishRankTable) ProtoMessage() {}
 
 func (x *PublishRankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[35]
+	mi := &file_kvrouter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +2803,7 @@ func (x *PublishRankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRankTable.ProtoReflect.Descriptor instead.
 func (*PublishRankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{35}
+	return file_kvrouter_proto_rawDescGZIP(), []int{34}
 }
 
 // RoutingDecision tells an approximate-mode shard that a request's blocks
@@ -2912,7 +2818,7 @@ type RoutingDecision struct {
 
 func (x *RoutingDecision) Reset() {
 	*x = RoutingDecision{}
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +2830,7 @@ func (x *RoutingDecision) String() string {
 func (*RoutingDecision) ProtoMessage() {}
 
 func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[36]
+	mi := &file_kvrouter_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +2843,7 @@ func (x *RoutingDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingDecision.ProtoReflect.Descriptor instead.
 func (*RoutingDecision) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{36}
+	return file_kvrouter_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RoutingDecision) GetWorker() *WorkerRank {
@@ -2966,7 +2872,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2978,7 +2884,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[37]
+	mi := &file_kvrouter_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2991,7 +2897,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{37}
+	return file_kvrouter_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Tick) GetUnixNano() int64 {
@@ -3013,7 +2919,7 @@ type RouteError struct {
 
 func (x *RouteError) Reset() {
 	*x = RouteError{}
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +2931,7 @@ func (x *RouteError) String() string {
 func (*RouteError) ProtoMessage() {}
 
 func (x *RouteError) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[38]
+	mi := &file_kvrouter_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +2944,7 @@ func (x *RouteError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteError.ProtoReflect.Descriptor instead.
 func (*RouteError) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{38}
+	return file_kvrouter_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RouteError) GetCode() RouteErrorCode {
@@ -3087,7 +2993,7 @@ type RequestLifecycle struct {
 
 func (x *RequestLifecycle) Reset() {
 	*x = RequestLifecycle{}
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3005,7 @@ func (x *RequestLifecycle) String() string {
 func (*RequestLifecycle) ProtoMessage() {}
 
 func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3018,7 @@ func (x *RequestLifecycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestLifecycle.ProtoReflect.Descriptor instead.
 func (*RequestLifecycle) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+	return file_kvrouter_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RequestLifecycle) GetRequestId() string {
@@ -3189,7 +3095,7 @@ type LifecycleReply struct {
 
 func (x *LifecycleReply) Reset() {
 	*x = LifecycleReply{}
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3107,7 @@ func (x *LifecycleReply) String() string {
 func (*LifecycleReply) ProtoMessage() {}
 
 func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3120,7 @@ func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
 func (*LifecycleReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LifecycleReply) GetRequestId() string {
@@ -3239,7 +3145,7 @@ type RegistryQuery struct {
 
 func (x *RegistryQuery) Reset() {
 	*x = RegistryQuery{}
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3157,7 @@ func (x *RegistryQuery) String() string {
 func (*RegistryQuery) ProtoMessage() {}
 
 func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3170,7 @@ func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
 func (*RegistryQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
 }
 
 type RegisteredWorker struct {
@@ -3282,7 +3188,7 @@ type RegisteredWorker struct {
 
 func (x *RegisteredWorker) Reset() {
 	*x = RegisteredWorker{}
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3294,7 +3200,7 @@ func (x *RegisteredWorker) String() string {
 func (*RegisteredWorker) ProtoMessage() {}
 
 func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3307,7 +3213,7 @@ func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
 func (*RegisteredWorker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
@@ -3372,7 +3278,7 @@ type RegistryReply struct {
 
 func (x *RegistryReply) Reset() {
 	*x = RegistryReply{}
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3290,7 @@ func (x *RegistryReply) String() string {
 func (*RegistryReply) ProtoMessage() {}
 
 func (x *RegistryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3303,7 @@ func (x *RegistryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
 func (*RegistryReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
@@ -3443,7 +3349,7 @@ type ShardStatsQuery struct {
 
 func (x *ShardStatsQuery) Reset() {
 	*x = ShardStatsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +3361,7 @@ func (x *ShardStatsQuery) String() string {
 func (*ShardStatsQuery) ProtoMessage() {}
 
 func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +3374,7 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
 }
 
 type WorkerBlocks struct {
@@ -3481,7 +3387,7 @@ type WorkerBlocks struct {
 
 func (x *WorkerBlocks) Reset() {
 	*x = WorkerBlocks{}
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3399,7 @@ func (x *WorkerBlocks) String() string {
 func (*WorkerBlocks) ProtoMessage() {}
 
 func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3412,7 @@ func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
 func (*WorkerBlocks) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WorkerBlocks) GetWorker() *WorkerRank {
@@ -3538,7 +3444,7 @@ type ShardStatsReply struct {
 
 func (x *ShardStatsReply) Reset() {
 	*x = ShardStatsReply{}
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3456,7 @@ func (x *ShardStatsReply) String() string {
 func (*ShardStatsReply) ProtoMessage() {}
 
 func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3469,7 @@ func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
 func (*ShardStatsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ShardStatsReply) GetShard() uint32 {
@@ -3616,7 +3522,7 @@ type PotentialLoad struct {
 
 func (x *PotentialLoad) Reset() {
 	*x = PotentialLoad{}
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3534,7 @@ func (x *PotentialLoad) String() string {
 func (*PotentialLoad) ProtoMessage() {}
 
 func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3547,7 @@ func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
 func (*PotentialLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PotentialLoad) GetWorker() *WorkerRank {
@@ -3690,7 +3596,7 @@ type DropOrigin struct {
 
 func (x *DropOrigin) Reset() {
 	*x = DropOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3608,7 @@ func (x *DropOrigin) String() string {
 func (*DropOrigin) ProtoMessage() {}
 
 func (x *DropOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3621,7 @@ func (x *DropOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
 func (*DropOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DropOrigin) GetOrigin() string {
@@ -3736,7 +3642,7 @@ type StaleRequestsFreed struct {
 
 func (x *StaleRequestsFreed) Reset() {
 	*x = StaleRequestsFreed{}
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3748,7 +3654,7 @@ func (x *StaleRequestsFreed) String() string {
 func (*StaleRequestsFreed) ProtoMessage() {}
 
 func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3761,7 +3667,7 @@ func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
 func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StaleRequestsFreed) GetRequestIds() []string {
@@ -3783,7 +3689,7 @@ type ActiveRequestsQuery struct {
 
 func (x *ActiveRequestsQuery) Reset() {
 	*x = ActiveRequestsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3701,7 @@ func (x *ActiveRequestsQuery) String() string {
 func (*ActiveRequestsQuery) ProtoMessage() {}
 
 func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3714,7 @@ func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ActiveRequestsQuery) GetOrigin() string {
@@ -3840,7 +3746,7 @@ type ActiveRequestsReply struct {
 
 func (x *ActiveRequestsReply) Reset() {
 	*x = ActiveRequestsReply{}
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +3758,7 @@ func (x *ActiveRequestsReply) String() string {
 func (*ActiveRequestsReply) ProtoMessage() {}
 
 func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +3771,7 @@ func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
@@ -3901,7 +3807,7 @@ type ReplaceOrigin struct {
 
 func (x *ReplaceOrigin) Reset() {
 	*x = ReplaceOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3913,7 +3819,7 @@ func (x *ReplaceOrigin) String() string {
 func (*ReplaceOrigin) ProtoMessage() {}
 
 func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3926,7 +3832,7 @@ func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
 func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReplaceOrigin) GetOrigin() string {
@@ -3954,7 +3860,7 @@ type OverlapScoresQuery struct {
 
 func (x *OverlapScoresQuery) Reset() {
 	*x = OverlapScoresQuery{}
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3966,7 +3872,7 @@ func (x *OverlapScoresQuery) String() string {
 func (*OverlapScoresQuery) ProtoMessage() {}
 
 func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3979,7 +3885,7 @@ func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
 func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
@@ -3998,17 +3904,19 @@ func (x *OverlapScoresQuery) GetLoraName() string {
 
 type OverlapScoresReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Overlaps      []*WorkerOverlap       `protobuf:"bytes,1,rep,name=overlaps,proto3" json:"overlaps,omitempty"`
 	RequestBlocks uint32                 `protobuf:"varint,2,opt,name=request_blocks,json=requestBlocks,proto3" json:"request_blocks,omitempty"`
 	// shared_blocks is the prompt's longest prefix in the shared tier.
-	SharedBlocks  uint32 `protobuf:"varint,3,opt,name=shared_blocks,json=sharedBlocks,proto3" json:"shared_blocks,omitempty"`
+	SharedBlocks uint32 `protobuf:"varint,3,opt,name=shared_blocks,json=sharedBlocks,proto3" json:"shared_blocks,omitempty"`
+	// ranks holds every registered rank, sorted, a rank holding nothing with
+	// zeros: a fleet of 7,000 workers is a few arrays, not 14,000 messages.
+	Ranks         *RankOverlaps `protobuf:"bytes,4,opt,name=ranks,proto3" json:"ranks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OverlapScoresReply) Reset() {
 	*x = OverlapScoresReply{}
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +3928,7 @@ func (x *OverlapScoresReply) String() string {
 func (*OverlapScoresReply) ProtoMessage() {}
 
 func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,14 +3941,7 @@ func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
 func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{54}
-}
-
-func (x *OverlapScoresReply) GetOverlaps() []*WorkerOverlap {
-	if x != nil {
-		return x.Overlaps
-	}
-	return nil
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *OverlapScoresReply) GetRequestBlocks() uint32 {
@@ -4057,6 +3958,13 @@ func (x *OverlapScoresReply) GetSharedBlocks() uint32 {
 	return 0
 }
 
+func (x *OverlapScoresReply) GetRanks() *RankOverlaps {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
 // PotentialLoadsQuery asks what a prospective prompt would do to every
 // worker's load (no state change).
 type PotentialLoadsQuery struct {
@@ -4069,7 +3977,7 @@ type PotentialLoadsQuery struct {
 
 func (x *PotentialLoadsQuery) Reset() {
 	*x = PotentialLoadsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +3989,7 @@ func (x *PotentialLoadsQuery) String() string {
 func (*PotentialLoadsQuery) ProtoMessage() {}
 
 func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4002,7 @@ func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
@@ -4120,7 +4028,7 @@ type PotentialLoadsReply struct {
 
 func (x *PotentialLoadsReply) Reset() {
 	*x = PotentialLoadsReply{}
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4132,7 +4040,7 @@ func (x *PotentialLoadsReply) String() string {
 func (*PotentialLoadsReply) ProtoMessage() {}
 
 func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4145,7 +4053,7 @@ func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
@@ -4170,7 +4078,7 @@ type ClusterDigest struct {
 
 func (x *ClusterDigest) Reset() {
 	*x = ClusterDigest{}
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4090,7 @@ func (x *ClusterDigest) String() string {
 func (*ClusterDigest) ProtoMessage() {}
 
 func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4103,7 @@ func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
 func (*ClusterDigest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{57}
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ClusterDigest) GetOrigin() string {
@@ -4236,7 +4144,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4156,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4169,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{58}
+	return file_kvrouter_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StateRequest) GetRequester() string {
@@ -4283,7 +4191,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4295,7 +4203,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4308,7 +4216,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{59}
+	return file_kvrouter_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StateSnapshot) GetOrigin() string {
@@ -4342,7 +4250,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4262,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4275,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{60}
+	return file_kvrouter_proto_rawDescGZIP(), []int{59}
 }
 
 // DumpQuery asks a shard for its whole index as single-block Stored
@@ -4380,7 +4288,7 @@ type DumpQuery struct {
 
 func (x *DumpQuery) Reset() {
 	*x = DumpQuery{}
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4300,7 @@ func (x *DumpQuery) String() string {
 func (*DumpQuery) ProtoMessage() {}
 
 func (x *DumpQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4313,7 @@ func (x *DumpQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
 func (*DumpQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{61}
+	return file_kvrouter_proto_rawDescGZIP(), []int{60}
 }
 
 // RankEntry is one registered worker rank as the registry publishes it:
@@ -4424,7 +4332,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4436,7 +4344,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4449,7 +4357,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{62}
+	return file_kvrouter_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -4507,7 +4415,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4519,7 +4427,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4532,7 +4440,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{63}
+	return file_kvrouter_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -4553,7 +4461,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +4473,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +4486,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{64}
+	return file_kvrouter_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -4602,7 +4510,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4614,7 +4522,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4627,7 +4535,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{65}
+	return file_kvrouter_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -4661,7 +4569,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4673,7 +4581,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4686,7 +4594,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+	return file_kvrouter_proto_rawDescGZIP(), []int{65}
 }
 
 type TrackedReply struct {
@@ -4699,7 +4607,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +4619,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +4632,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -4753,7 +4661,7 @@ type SessionUpdates struct {
 
 func (x *SessionUpdates) Reset() {
 	*x = SessionUpdates{}
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +4673,7 @@ func (x *SessionUpdates) String() string {
 func (*SessionUpdates) ProtoMessage() {}
 
 func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +4686,7 @@ func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUpdates.ProtoReflect.Descriptor instead.
 func (*SessionUpdates) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{68}
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SessionUpdates) GetEvents() []*SequenceEvent {
@@ -4798,7 +4706,7 @@ type EndSession struct {
 
 func (x *EndSession) Reset() {
 	*x = EndSession{}
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +4718,7 @@ func (x *EndSession) String() string {
 func (*EndSession) ProtoMessage() {}
 
 func (x *EndSession) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +4731,7 @@ func (x *EndSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSession.ProtoReflect.Descriptor instead.
 func (*EndSession) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{69}
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *EndSession) GetSessionId() string {
@@ -4843,7 +4751,7 @@ type EndSessionReply struct {
 
 func (x *EndSessionReply) Reset() {
 	*x = EndSessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4855,7 +4763,7 @@ func (x *EndSessionReply) String() string {
 func (*EndSessionReply) ProtoMessage() {}
 
 func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4868,7 +4776,7 @@ func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionReply.ProtoReflect.Descriptor instead.
 func (*EndSessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{70}
+	return file_kvrouter_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EndSessionReply) GetFound() bool {
@@ -4895,7 +4803,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4907,7 +4815,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4920,7 +4828,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{71}
+	return file_kvrouter_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SessionQuery) GetSessionId() string {
@@ -4942,7 +4850,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4954,7 +4862,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4967,7 +4875,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{72}
+	return file_kvrouter_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SessionReply) GetFound() bool {
@@ -5007,7 +4915,7 @@ type SessionDigestQuery struct {
 
 func (x *SessionDigestQuery) Reset() {
 	*x = SessionDigestQuery{}
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5019,7 +4927,7 @@ func (x *SessionDigestQuery) String() string {
 func (*SessionDigestQuery) ProtoMessage() {}
 
 func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5032,7 +4940,7 @@ func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
 func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{73}
+	return file_kvrouter_proto_rawDescGZIP(), []int{72}
 }
 
 type SessionDigestReply struct {
@@ -5045,7 +4953,7 @@ type SessionDigestReply struct {
 
 func (x *SessionDigestReply) Reset() {
 	*x = SessionDigestReply{}
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5057,7 +4965,7 @@ func (x *SessionDigestReply) String() string {
 func (*SessionDigestReply) ProtoMessage() {}
 
 func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5070,7 +4978,7 @@ func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
 func (*SessionDigestReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{74}
+	return file_kvrouter_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SessionDigestReply) GetCount() uint64 {
@@ -5097,7 +5005,7 @@ type SessionSnapshotQuery struct {
 
 func (x *SessionSnapshotQuery) Reset() {
 	*x = SessionSnapshotQuery{}
-	mi := &file_kvrouter_proto_msgTypes[75]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5109,7 +5017,7 @@ func (x *SessionSnapshotQuery) String() string {
 func (*SessionSnapshotQuery) ProtoMessage() {}
 
 func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[75]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5122,7 +5030,7 @@ func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
 func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{75}
+	return file_kvrouter_proto_rawDescGZIP(), []int{74}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -5173,17 +5081,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\achanged\x18\x02 \x01(\bR\achanged\"L\n" +
 	"\fScoreRequest\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\x04R\aqueryId\x12!\n" +
-	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"\xa0\x02\n" +
-	"\rWorkerOverlap\x125\n" +
-	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12#\n" +
-	"\rdevice_blocks\x18\x02 \x01(\rR\fdeviceBlocks\x12\x1f\n" +
-	"\vhost_blocks\x18\x03 \x01(\rR\n" +
-	"hostBlocks\x12\x1f\n" +
-	"\vdisk_blocks\x18\x04 \x01(\rR\n" +
-	"diskBlocks\x12\x1b\n" +
-	"\ttree_size\x18\x05 \x01(\x04R\btreeSize\x12\x1c\n" +
-	"\tpredicted\x18\x06 \x01(\bR\tpredicted\x126\n" +
-	"\x17confirmed_device_blocks\x18\a \x01(\rR\x15confirmedDeviceBlocks\"\xad\x02\n" +
+	"\flocal_hashes\x18\x02 \x03(\x04R\vlocalHashes\"\xad\x02\n" +
 	"\fRankOverlaps\x12\x1d\n" +
 	"\n" +
 	"worker_ids\x18\x01 \x03(\x04R\tworkerIds\x12\x19\n" +
@@ -5430,11 +5328,11 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x06events\x18\x02 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"N\n" +
 	"\x12OverlapScoresQuery\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
-	"\tlora_name\x18\x02 \x01(\tR\bloraName\"\x9e\x01\n" +
-	"\x12OverlapScoresReply\x12<\n" +
-	"\boverlaps\x18\x01 \x03(\v2 .kvrouter.internal.WorkerOverlapR\boverlaps\x12%\n" +
+	"\tlora_name\x18\x02 \x01(\tR\bloraName\"\x9d\x01\n" +
+	"\x12OverlapScoresReply\x12%\n" +
 	"\x0erequest_blocks\x18\x02 \x01(\rR\rrequestBlocks\x12#\n" +
-	"\rshared_blocks\x18\x03 \x01(\rR\fsharedBlocks\"O\n" +
+	"\rshared_blocks\x18\x03 \x01(\rR\fsharedBlocks\x125\n" +
+	"\x05ranks\x18\x04 \x01(\v2\x1f.kvrouter.internal.RankOverlapsR\x05ranksJ\x04\b\x01\x10\x02\"O\n" +
 	"\x13PotentialLoadsQuery\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
 	"\tlora_name\x18\x02 \x01(\tR\bloraName\"M\n" +
@@ -5534,7 +5432,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
@@ -5551,72 +5449,71 @@ var file_kvrouter_proto_goTypes = []any{
 	(*WorkerCondition)(nil),      // 12: kvrouter.internal.WorkerCondition
 	(*WorkerConditionReply)(nil), // 13: kvrouter.internal.WorkerConditionReply
 	(*ScoreRequest)(nil),         // 14: kvrouter.internal.ScoreRequest
-	(*WorkerOverlap)(nil),        // 15: kvrouter.internal.WorkerOverlap
-	(*RankOverlaps)(nil),         // 16: kvrouter.internal.RankOverlaps
-	(*OverlapReply)(nil),         // 17: kvrouter.internal.OverlapReply
-	(*AddRequest)(nil),           // 18: kvrouter.internal.AddRequest
-	(*MarkPrefillCompleted)(nil), // 19: kvrouter.internal.MarkPrefillCompleted
-	(*FreeRequest)(nil),          // 20: kvrouter.internal.FreeRequest
-	(*AddOutputBlock)(nil),       // 21: kvrouter.internal.AddOutputBlock
-	(*LoadQuery)(nil),            // 22: kvrouter.internal.LoadQuery
-	(*LoadReply)(nil),            // 23: kvrouter.internal.LoadReply
-	(*RankLoad)(nil),             // 24: kvrouter.internal.RankLoad
-	(*RankLoadQuery)(nil),        // 25: kvrouter.internal.RankLoadQuery
-	(*RouterConfigOverride)(nil), // 26: kvrouter.internal.RouterConfigOverride
-	(*RouteRequest)(nil),         // 27: kvrouter.internal.RouteRequest
-	(*CancelRoute)(nil),          // 28: kvrouter.internal.CancelRoute
-	(*RouteReply)(nil),           // 29: kvrouter.internal.RouteReply
-	(*SequenceEvent)(nil),        // 30: kvrouter.internal.SequenceEvent
-	(*SessionBound)(nil),         // 31: kvrouter.internal.SessionBound
-	(*SessionEnded)(nil),         // 32: kvrouter.internal.SessionEnded
-	(*SessionTable)(nil),         // 33: kvrouter.internal.SessionTable
-	(*SequenceEventBatch)(nil),   // 34: kvrouter.internal.SequenceEventBatch
-	(*WorkerHeartbeat)(nil),      // 35: kvrouter.internal.WorkerHeartbeat
-	(*WorkerUp)(nil),             // 36: kvrouter.internal.WorkerUp
-	(*WorkerUpReply)(nil),        // 37: kvrouter.internal.WorkerUpReply
-	(*RankTableQuery)(nil),       // 38: kvrouter.internal.RankTableQuery
-	(*PublishRankTable)(nil),     // 39: kvrouter.internal.PublishRankTable
-	(*RoutingDecision)(nil),      // 40: kvrouter.internal.RoutingDecision
-	(*Tick)(nil),                 // 41: kvrouter.internal.Tick
-	(*RouteError)(nil),           // 42: kvrouter.internal.RouteError
-	(*RequestLifecycle)(nil),     // 43: kvrouter.internal.RequestLifecycle
-	(*LifecycleReply)(nil),       // 44: kvrouter.internal.LifecycleReply
-	(*RegistryQuery)(nil),        // 45: kvrouter.internal.RegistryQuery
-	(*RegisteredWorker)(nil),     // 46: kvrouter.internal.RegisteredWorker
-	(*RegistryReply)(nil),        // 47: kvrouter.internal.RegistryReply
-	(*ShardStatsQuery)(nil),      // 48: kvrouter.internal.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 49: kvrouter.internal.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 50: kvrouter.internal.ShardStatsReply
-	(*PotentialLoad)(nil),        // 51: kvrouter.internal.PotentialLoad
-	(*DropOrigin)(nil),           // 52: kvrouter.internal.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 53: kvrouter.internal.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 54: kvrouter.internal.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 55: kvrouter.internal.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 56: kvrouter.internal.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 57: kvrouter.internal.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 58: kvrouter.internal.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 59: kvrouter.internal.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 60: kvrouter.internal.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 61: kvrouter.internal.ClusterDigest
-	(*StateRequest)(nil),         // 62: kvrouter.internal.StateRequest
-	(*StateSnapshot)(nil),        // 63: kvrouter.internal.StateSnapshot
-	(*Barrier)(nil),              // 64: kvrouter.internal.Barrier
-	(*DumpQuery)(nil),            // 65: kvrouter.internal.DumpQuery
-	(*RankEntry)(nil),            // 66: kvrouter.internal.RankEntry
-	(*RankTable)(nil),            // 67: kvrouter.internal.RankTable
-	(*PeerStep)(nil),             // 68: kvrouter.internal.PeerStep
-	(*RestoreOrigin)(nil),        // 69: kvrouter.internal.RestoreOrigin
-	(*TrackedQuery)(nil),         // 70: kvrouter.internal.TrackedQuery
-	(*TrackedReply)(nil),         // 71: kvrouter.internal.TrackedReply
-	(*SessionUpdates)(nil),       // 72: kvrouter.internal.SessionUpdates
-	(*EndSession)(nil),           // 73: kvrouter.internal.EndSession
-	(*EndSessionReply)(nil),      // 74: kvrouter.internal.EndSessionReply
-	(*SessionQuery)(nil),         // 75: kvrouter.internal.SessionQuery
-	(*SessionReply)(nil),         // 76: kvrouter.internal.SessionReply
-	(*SessionDigestQuery)(nil),   // 77: kvrouter.internal.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 78: kvrouter.internal.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 79: kvrouter.internal.SessionSnapshotQuery
-	nil,                          // 80: kvrouter.internal.ShardStatsReply.CountersEntry
+	(*RankOverlaps)(nil),         // 15: kvrouter.internal.RankOverlaps
+	(*OverlapReply)(nil),         // 16: kvrouter.internal.OverlapReply
+	(*AddRequest)(nil),           // 17: kvrouter.internal.AddRequest
+	(*MarkPrefillCompleted)(nil), // 18: kvrouter.internal.MarkPrefillCompleted
+	(*FreeRequest)(nil),          // 19: kvrouter.internal.FreeRequest
+	(*AddOutputBlock)(nil),       // 20: kvrouter.internal.AddOutputBlock
+	(*LoadQuery)(nil),            // 21: kvrouter.internal.LoadQuery
+	(*LoadReply)(nil),            // 22: kvrouter.internal.LoadReply
+	(*RankLoad)(nil),             // 23: kvrouter.internal.RankLoad
+	(*RankLoadQuery)(nil),        // 24: kvrouter.internal.RankLoadQuery
+	(*RouterConfigOverride)(nil), // 25: kvrouter.internal.RouterConfigOverride
+	(*RouteRequest)(nil),         // 26: kvrouter.internal.RouteRequest
+	(*CancelRoute)(nil),          // 27: kvrouter.internal.CancelRoute
+	(*RouteReply)(nil),           // 28: kvrouter.internal.RouteReply
+	(*SequenceEvent)(nil),        // 29: kvrouter.internal.SequenceEvent
+	(*SessionBound)(nil),         // 30: kvrouter.internal.SessionBound
+	(*SessionEnded)(nil),         // 31: kvrouter.internal.SessionEnded
+	(*SessionTable)(nil),         // 32: kvrouter.internal.SessionTable
+	(*SequenceEventBatch)(nil),   // 33: kvrouter.internal.SequenceEventBatch
+	(*WorkerHeartbeat)(nil),      // 34: kvrouter.internal.WorkerHeartbeat
+	(*WorkerUp)(nil),             // 35: kvrouter.internal.WorkerUp
+	(*WorkerUpReply)(nil),        // 36: kvrouter.internal.WorkerUpReply
+	(*RankTableQuery)(nil),       // 37: kvrouter.internal.RankTableQuery
+	(*PublishRankTable)(nil),     // 38: kvrouter.internal.PublishRankTable
+	(*RoutingDecision)(nil),      // 39: kvrouter.internal.RoutingDecision
+	(*Tick)(nil),                 // 40: kvrouter.internal.Tick
+	(*RouteError)(nil),           // 41: kvrouter.internal.RouteError
+	(*RequestLifecycle)(nil),     // 42: kvrouter.internal.RequestLifecycle
+	(*LifecycleReply)(nil),       // 43: kvrouter.internal.LifecycleReply
+	(*RegistryQuery)(nil),        // 44: kvrouter.internal.RegistryQuery
+	(*RegisteredWorker)(nil),     // 45: kvrouter.internal.RegisteredWorker
+	(*RegistryReply)(nil),        // 46: kvrouter.internal.RegistryReply
+	(*ShardStatsQuery)(nil),      // 47: kvrouter.internal.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 48: kvrouter.internal.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 49: kvrouter.internal.ShardStatsReply
+	(*PotentialLoad)(nil),        // 50: kvrouter.internal.PotentialLoad
+	(*DropOrigin)(nil),           // 51: kvrouter.internal.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 52: kvrouter.internal.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 53: kvrouter.internal.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 54: kvrouter.internal.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 55: kvrouter.internal.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 56: kvrouter.internal.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 57: kvrouter.internal.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 58: kvrouter.internal.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 59: kvrouter.internal.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 60: kvrouter.internal.ClusterDigest
+	(*StateRequest)(nil),         // 61: kvrouter.internal.StateRequest
+	(*StateSnapshot)(nil),        // 62: kvrouter.internal.StateSnapshot
+	(*Barrier)(nil),              // 63: kvrouter.internal.Barrier
+	(*DumpQuery)(nil),            // 64: kvrouter.internal.DumpQuery
+	(*RankEntry)(nil),            // 65: kvrouter.internal.RankEntry
+	(*RankTable)(nil),            // 66: kvrouter.internal.RankTable
+	(*PeerStep)(nil),             // 67: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 68: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 69: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 70: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 71: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 72: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 73: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 74: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 75: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 76: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 77: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 78: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 79: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	5,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
@@ -5627,55 +5524,54 @@ var file_kvrouter_proto_depIdxs = []int32{
 	8,  // 5: kvrouter.internal.KvEvent.cleared:type_name -> kvrouter.internal.AllBlocksCleared
 	9,  // 6: kvrouter.internal.KvEventBatch.events:type_name -> kvrouter.internal.KvEvent
 	1,  // 7: kvrouter.internal.WorkerCondition.condition:type_name -> kvrouter.internal.WorkerState
-	4,  // 8: kvrouter.internal.WorkerOverlap.worker:type_name -> kvrouter.internal.WorkerRank
-	16, // 9: kvrouter.internal.OverlapReply.ranks:type_name -> kvrouter.internal.RankOverlaps
-	4,  // 10: kvrouter.internal.AddRequest.worker:type_name -> kvrouter.internal.WorkerRank
-	4,  // 11: kvrouter.internal.LoadReply.worker:type_name -> kvrouter.internal.WorkerRank
-	4,  // 12: kvrouter.internal.RankLoad.worker:type_name -> kvrouter.internal.WorkerRank
-	4,  // 13: kvrouter.internal.RouteRequest.pinned_worker:type_name -> kvrouter.internal.WorkerRank
-	26, // 14: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
-	4,  // 15: kvrouter.internal.RouteReply.worker:type_name -> kvrouter.internal.WorkerRank
-	4,  // 16: kvrouter.internal.RouteReply.prefill_worker:type_name -> kvrouter.internal.WorkerRank
-	18, // 17: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
-	19, // 18: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
-	20, // 19: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
-	31, // 20: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
-	32, // 21: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
-	4,  // 22: kvrouter.internal.SessionBound.worker:type_name -> kvrouter.internal.WorkerRank
-	4,  // 23: kvrouter.internal.SessionEnded.worker:type_name -> kvrouter.internal.WorkerRank
-	30, // 24: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
-	30, // 25: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
-	2,  // 26: kvrouter.internal.WorkerHeartbeat.role:type_name -> kvrouter.internal.WorkerRole
-	35, // 27: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	4,  // 28: kvrouter.internal.RoutingDecision.worker:type_name -> kvrouter.internal.WorkerRank
-	3,  // 29: kvrouter.internal.RouteError.code:type_name -> kvrouter.internal.RouteErrorCode
-	19, // 30: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
-	20, // 31: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
-	21, // 32: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
-	35, // 33: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	46, // 34: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
-	4,  // 35: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
-	49, // 36: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
-	80, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
-	4,  // 38: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
-	30, // 39: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
-	30, // 40: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
-	15, // 41: kvrouter.internal.OverlapScoresReply.overlaps:type_name -> kvrouter.internal.WorkerOverlap
-	51, // 42: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
-	30, // 43: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
-	4,  // 44: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
-	1,  // 45: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
-	2,  // 46: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
-	66, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
-	30, // 48: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
-	18, // 49: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
-	30, // 50: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
-	4,  // 51: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	15, // 8: kvrouter.internal.OverlapReply.ranks:type_name -> kvrouter.internal.RankOverlaps
+	4,  // 9: kvrouter.internal.AddRequest.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 10: kvrouter.internal.LoadReply.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 11: kvrouter.internal.RankLoad.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 12: kvrouter.internal.RouteRequest.pinned_worker:type_name -> kvrouter.internal.WorkerRank
+	25, // 13: kvrouter.internal.RouteRequest.router_config_override:type_name -> kvrouter.internal.RouterConfigOverride
+	4,  // 14: kvrouter.internal.RouteReply.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 15: kvrouter.internal.RouteReply.prefill_worker:type_name -> kvrouter.internal.WorkerRank
+	17, // 16: kvrouter.internal.SequenceEvent.add:type_name -> kvrouter.internal.AddRequest
+	18, // 17: kvrouter.internal.SequenceEvent.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	19, // 18: kvrouter.internal.SequenceEvent.free:type_name -> kvrouter.internal.FreeRequest
+	30, // 19: kvrouter.internal.SequenceEvent.session_bound:type_name -> kvrouter.internal.SessionBound
+	31, // 20: kvrouter.internal.SequenceEvent.session_ended:type_name -> kvrouter.internal.SessionEnded
+	4,  // 21: kvrouter.internal.SessionBound.worker:type_name -> kvrouter.internal.WorkerRank
+	4,  // 22: kvrouter.internal.SessionEnded.worker:type_name -> kvrouter.internal.WorkerRank
+	29, // 23: kvrouter.internal.SessionTable.entries:type_name -> kvrouter.internal.SequenceEvent
+	29, // 24: kvrouter.internal.SequenceEventBatch.events:type_name -> kvrouter.internal.SequenceEvent
+	2,  // 25: kvrouter.internal.WorkerHeartbeat.role:type_name -> kvrouter.internal.WorkerRole
+	34, // 26: kvrouter.internal.WorkerUp.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	4,  // 27: kvrouter.internal.RoutingDecision.worker:type_name -> kvrouter.internal.WorkerRank
+	3,  // 28: kvrouter.internal.RouteError.code:type_name -> kvrouter.internal.RouteErrorCode
+	18, // 29: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
+	19, // 30: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
+	20, // 31: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
+	34, // 32: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	45, // 33: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
+	4,  // 34: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
+	48, // 35: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
+	79, // 36: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	4,  // 37: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
+	29, // 38: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
+	29, // 39: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
+	15, // 40: kvrouter.internal.OverlapScoresReply.ranks:type_name -> kvrouter.internal.RankOverlaps
+	50, // 41: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
+	29, // 42: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 43: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
+	1,  // 44: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
+	2,  // 45: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
+	65, // 46: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
+	29, // 47: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
+	17, // 48: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
+	29, // 49: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 50: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -5689,27 +5585,27 @@ func file_kvrouter_proto_init() {
 		(*KvEvent_Removed)(nil),
 		(*KvEvent_Cleared)(nil),
 	}
-	file_kvrouter_proto_msgTypes[22].OneofWrappers = []any{}
-	file_kvrouter_proto_msgTypes[26].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[21].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[25].OneofWrappers = []any{
 		(*SequenceEvent_Add)(nil),
 		(*SequenceEvent_PrefillCompleted)(nil),
 		(*SequenceEvent_Free)(nil),
 		(*SequenceEvent_SessionBound)(nil),
 		(*SequenceEvent_SessionEnded)(nil),
 	}
-	file_kvrouter_proto_msgTypes[39].OneofWrappers = []any{
+	file_kvrouter_proto_msgTypes[38].OneofWrappers = []any{
 		(*RequestLifecycle_PrefillCompleted)(nil),
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
 	}
-	file_kvrouter_proto_msgTypes[50].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   77,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
