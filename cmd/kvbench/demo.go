@@ -58,6 +58,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if err := tuneAsServed(); err != nil {
+		return err
+	}
 	if err := f.traceRate(fs); err != nil {
 		return err
 	}

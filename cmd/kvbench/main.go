@@ -14,6 +14,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/replica"
 )
 
 const usage = `usage: kvbench <command> [flags]
@@ -74,4 +77,12 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("log level %q: %w", level, err)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// tuneAsServed gives the in-process routers of a fleet run kvrouter
+// serve's default runtime settings (GC target, memory limit), so a run
+// measures the router as it is served; GOGC and GOMEMLIMIT still win.
+func tuneAsServed() error {
+	_, err := replica.TuneRuntime(config.Default(), os.Getenv, nil)
+	return err
 }
