@@ -18,27 +18,26 @@ type overlapRow struct {
 	confirmed uint32
 }
 
-// rankMatch is one rank's match, for sorting.
-type rankMatch struct {
-	w kv.WorkerWithDpRank
-	t index.TierMatch
-}
-
 // packOverlaps turns a shard's matches into the reply's arrays, sorted by
 // rank. predicted holds the confirmed depth of the rows whose device
 // depth is predicted (nil when none is). scratch is reused for the sort
-// and returned for the next call.
+// and returned for the next call. A shard without predictions gets its
+// matches in rank order from the index and calls packSorted directly.
 func packOverlaps(matches map[kv.WorkerWithDpRank]index.TierMatch, predicted map[kv.WorkerWithDpRank]uint32,
-	scratch []rankMatch) (*messages.RankOverlaps, []rankMatch) {
-	n := len(matches)
+	scratch []index.RankMatch) (*messages.RankOverlaps, []index.RankMatch) {
 	entries := scratch[:0]
 	for w, t := range matches {
-		entries = append(entries, rankMatch{w, t})
+		entries = append(entries, index.RankMatch{Rank: w, TierMatch: t})
 	}
-	slices.SortFunc(entries, func(a, b rankMatch) int { return kv.CompareRanks(a.w, b.w) })
-	r := newRankOverlaps(n)
+	slices.SortFunc(entries, func(a, b index.RankMatch) int { return kv.CompareRanks(a.Rank, b.Rank) })
+	return packSorted(entries, predicted), entries[:0]
+}
+
+// packSorted builds the reply's arrays from matches already in rank order.
+func packSorted(entries []index.RankMatch, predicted map[kv.WorkerWithDpRank]uint32) *messages.RankOverlaps {
+	r := newRankOverlaps(len(entries))
 	for i, e := range entries {
-		w, t := e.w, e.t
+		w, t := e.Rank, e.TierMatch
 		r.WorkerIds[i], r.DpRanks[i], r.TreeSizes[i] = uint64(w.WorkerID), w.DpRank, t.TreeSize
 		r.DeviceBlocks[i], r.HostBlocks[i], r.DiskBlocks[i] = t.Device, t.Host, t.Disk
 		if confirmed, ok := predicted[w]; ok {
@@ -46,7 +45,7 @@ func packOverlaps(matches map[kv.WorkerWithDpRank]index.TierMatch, predicted map
 			r.ConfirmedDeviceBlocks = append(r.ConfirmedDeviceBlocks, confirmed)
 		}
 	}
-	return r, entries[:0]
+	return r
 }
 
 // overlapSet is a decision's shard replies. Every worker lives on one

@@ -36,7 +36,7 @@ type shardState struct {
 	// matches and packed are a lookup's scratch (the actor is the only
 	// reader): the reply copies out of them before the next message.
 	matches index.TieredMatches
-	packed  []rankMatch
+	packed  []index.RankMatch
 	cfg     IndexConfig
 	log     *slog.Logger
 	obs     Observer
@@ -186,6 +186,17 @@ func (a *shardActor) index(ev *kv.Event) {
 
 func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 	local := kv.AsLocalHashes(m.LocalHashes) // the message is never modified
+	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id}
+	if a.st.idx != nil {
+		reply.SharedBlocks = a.st.idx.SharedPrefix(local)
+	}
+	if a.st.idx != nil && a.st.pred == nil {
+		// The common case: the engines' index alone, answered in rank
+		// order with no map and no sort.
+		a.st.packed = a.st.idx.AppendMatches(a.st.packed[:0], local)
+		reply.Ranks = packSorted(a.st.packed, nil)
+		return reply
+	}
 	var matches index.TieredMatches
 	if a.st.idx != nil {
 		if a.st.matches == nil {
@@ -209,12 +220,7 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 			}
 		}
 	}
-	var ranks *messages.RankOverlaps
-	ranks, a.st.packed = packOverlaps(matches, predicted, a.st.packed)
-	reply := &messages.OverlapReply{QueryId: m.QueryId, Shard: a.st.id, Ranks: ranks}
-	if a.st.idx != nil {
-		reply.SharedBlocks = a.st.idx.SharedPrefix(local)
-	}
+	reply.Ranks, a.st.packed = packOverlaps(matches, predicted, a.st.packed)
 	return reply
 }
 

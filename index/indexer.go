@@ -26,6 +26,8 @@ type Indexer struct {
 	tiers [kv.NumTiers]*Tree
 	// scratch for tier walks, reused across FindMatches calls
 	depths []rankDepth
+	// merged is AppendMatches's scratch when lower tiers hold blocks
+	merged TieredMatches
 }
 
 // New returns an empty indexer.

@@ -27,6 +27,9 @@ type Tree struct {
 	// reason; approximate mode uses it to forget the entry's TTL.
 	onDrop func(id uint32, ext kv.ExternalBlockHash)
 
+	// order answers matches in rank order without sorting (ordered.go).
+	order rankOrder
+
 	// scratch buffers reused across calls to keep Apply allocation-free
 	stack   []*node
 	doomed  []*node

@@ -26,6 +26,7 @@ func (t *Tree) internRank(r kv.WorkerWithDpRank) uint32 {
 	}
 	t.ranks[id] = rankState{rank: r, live: true, blocks: make(map[kv.ExternalBlockHash]*node)}
 	t.ids[r] = id
+	t.order.stale = true
 	t.workers[r.WorkerID] = append(t.workers[r.WorkerID], id)
 	return id
 }
@@ -36,4 +37,5 @@ func (t *Tree) releaseRank(id uint32) {
 	delete(t.ids, t.ranks[id].rank)
 	t.ranks[id] = rankState{}
 	t.free = append(t.free, id)
+	t.order.stale = true
 }
