@@ -52,6 +52,10 @@ func TestEveryRPC(t *testing.T) {
 	if err != nil || scores.RequestBlocks != 2 {
 		t.Fatalf("overlap scores: %v %v", scores, err)
 	}
+	// One row per registered rank, in rank order.
+	if rows := scores.GetScores(); len(rows) != 2 || rows[0].GetWorkerId() >= rows[1].GetWorkerId() {
+		t.Fatalf("overlap score rows: %v, want the 2 workers' ranks in order", rows)
+	}
 	ws, err := c.Workers(ctx)
 	if err != nil || len(ws.Workers) != 2 || len(ws.Workers[0].Ranks) != 1 || ws.TrackedRequests != 2 {
 		t.Fatalf("workers: %v %v", ws, err)
