@@ -146,6 +146,11 @@ type IndexerRatePoint struct {
 	// events were not applied measures an empty index.
 	IndexedBlocks  uint64 `json:"indexed_blocks"`
 	RejectedEvents uint64 `json:"rejected_events"`
+	// GCCycles ran during the step, and GCShare is the GC's part of the
+	// CPU time the process had (mark workers, assists, pauses), both from
+	// Go's runtime metrics: how much of a tail is the collector.
+	GCCycles int     `json:"gc_cycles"`
+	GCShare  float64 `json:"gc_cpu_share"`
 }
 
 // IndexerRateReport is a paced indexer run: one point per event rate.
@@ -189,13 +194,13 @@ func (r IndexerRateReport) WriteText(w io.Writer) {
 		gc = fmt.Sprint(r.GCPercent)
 	}
 	fmt.Fprintf(w, "GC target %s, memory limit %s\n", gc, limit)
-	fmt.Fprintf(w, "%-10s %-10s %-7s %-8s %-9s %-9s %-8s %-8s %-8s %-8s %-9s %-8s %-9s %-8s %s\n",
-		"target/s", "events/s", "kept-up", "dropped", "backlog", "drain-ms", "lookups", "p50-ms", "p99-ms", "p999-ms", "sched-p99", "partial", "blocks", "rejected", "errors/late")
+	fmt.Fprintf(w, "%-10s %-10s %-7s %-8s %-9s %-9s %-8s %-8s %-8s %-8s %-9s %-8s %-9s %-8s %-4s %-7s %s\n",
+		"target/s", "events/s", "kept-up", "dropped", "backlog", "drain-ms", "lookups", "p50-ms", "p99-ms", "p999-ms", "sched-p99", "partial", "blocks", "rejected", "gc", "gc-cpu%", "errors/late")
 	row := func(p IndexerRatePoint, note string) {
-		fmt.Fprintf(w, "%-10.0f %-10.0f %-7s %-8d %-9d %-9.1f %-8d %-8.3f %-8.3f %-8.3f %-9.3f %-8d %-9d %-8d %d/%d%s\n",
+		fmt.Fprintf(w, "%-10.0f %-10.0f %-7s %-8d %-9d %-9.1f %-8d %-8.3f %-8.3f %-8.3f %-9.3f %-8d %-9d %-8d %-4d %-7.1f %d/%d%s\n",
 			p.TargetEventsPerSec, p.EventsPerSec, yesNo(p.KeptUp), p.DroppedEvents, p.MaxBacklog, p.DrainMs,
 			p.Lookups, p.LookupMs.P50, p.LookupMs.P99, p.LookupMs.P999, p.SchedP99Ms, p.PartialLookups,
-			p.IndexedBlocks, p.RejectedEvents, p.LookupErrors, p.LateLookups, note)
+			p.IndexedBlocks, p.RejectedEvents, p.GCCycles, 100*p.GCShare, p.LookupErrors, p.LateLookups, note)
 	}
 	if r.Warm != nil {
 		row(*r.Warm, "  (warm-up pass of a fresh process, not a result)")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strings"
@@ -173,7 +174,7 @@ func TestIndexerRateReportText(t *testing.T) {
 		StepSeconds: 6, WarmupSeconds: 1, Points: []IndexerRatePoint{
 			{TargetEventsPerSec: 10000, EventsPerSec: 9990, KeptUp: true, Lookups: 5000, LookupMs: LatencyMs{P50: 0.4, P99: 1.25, P999: 2}},
 			{TargetEventsPerSec: 30000, EventsPerSec: 21000, MaxBacklog: 9000, Lookups: 5000, LookupMs: LatencyMs{P99: 40},
-				IndexedBlocks: 123456, RejectedEvents: 7},
+				IndexedBlocks: 123456, RejectedEvents: 7, GCCycles: 3, GCShare: 0.125},
 		},
 		GCPercent: 400, MemoryLimit: 9 << 30, Warm: &IndexerRatePoint{TargetEventsPerSec: 30000, EventsPerSec: 17000}}
 	var buf bytes.Buffer
@@ -182,7 +183,7 @@ func TestIndexerRateReportText(t *testing.T) {
 	if len(lines) != 7 || !strings.Contains(lines[1], "GC target 400, memory limit 9216 MiB") {
 		t.Fatalf("want header, GC line, columns, warm-up row, 2 rows, footer; got:\n%s", buf.String())
 	}
-	for i, want := range [][]string{{"30000", "17000", "(warm-up"}, {"10000", "9990", "yes", "1.250"}, {"30000", "21000", "NO", "9000", "40.000", "123456", "7"}} {
+	for i, want := range [][]string{{"30000", "17000", "(warm-up"}, {"10000", "9990", "yes", "1.250"}, {"30000", "21000", "NO", "9000", "40.000", "123456", "7", "3", "12.5"}} {
 		fields := strings.Fields(lines[3+i])
 		for _, w := range want {
 			if !slices.Contains(fields, w) {
@@ -239,5 +240,21 @@ func TestRunIndexerRatesSmall(t *testing.T) {
 	}
 	if got := rep.Points[0].Events; got != 200 { // 400/s × 0.5 s
 		t.Fatalf("rate step sent %d events, want 200", got)
+	}
+}
+
+func TestGCBetween(t *testing.T) {
+	a := gcSample{cycles: 10, gcCPU: 1, total: 10}
+	b := gcSample{cycles: 13, gcCPU: 2, total: 18}
+	if cycles, share := gcBetween(a, b); cycles != 3 || share != 0.125 {
+		t.Fatalf("gcBetween = %d, %v; want 3 cycles, 1 s of GC in 8 s", cycles, share)
+	}
+	if _, share := gcBetween(b, b); share != 0 {
+		t.Fatalf("no time passed: share %v", share)
+	}
+	before := readGC()
+	runtime.GC()
+	if cycles, _ := gcBetween(before, readGC()); cycles < 1 {
+		t.Fatalf("a forced collection was not counted: %d cycles", cycles)
 	}
 }

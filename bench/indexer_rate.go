@@ -249,12 +249,13 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 	if err != nil {
 		return pt, err
 	}
-	schedBefore := schedLatency()
+	schedBefore, gcBefore := schedLatency(), readGC()
 	lastSent, err := sendPaced(stepCtx, router, evs[:len(due)], due, start)
 	if err == nil {
 		err = router.Barrier(ctx)
 	}
 	applied := time.Now()
+	pt.GCCycles, pt.GCShare = gcBetween(gcBefore, readGC())
 	if err == nil {
 		var after indexState
 		after, err = indexTotals(ctx, router)

@@ -50,3 +50,35 @@ func histogramPercentile(before, after *metrics.Float64Histogram, p float64) tim
 	}
 	return 0
 }
+
+// gcSample is the process's GC work so far (Go runtime metrics).
+type gcSample struct {
+	cycles       uint64
+	gcCPU, total float64 // CPU seconds: the GC's (mark assists, workers, pauses), everything's
+}
+
+func readGC() gcSample {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+	metrics.Read(s)
+	var g gcSample
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		g.cycles = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindFloat64 {
+		g.gcCPU = s[1].Value.Float64()
+	}
+	if s[2].Value.Kind() == metrics.KindFloat64 {
+		g.total = s[2].Value.Float64()
+	}
+	return g
+}
+
+// gcBetween is how many GC cycles ran from a to b and the GC's share of
+// the CPU time available to the process over that span (the runtime's
+// own accounting, which counts GOMAXPROCS × wall time as the total).
+func gcBetween(a, b gcSample) (cycles int, share float64) {
+	if d := b.total - a.total; d > 0 {
+		share = (b.gcCPU - a.gcCPU) / d
+	}
+	return int(b.cycles - a.cycles), share
+}
