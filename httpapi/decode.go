@@ -32,48 +32,53 @@ func (t *TokenIDs) UnmarshalJSON(b []byte) error {
 	if want := len(body)/5 + 1; cap(out) < want {
 		out = make([]uint32, 0, want)
 	}
-	i, n := 0, len(body)
-	for {
-		for i < n && isSpace(body[i]) {
-			i++
-		}
-		if i == n {
-			if len(out) > 0 {
-				return errors.New("token_ids: trailing comma")
+	// One pass over the bytes with a single branch per byte in the common
+	// case: a digit run, then a comma. expectValue is false right after a
+	// number (a comma or the end must follow) and true after a comma.
+	expectValue := true
+	for i := 0; i < len(body); {
+		c := body[i]
+		switch {
+		case c-'0' <= 9:
+			if !expectValue {
+				return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out)-1)
 			}
-			break
-		}
-		start := i
-		var v uint64
-		// At most 10 digits fit in uint32; the bound check runs once per
-		// number, not per digit.
-		for i < n && i-start < 11 {
-			c := body[i] - '0'
-			if c > 9 {
-				break
+			start := i
+			v := uint64(c - '0')
+			for i++; i < len(body); i++ {
+				d := body[i] - '0'
+				if d > 9 {
+					break
+				}
+				v = v*10 + uint64(d) // wraps past 19 digits; rejected below by the count
 			}
-			v = v*10 + uint64(c)
+			digits := i - start
+			if c == '0' && digits > 1 {
+				// JSON forbids leading zeros ("007"); so do we.
+				return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out))
+			}
+			if digits > 10 || v > 1<<32-1 {
+				return fmt.Errorf("token_ids[%d]: value does not fit in uint32", len(out))
+			}
+			out = append(out, uint32(v))
+			expectValue = false
+		case c == ',':
+			if expectValue {
+				return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out))
+			}
+			expectValue = true
 			i++
-		}
-		digits := i - start
-		if digits == 0 || (body[start] == '0' && digits > 1) {
-			// JSON forbids leading zeros ("007"); so do we.
-			return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out))
-		}
-		if digits > 10 || v > 1<<32-1 {
-			return fmt.Errorf("token_ids[%d]: value does not fit in uint32", len(out))
-		}
-		out = append(out, uint32(v))
-		for i < n && isSpace(body[i]) {
+		case isSpace(c):
 			i++
-		}
-		if i == n {
-			break
-		}
-		if body[i] != ',' {
+		default:
+			if expectValue {
+				return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out))
+			}
 			return fmt.Errorf("token_ids[%d]: want a non-negative integer", len(out)-1)
 		}
-		i++
+	}
+	if expectValue && len(out) > 0 {
+		return errors.New("token_ids: trailing comma")
 	}
 	*t = out
 	return nil

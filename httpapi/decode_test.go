@@ -26,6 +26,13 @@ func TestTokenIDs(t *testing.T) {
 		{`["a"]`, nil, "token_ids[0]"},
 		{`{"a":1}`, nil, "must be an array"},
 		{`[1 2]`, nil, "token_ids[0]"},
+		{`[,1]`, nil, "token_ids[0]: want a non-negative integer"},
+		{`[1,,2]`, nil, "token_ids[1]: want a non-negative integer"},
+		{`[5,007]`, nil, "token_ids[1]: want a non-negative integer"},
+		{`[1x]`, nil, "token_ids[0]: want a non-negative integer"},
+		{`[12345678901]`, nil, "token_ids[0]: value does not fit in uint32"},
+		{`[1,99999999999999999999999]`, nil, "token_ids[1]: value does not fit in uint32"}, // wraps uint64
+		{`[0,10,4294967295]`, []uint32{0, 10, 4294967295}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
