@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -217,5 +220,30 @@ func TestRefutationLinesCounted(t *testing.T) {
 	l.Printf("[INFO] memberlist: Suspect r1 has failed, no acks received")
 	if got := c.refutations.Load(); got != 3 {
 		t.Fatalf("refutations = %d, want 3", got)
+	}
+}
+
+// Lines about single inbound messages (anyone who reaches the port can
+// cause one per packet) are counted, and logged at most once per interval
+// with how many were suppressed; other errors are logged every time.
+func TestRejectedMessageLinesCountedAndLimited(t *testing.T) {
+	var c counters
+	var buf bytes.Buffer
+	l := newMemberlistLogger(slog.New(slog.NewTextHandler(&buf, nil)), &c)
+	for range 100 {
+		l.Printf("[ERR] memberlist: Decrypt packet failed: no installed keys could decrypt the message from=203.0.113.9:7946")
+		l.Printf("[WARN] memberlist: Got ping for unexpected node 'x' from=203.0.113.9:7946")
+	}
+	l.Printf("[ERR] memberlist: Failed to encode ack: boom")
+	l.Printf("[ERR] memberlist: Failed to encode ack: boom")
+	if got := c.snapshot().RejectedMessages; got != 200 {
+		t.Fatalf("rejected messages = %d, want 200", got)
+	}
+	out := buf.String()
+	if n := strings.Count(out, "from=203.0.113.9"); n != 1 {
+		t.Fatalf("%d lines about rejected messages logged, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "Failed to encode ack"); n != 2 {
+		t.Fatalf("other errors logged %d times, want 2:\n%s", n, out)
 	}
 }

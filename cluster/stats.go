@@ -56,7 +56,11 @@ type Stats struct {
 	Deaths         uint64 // members this replica marked dead or left (graceful leaves, its own included)
 	FalseDeaths    uint64 // peers marked dead or left that came back with the same boot key
 	DegradedProbes uint64 // probes slowed by this replica's own poor health (Lifeguard awareness)
-	HealthScore    int64  // Lifeguard awareness now: 0 healthy, up to AwarenessMaxMultiplier-1
+	// RejectedMessages counts memberlist's warnings and errors about one
+	// inbound message (undecryptable, wrongly labelled, undecodable):
+	// a wrong cluster key, a foreign cluster, or someone probing the port.
+	RejectedMessages uint64
+	HealthScore      int64 // Lifeguard awareness now: 0 healthy, up to AwarenessMaxMultiplier-1
 
 	Members int // alive members, this replica included
 	Keys    int // keys in the keyring (0: unauthenticated gossip)
@@ -77,6 +81,7 @@ type counters struct {
 	sessionDigestsSent, sessionMismatches, sessionRequests         atomic.Uint64
 	sessionReplies, sessionMerges, sessionsTruncated               atomic.Uint64
 	suspicions, refutations, deaths, falseDeaths, degradedProbes   atomic.Uint64
+	rejectedMessages                                               atomic.Uint64
 	healthScore                                                    atomic.Int64
 }
 
@@ -106,5 +111,6 @@ func (c *counters) snapshot() Stats {
 		Suspicions: c.suspicions.Load(), Refutations: c.refutations.Load(),
 		Deaths: c.deaths.Load(), FalseDeaths: c.falseDeaths.Load(),
 		DegradedProbes: c.degradedProbes.Load(), HealthScore: c.healthScore.Load(),
+		RejectedMessages: c.rejectedMessages.Load(),
 	}
 }

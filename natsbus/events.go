@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
 )
 
@@ -122,7 +123,7 @@ type EventSource struct {
 	cfg     EventSourceConfig
 	handler func(*kv.Event)
 	log     *slog.Logger
-	limiter logLimiter
+	limiter loglimit.Limiter
 
 	sub   *nats.Subscription
 	extra *nats.Subscription // the ".>" suffix subjects (protobuf)
@@ -158,7 +159,7 @@ func StartEventSource(ctx context.Context, nc *nats.Conn, cfg EventSourceConfig,
 	}
 	cfg.applyDefaults()
 	s := &EventSource{
-		cfg: cfg, handler: handler, log: cfg.Log.With("component", "natsbus"), limiter: logLimiter{every: time.Second},
+		cfg: cfg, handler: handler, log: cfg.Log.With("component", "natsbus"), limiter: loglimit.Limiter{Every: time.Second},
 		done: make(chan struct{}), malformed: map[string]uint64{}, lastID: map[kv.WorkerWithDpRank]uint64{},
 	}
 	if cfg.Stream != "" {
@@ -215,7 +216,7 @@ func (s *EventSource) handle(subject string, hdr nats.Header, data []byte) {
 			reason = "protobuf"
 		}
 		s.malformed[reason]++
-		if ok, suppressed := s.limiter.allow(time.Now()); ok {
+		if ok, suppressed := s.limiter.Allow(time.Now()); ok {
 			s.log.Debug("dropped malformed KV event", "subject", subject, "bytes", len(data), "err", err, "suppressed", suppressed)
 		}
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/internal/loglimit"
 )
 
 // HeartbeatSource feeds decoded worker heartbeats to a handler. A plain
@@ -21,7 +22,7 @@ type HeartbeatSource struct {
 	received  atomic.Uint64
 	malformed atomic.Uint64
 	log       *slog.Logger
-	limiter   logLimiter
+	limiter   loglimit.Limiter
 
 	mu     sync.Mutex // held around the handler, so Close can wait for it
 	closed bool
@@ -41,13 +42,13 @@ func StartHeartbeatSource(nc *nats.Conn, subject string, log *slog.Logger, handl
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &HeartbeatSource{log: log.With("component", "natsbus"), limiter: logLimiter{every: time.Second}}
+	h := &HeartbeatSource{log: log.With("component", "natsbus"), limiter: loglimit.Limiter{Every: time.Second}}
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		h.received.Add(1)
 		hb, err := events.DecodeHeartbeat(m.Data)
 		if err != nil {
 			h.malformed.Add(1)
-			if ok, suppressed := h.limiter.allow(time.Now()); ok {
+			if ok, suppressed := h.limiter.Allow(time.Now()); ok {
 				h.log.Debug("dropped malformed heartbeat", "subject", m.Subject, "err", err, "suppressed", suppressed)
 			}
 			return

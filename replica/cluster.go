@@ -124,6 +124,8 @@ func (c *clusterLink) addState(st *metrics.State) {
 		"cluster_suspicions": s.Suspicions, "cluster_refutations": s.Refutations,
 		"cluster_deaths": s.Deaths, "cluster_false_deaths": s.FalseDeaths,
 		"cluster_degraded_probes": s.DegradedProbes,
+		// memberlist's complaints about single inbound messages (logging.go).
+		"cluster_rejected_messages": s.RejectedMessages,
 	} {
 		st.Counters = append(st.Counters, metrics.Counter{Name: name, Source: "memberlist", Value: v})
 	}

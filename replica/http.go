@@ -8,11 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/kvrouter/kvrouter/events"
 	"github.com/kvrouter/kvrouter/httpapi"
+	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/netpolicy"
 )
 
@@ -70,7 +70,7 @@ func (r *Replica) listen() error {
 	}
 	r.policy = allow.WithSelf(self, localAddrs(r.log))
 	r.resolve = netpolicy.Cache(netpolicy.LookupWith(nil, 2*time.Second), 30*time.Second, 4096, time.Now)
-	r.rejects = &rejectLog{log: r.log, every: 10 * time.Second}
+	r.rejects = &rejectLog{log: r.log, limit: loglimit.Limiter{Every: 10 * time.Second}}
 	return nil
 }
 
@@ -191,23 +191,12 @@ func (r *Replica) checkStaticWorker(url string) error {
 // rejectLog logs at most one refusal per period and counts the others, so
 // a flood of bad heartbeats cannot flood the log.
 type rejectLog struct {
-	log        *slog.Logger
-	every      time.Duration
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
+	log   *slog.Logger
+	limit loglimit.Limiter
 }
 
 func (l *rejectLog) warn(msg string, args ...any) {
-	l.mu.Lock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.suppressed++
-		l.mu.Unlock()
-		return
+	if ok, n := l.limit.Allow(time.Now()); ok {
+		l.log.Warn(msg, append(args, "similar_suppressed", n)...)
 	}
-	n := l.suppressed
-	l.last, l.suppressed = now, 0
-	l.mu.Unlock()
-	l.log.Warn(msg, append(args, "similar_suppressed", n)...)
 }
