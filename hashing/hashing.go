@@ -22,6 +22,7 @@ package hashing
 import (
 	"encoding/binary"
 	"slices"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 
@@ -71,10 +72,21 @@ func AppendBlockHashes(dst []kv.LocalBlockHash, tokens []uint32, blockSize int, 
 		return dst
 	}
 	seed := SaltedSeed(opts.LoraName)
-	buf := make([]byte, 0, blockSize*4+64)
+	dst = slices.Grow(dst, n)
+	var buf []byte
 	for i := 0; i < n; i++ {
+		block := tokens[i*blockSize : (i+1)*blockSize]
+		if littleEndian && (i >= len(opts.ExtraKeys) || len(opts.ExtraKeys[i]) == 0) {
+			// The block's bytes in memory are already its little-endian
+			// encoding: hash them in place instead of copying them out.
+			dst = append(dst, kv.LocalBlockHash(xxh3.HashSeed(tokenBytes(block), seed)))
+			continue
+		}
+		if buf == nil {
+			buf = make([]byte, 0, blockSize*4+64)
+		}
 		buf = buf[:0]
-		for _, t := range tokens[i*blockSize : (i+1)*blockSize] {
+		for _, t := range block {
 			buf = binary.LittleEndian.AppendUint32(buf, t)
 		}
 		if i < len(opts.ExtraKeys) && len(opts.ExtraKeys[i]) > 0 {
@@ -89,19 +101,45 @@ func AppendBlockHashes(dst []kv.LocalBlockHash, tokens []uint32, blockSize int, 
 	return dst
 }
 
+// littleEndian reports whether this machine stores a uint32 least
+// significant byte first, the byte order Dynamo's hash covers.
+var littleEndian = func() bool {
+	x := uint32(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// tokenBytes is the memory of tokens viewed as bytes, without a copy; only
+// read, and only while tokens is alive.
+func tokenBytes(tokens []uint32) []byte {
+	if len(tokens) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), len(tokens)*4)
+}
+
 // SequenceHashes chains local hashes so that each entry identifies the whole
 // prefix up to and including its block.
 func SequenceHashes(local []kv.LocalBlockHash) []kv.SequenceHash {
 	if len(local) == 0 {
 		return nil
 	}
-	out := make([]kv.SequenceHash, len(local))
-	out[0] = kv.SequenceHash(local[0])
-	var buf [16]byte
-	for i := 1; i < len(local); i++ {
-		binary.LittleEndian.PutUint64(buf[0:8], uint64(out[i-1]))
-		binary.LittleEndian.PutUint64(buf[8:16], uint64(local[i]))
-		out[i] = kv.SequenceHash(xxh3.HashSeed(buf[:], Seed))
+	return AppendSequenceHashes(make([]kv.SequenceHash, 0, len(local)), local)
+}
+
+// AppendSequenceHashes is SequenceHashes appending to dst.
+func AppendSequenceHashes(dst []kv.SequenceHash, local []kv.LocalBlockHash) []kv.SequenceHash {
+	if len(local) == 0 {
+		return dst
 	}
-	return out
+	dst = slices.Grow(dst, len(local))
+	prev := kv.SequenceHash(local[0])
+	dst = append(dst, prev)
+	var buf [16]byte
+	for _, h := range local[1:] {
+		binary.LittleEndian.PutUint64(buf[0:8], uint64(prev))
+		binary.LittleEndian.PutUint64(buf[8:16], uint64(h))
+		prev = kv.SequenceHash(xxh3.HashSeed(buf[:], Seed))
+		dst = append(dst, prev)
+	}
+	return dst
 }

@@ -2,6 +2,7 @@ package hashing
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 
 	"github.com/zeebo/xxh3"
@@ -121,5 +122,38 @@ func BenchmarkBlockHashes(b *testing.B) {
 	b.SetBytes(int64(len(tokens) * 4))
 	for b.Loop() {
 		dst = AppendBlockHashes(dst[:0], tokens, 16, Options{})
+	}
+}
+
+func BenchmarkSequenceHashes(b *testing.B) {
+	local := BlockHashes(seq(8192, 0), 16, Options{})
+	var dst []kv.SequenceHash
+	b.SetBytes(int64(len(local) * 8))
+	for b.Loop() {
+		dst = AppendSequenceHashes(dst[:0], local)
+	}
+}
+
+// TestInPlaceHashMatchesEncodedCopy checks the little-endian fast path (the
+// token memory hashed in place) against the portable one (each token
+// encoded into a buffer), with and without per-block extra keys.
+func TestInPlaceHashMatchesEncodedCopy(t *testing.T) {
+	if !littleEndian {
+		t.Skip("big-endian machine: only the portable path runs")
+	}
+	tokens := seq(16*9+5, 7)
+	cases := map[string]Options{
+		"plain":      {},
+		"lora":       {LoraName: "adapter"},
+		"some extra": {ExtraKeys: [][]uint64{nil, {9, 3}, {}, {1}}},
+	}
+	for name, opts := range cases {
+		fast := BlockHashes(tokens, 16, opts)
+		littleEndian = false
+		slow := BlockHashes(tokens, 16, opts)
+		littleEndian = true
+		if !slices.Equal(fast, slow) || len(fast) != 9 {
+			t.Errorf("%s: in place %v, encoded %v", name, fast, slow)
+		}
 	}
 }
