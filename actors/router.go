@@ -35,6 +35,7 @@ type Router struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
+	gate     *tickGate // the scheduler's say in how often the ticker runs
 	stopped  atomic.Bool
 	// cancelTokens numbers route calls (RouteRequest.cancel_token).
 	cancelTokens atomic.Uint64
@@ -118,11 +119,12 @@ func Start(cfg Config) (*Router, error) {
 	// The scheduler and the replication edge address each other, so both
 	// are spawned under names known before either exists.
 	g := &gossiper{replica: cfg.ReplicaID, publish: cfg.Publish}
+	r.gate = newTickGate()
 	schedulerPID := actor.NewPID(sys.Address(), "scheduler")
 	replicationPID := actor.NewPID(sys.Address(), "replication")
 	registryPID := actor.NewPID(sys.Address(), "registry")
 	var err error
-	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.shards, replicationPID, registryPID, schedDispatch), schedulerPID.Id); err != nil {
+	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.gate, r.shards, replicationPID, registryPID, schedDispatch), schedulerPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn scheduler: %w", err)
 	}
 	r.replBacklog = newBacklog(cfg.ReplicationBacklog)
@@ -139,13 +141,17 @@ func Start(cfg Config) (*Router, error) {
 
 func (r *Router) ticker() {
 	defer close(r.done)
-	t := time.NewTicker(r.cfg.TickInterval)
+	t := time.NewTimer(r.gate.period(r.cfg.TickInterval))
 	defer t.Stop()
 	var registryTicked time.Time
 	for {
 		select {
 		case <-r.stop:
 			return
+		case <-r.gate.wake:
+			// The scheduler turned busy: its next tick is due within one
+			// TickInterval, not at the end of an idle period.
+			t.Reset(r.cfg.TickInterval)
 		case now := <-t.C:
 			tick := &messages.Tick{UnixNano: now.UnixNano()}
 			r.system.Root.Send(r.scheduler, tick)
@@ -156,6 +162,7 @@ func (r *Router) ticker() {
 				registryTicked = now
 				r.system.Root.Send(r.registry, tick)
 			}
+			t.Reset(r.gate.period(r.cfg.TickInterval))
 		}
 	}
 }

@@ -32,6 +32,7 @@ type schedulerActor struct {
 	log         *slog.Logger
 	obs         Observer
 	gossip      *gossiper
+	gate        *tickGate // tells the ticker whether deadlines are pending
 	shards      []*actor.PID
 	replication *actor.PID
 
@@ -67,7 +68,7 @@ type schedulerActor struct {
 	sessionStats sessions.Stats
 }
 
-func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication, registry *actor.PID, d actor.Dispatcher) *actor.Props {
+func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.PID, replication, registry *actor.PID, d actor.Dispatcher) *actor.Props {
 	restarts := &restartNotice{}
 	return actor.PropsFromProducer(func() actor.Actor {
 		table, err := sessions.New(cfg.sessionsConfig())
@@ -82,7 +83,7 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue:    mustQueue(cfg.Scheduling),
 			rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-			registry: registry, restarts: restarts,
+			registry: registry, restarts: restarts, gate: gate,
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
 		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(d),
@@ -90,6 +91,7 @@ func newSchedulerProps(cfg Config, g *gossiper, shards []*actor.PID, replication
 }
 
 func (s *schedulerActor) Receive(ctx actor.Context) {
+	defer s.noteDeadlines()
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.restarts.started(ctx, s.registry)
@@ -224,6 +226,14 @@ func (s *schedulerActor) peerStep(ctx actor.Context, ev *messages.SequenceEvent)
 
 // tick runs the decision path's housekeeping: decision timeouts and queue
 // waits and retries. (The registry forwards time to the other actors.)
+// noteDeadlines tells the ticker whether anything here has a deadline
+// (tickgate.go).
+func (s *schedulerActor) noteDeadlines() {
+	if s.gate != nil {
+		s.gate.set(len(s.pending) > 0 || s.queue.Len() > 0)
+	}
+}
+
 func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
 	for _, p := range s.pending {
 		if p.waitingForReplies() && now.After(p.deadline) {

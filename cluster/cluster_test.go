@@ -341,3 +341,30 @@ func TestLostMessagesAreRepaired(t *testing.T) {
 		t.Fatalf("A dropped %d, B stats = %+v: nothing was lost, the test proves nothing", drops, st)
 	}
 }
+
+// An idle receiver checks deadlines once a second, but a gap that opens
+// during that second is still given up on GapTimeout after it opened:
+// opening it wakes the apply loop. Each round injects, signed by r1 as
+// memberlist's paths deliver it, an event two Seqs past r1's last one.
+func TestGapTimeoutWatchedFromAnIdleReceiver(t *testing.T) {
+	rs := startCluster(t, 2, nil)
+	a, b := rs[0], rs[1]
+	mustPublish(t, b, addEvent("b-1", 1))
+	testutil.Eventually(t, 2*time.Second, "b's first event at a", func() bool { return len(a.sink.view("r1")) == 1 })
+	seq := uint64(1)
+	for round := range 5 {
+		time.Sleep(150 * time.Millisecond) // the apply loop is in its idle second
+		seq += 2
+		lost := a.node.Stats().EventsLost
+		batch, err := encodeBatch([]*messages.SequenceEvent{{Origin: "r1", Seq: seq, Data: addEvent(fmt.Sprintf("b-gap-%d", round), 2).Data}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opened := time.Now()
+		memberDelegate{a.node}.NotifyMsg(encodeSigned(b.node.signKey, "", "r1", batch))
+		testutil.Eventually(t, 3*time.Second, "the gap given up", func() bool { return a.node.Stats().EventsLost > lost })
+		if took, bound := time.Since(opened), a.node.cfg.GapTimeout+400*time.Millisecond; took > bound {
+			t.Fatalf("round %d: a gap with a %v timeout was given up after %v", round, a.node.cfg.GapTimeout, took)
+		}
+	}
+}

@@ -43,10 +43,20 @@ type receiver struct {
 	origins map[string]*originState
 	nonce   uint64
 	scratch []*messages.SequenceEvent
+	// watching is set while a gap or a repair is outstanding: runApply
+	// then checks their deadlines every GapTimeout/2. Otherwise its
+	// housekeeping (forgetting departed origins) runs once per idleHousekeep.
+	watching bool
+	wake     chan struct{} // capacity 1: tells runApply that watching was set
 }
 
+// idleHousekeep is the receiver's housekeeping period with no gap or repair
+// outstanding. Checking every GapTimeout/2 regardless woke the apply loop
+// 20 times a second on every idle replica.
+const idleHousekeep = time.Second
+
 func newReceiver(n *Node) *receiver {
-	return &receiver{n: n, origins: make(map[string]*originState)}
+	return &receiver{n: n, origins: make(map[string]*originState), wake: make(chan struct{}, 1)}
 }
 
 // receive handles one message under the receiver's lock. from is the
@@ -57,24 +67,53 @@ func (r *receiver) receive(buf []byte, from string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.handle(buf, from, time.Now())
+	if !r.watching && r.deadlinesPending() {
+		r.watching = true
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// deadlinesPending reports whether some origin has a gap or a repair whose
+// timeout must be watched. Called with mu held; a replica has few peers.
+func (r *receiver) deadlinesPending() bool {
+	for _, st := range r.origins {
+		if st.repair != nil || st.buf.waiting() {
+			return true
+		}
+	}
+	return false
 }
 
 // runApply handles memberlist's messages (the inbox) and the gap and
 // repair timeouts.
 func (n *Node) runApply() {
 	defer n.wg.Done()
-	tick := time.NewTicker(max(n.cfg.GapTimeout/2, time.Millisecond))
-	defer tick.Stop()
+	fast := max(n.cfg.GapTimeout/2, time.Millisecond)
+	slow := max(fast, idleHousekeep)
+	t := time.NewTimer(slow)
+	defer t.Stop()
 	for {
 		select {
 		case <-n.stop:
 			return
 		case buf := <-n.inbox:
 			n.recv.receive(buf, "")
-		case now := <-tick.C:
-			n.recv.mu.Lock()
-			n.recv.housekeep(now)
-			n.recv.mu.Unlock()
+		case <-n.recv.wake:
+			t.Reset(fast) // a gap or repair began: watch its deadline
+		case now := <-t.C:
+			r := n.recv
+			r.mu.Lock()
+			r.housekeep(now)
+			r.watching = r.deadlinesPending()
+			r.mu.Unlock()
+			if r.watching {
+				t.Reset(fast)
+			} else {
+				t.Reset(slow)
+			}
 		}
 	}
 }

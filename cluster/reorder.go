@@ -31,6 +31,9 @@ type reorderBuffer struct {
 // started reports whether a baseline Seq was set.
 func (b *reorderBuffer) started() bool { return b.next != 0 }
 
+// waiting reports whether a gap is open (events held for a missing Seq).
+func (b *reorderBuffer) waiting() bool { return !b.gapSince.IsZero() }
+
 // applied is the last Seq released (0 before any).
 func (b *reorderBuffer) applied() uint64 {
 	if b.next == 0 {

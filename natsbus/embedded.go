@@ -126,6 +126,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := listenable(opts.Host, opts.Port); err != nil {
+		return nil, err
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("create embedded NATS: %w", err)
@@ -141,6 +144,21 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	e.srv, e.tls, ok = srv, opts.TLSConfig != nil, true
 	return e, nil
+}
+
+// listenable fails fast, naming the address, when the embedded server could
+// not listen there (another process holds the port): the server itself only
+// logs that and leaves StartEmbedded waiting out readyTimeout.
+func listenable(host string, port int) error {
+	if port <= 0 {
+		return nil // a random port: nothing to check
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("embedded NATS cannot listen on %s: %w", addr, err)
+	}
+	return ln.Close()
 }
 
 // InsecureListenError is ErrInsecureListen for addr, saying what is at

@@ -38,9 +38,12 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 	admit func(hb events.Heartbeat, zmq bool) bool) (b *bus, err error) {
 	log := base.With("component", "replica")
 	b = &bus{url: cfg.NATSURL}
+	// The error returns below set b to nil, so the cleanup keeps its own
+	// reference to what was started.
+	started := b
 	defer func() {
 		if err != nil {
-			b.Close()
+			started.Close()
 		}
 	}()
 	auth, err := cfg.NATSAuth()

@@ -290,3 +290,26 @@ func TestReplicaLifecycle(t *testing.T) {
 		t.Error("HTTP still answers after shutdown")
 	}
 }
+
+// A NATS address already taken fails the start with an error naming it,
+// not a panic (the bus's cleanup once ran on the nil it had returned).
+func TestStartWithTakenNATSAddressFailsCleanly(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := testConfig(t)
+	cfg.HTTPAddr = testutil.FreeAddr(t)
+	cfg.NATSListen = taken.Addr().String()
+	_, err = Start(context.Background(), cfg, quiet())
+	if err == nil {
+		t.Fatal("a replica started on a NATS address another process holds")
+	}
+	t.Logf("start failed as it should: %v", err)
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		t.Fatalf("HTTP address still taken after the failed start: %v", err)
+	}
+	ln.Close()
+}
