@@ -40,10 +40,11 @@ type pending struct {
 
 	// Route and load queries.
 	req   *messages.RouteRequest
-	local []kv.LocalBlockHash
-	seqs  []kv.SequenceHash
-	// sampled is seqs as load queries and adds carry them (one per stride
-	// blocks); the load query and the add share it, and neither is mutated.
+	local  []kv.LocalBlockHash
+	blocks int // the prompt's full blocks
+	// sampled is the prompt's sequence hashes as load queries and adds
+	// carry them (one per stride blocks, sequence.Sample); the load query
+	// and the add share it, and neither is mutated.
 	sampled  []uint64
 	eligible []kv.WorkerWithDpRank
 	hashed   time.Time
@@ -93,7 +94,6 @@ func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
 func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 	p.loads = nil
 	p.ranksLeft = 0
-	p.sampled = s.sampledHashes(p)
 	if len(p.sampled) == 0 {
 		return // shorter than a stride: nothing can be shared
 	}
@@ -112,7 +112,7 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 			continue
 		}
 		if q == nil {
-			q = &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(len(p.seqs))}
+			q = &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(p.blocks)}
 			p.loads = make(map[kv.WorkerWithDpRank]*messages.LoadReply)
 		}
 		ctx.Request(pid, q)

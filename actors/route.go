@@ -85,25 +85,22 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 // sampledHashes is the decision's sequence hashes as the sequence actors
 // and peers take them: one per router-active-sequence-stride blocks, in a
 // slice of its own (messages are never shared with later mutation).
-func (s *schedulerActor) sampledHashes(p *pending) []uint64 {
-	stride := s.cfg.Sequence.EffectiveStride()
-	out := make([]uint64, 0, len(p.seqs)/stride)
-	for _, h := range sequence.Sample(p.seqs, stride) {
-		out = append(out, uint64(h))
-	}
-	return out
-}
-
 func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeReuse bool) {
 	p.local = hashing.BlockHashes(tokens, s.cfg.BlockSize, hashing.Options{LoraName: lora})
+	p.blocks = len(p.local)
+	stride := s.cfg.Sequence.EffectiveStride()
+	p.sampled = make([]uint64, 0, sequence.SampledCount(p.blocks, stride))
 	if assumeReuse {
-		p.seqs = hashing.SequenceHashes(p.local)
+		// Only the sampled hashes outlive the decision (the load queries,
+		// the add and its gossip carry them): the whole chain is computed
+		// in the scheduler's scratch.
+		s.seqScratch = hashing.AppendSequenceHashes(s.seqScratch[:0], p.local)
+		p.sampled = sequence.AppendSample(p.sampled, s.seqScratch, stride)
 	} else {
 		// Dynamo's router_assume_kv_reuse=false: every block is unique,
 		// so nothing is deduplicated in the active-block count.
-		p.seqs = make([]kv.SequenceHash, len(p.local))
-		for i := range p.seqs {
-			p.seqs[i] = kv.SequenceHash(s.rng.Uint64())
+		for range cap(p.sampled) {
+			p.sampled = append(p.sampled, s.rng.Uint64())
 		}
 	}
 	p.hashed = time.Now()
@@ -154,7 +151,7 @@ func overrideOf(o *messages.RouterConfigOverride) *scheduling.Override {
 func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Candidate {
 	cands := s.candScratch[:0]
 	defer func() { s.candScratch = cands[:0] }()
-	promptBlocks := uint64(len(p.seqs))
+	promptBlocks := uint64(p.blocks)
 	entry := s.board.entries(s.ranks, p.eligible)
 	for i, w := range p.eligible {
 		c := scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: p.shared}
@@ -170,7 +167,7 @@ func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Cand
 			c.ActiveBlocks = l.ActiveBlocks
 			c.NewBlocks = l.NewBlocks
 			c.ActiveRequests = int(l.ActiveRequests)
-			c.ActivePrefixBlocks = uint32(uint64(len(p.seqs)) - min(l.NewBlocks, uint64(len(p.seqs))))
+			c.ActivePrefixBlocks = uint32(promptBlocks - min(l.NewBlocks, promptBlocks))
 			c.HeadPrefillTokens = l.HeadPrefillTokens
 			c.HeadPrefillElapsed = time.Duration(l.HeadPrefillElapsedNanos)
 			c.PrefillTokensPerSec = l.PrefillTokensPerSec
@@ -195,7 +192,7 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	cfg := s.cfg.Scheduling.WithOverride(overrideOf(p.req.RouterConfigOverride))
 	cands := s.candidates(p, now)
 	if recent := s.routedUnseen(p); len(recent) > 0 {
-		scheduling.AddRouted(cands, p.sampled, uint64(len(p.seqs)), s.cfg.Sequence.EffectiveStride(), recent)
+		scheduling.AddRouted(cands, p.sampled, uint64(p.blocks), s.cfg.Sequence.EffectiveStride(), recent)
 		if !s.cfg.TrackActiveBlocks {
 			for i := range cands {
 				cands[i].ActiveBlocks, cands[i].NewBlocks = 0, 0
@@ -277,7 +274,7 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 	prefill := isl - min(cached, isl)
 	add := &messages.AddRequest{
 		RequestId: h.id, Worker: rankMsg(d.Worker), SequenceHashes: p.sampled,
-		PromptBlocks: uint32(len(p.seqs)), Stride: uint32(s.cfg.Sequence.EffectiveStride()),
+		PromptBlocks: uint32(p.blocks), Stride: uint32(s.cfg.Sequence.EffectiveStride()),
 		PrefillTokens: prefill, ExpectedOutputTokens: h.expectedOutput,
 		TrackPrefillTokens: h.trackPrefill, Isl: isl,
 	}

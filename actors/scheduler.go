@@ -33,6 +33,7 @@ type schedulerActor struct {
 	obs         Observer
 	gossip      *gossiper
 	gate        *tickGate // tells the ticker whether deadlines are pending
+	seqScratch  []kv.SequenceHash // a decision's whole sequence-hash chain (hash)
 	shards      []*actor.PID
 	replication *actor.PID
 

@@ -10,9 +10,21 @@ func Sample[H ~uint64](hashes []H, stride int) []H {
 	if stride <= 1 {
 		return hashes
 	}
-	out := make([]H, 0, len(hashes)/stride)
+	return AppendSample(make([]H, 0, SampledCount(len(hashes), stride)), hashes, stride)
+}
+
+// AppendSample appends Sample(hashes, stride) to dst, converting the hash
+// type (a decision keeps its sampled hashes as the wire's uint64s). With
+// stride ≤ 1 every hash is appended.
+func AppendSample[D, H ~uint64](dst []D, hashes []H, stride int) []D {
+	stride = max(stride, 1)
 	for i := stride - 1; i < len(hashes); i += stride {
-		out = append(out, hashes[i])
+		dst = append(dst, D(hashes[i]))
 	}
-	return out
+	return dst
+}
+
+// SampledCount is how many hashes Sample keeps of n.
+func SampledCount(n, stride int) int {
+	return n / max(stride, 1)
 }
