@@ -39,7 +39,7 @@ type pending struct {
 	seq      uint64 // own gossip seq when a requests query started
 
 	// Route and load queries.
-	req   *messages.RouteRequest
+	req    *messages.RouteRequest
 	local  []kv.LocalBlockHash
 	blocks int // the prompt's full blocks
 	// sampled is the prompt's sequence hashes as load queries and adds

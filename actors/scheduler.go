@@ -32,7 +32,7 @@ type schedulerActor struct {
 	log         *slog.Logger
 	obs         Observer
 	gossip      *gossiper
-	gate        *tickGate // tells the ticker whether deadlines are pending
+	gate        *tickGate         // tells the ticker whether deadlines are pending
 	seqScratch  []kv.SequenceHash // a decision's whole sequence-hash chain (hash)
 	shards      []*actor.PID
 	replication *actor.PID
