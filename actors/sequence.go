@@ -188,7 +188,7 @@ func requestOf(m *messages.AddRequest, origin string) sequence.Request {
 	return sequence.Request{
 		ID:                   m.RequestId,
 		Origin:               origin,
-		SequenceHashes:       toSeq(m.SequenceHashes),
+		SequenceHashes:       kv.AsSequenceHashes(m.SequenceHashes), // the message is never mutated once sent
 		PromptBlocks:         uint64(m.PromptBlocks),
 		ISL:                  m.Isl,
 		PrefillTokens:        m.PrefillTokens,
@@ -296,12 +296,4 @@ func (a *sequenceActor) requests(q *messages.ActiveRequestsQuery) *messages.Acti
 		}
 	}
 	return reply
-}
-
-func toSeq(h []uint64) []kv.SequenceHash {
-	out := make([]kv.SequenceHash, len(h))
-	for i, v := range h {
-		out[i] = kv.SequenceHash(v)
-	}
-	return out
 }

@@ -22,3 +22,15 @@ func LocalHashesAsUint64(h []LocalBlockHash) []uint64 {
 	}
 	return unsafe.Slice((*uint64)(unsafe.Pointer(&h[0])), len(h))
 }
+
+// AsSequenceHashes views a message's []uint64 as sequence hashes without
+// copying, with AsLocalHashes's rule: for slices nobody modifies afterwards.
+// A rank keeps an added request's sampled hashes until it frees the request;
+// an add message is never mutated once sent, so the rank keeps the
+// message's own slice.
+func AsSequenceHashes(h []uint64) []SequenceHash {
+	if len(h) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*SequenceHash)(unsafe.Pointer(&h[0])), len(h))
+}
