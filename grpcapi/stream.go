@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"io"
 	"sync"
 
@@ -15,8 +16,12 @@ import (
 
 // Lifecycle serves many calls over one stream. Routes run concurrently
 // (a decision may wait in the backpressure queue); prefill_done and free
-// calls run one after another in the order received, so a frontend can
-// send both for a request without waiting in between. At most
+// calls for the same request run one after another in the order received,
+// so a frontend can send both for a request without waiting in between.
+// Calls for different requests run in up to streamLanes lanes (a request's
+// lane is a hash of its id): with a single lane, a stream freed one
+// request per scheduler round trip, and a slow free held up every other
+// request's behind it. At most
 // StreamInFlight calls are in flight: past that the stream stops reading
 // (HTTP/2 flow control then holds the client back). When the client
 // closes its side, the calls in flight finish and are answered; when it
@@ -36,16 +41,26 @@ func (v *service) Lifecycle(stream grpc.BidiStreamingServer[pb.LifecycleRequest,
 		}
 	}
 	slots := make(chan struct{}, s.opts.StreamInFlight)
-	ordered := make(chan *pb.LifecycleRequest, s.opts.StreamInFlight)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for req := range ordered {
-			send(s.streamCall(ctx, req))
-			<-slots
+	// Lanes start on first use (a stream that only routes has none), and
+	// hold StreamInFlight calls between them: a full lane stops the reader
+	// as the slots do, while its goroutine drains it.
+	lanes := make([]chan *pb.LifecycleRequest, streamLanes)
+	laneCap := max(s.opts.StreamInFlight/streamLanes, 1)
+	lane := func(i int) chan<- *pb.LifecycleRequest {
+		if lanes[i] == nil {
+			lanes[i] = make(chan *pb.LifecycleRequest, laneCap)
+			wg.Add(1)
+			go func(calls <-chan *pb.LifecycleRequest) {
+				defer wg.Done()
+				for req := range calls {
+					send(s.streamCall(ctx, req))
+					<-slots
+				}
+			}(lanes[i])
 		}
-	}()
+		return lanes[i]
+	}
 	var recvErr error
 	for {
 		req, err := stream.Recv()
@@ -72,9 +87,17 @@ func (v *service) Lifecycle(stream grpc.BidiStreamingServer[pb.LifecycleRequest,
 			}()
 			continue
 		}
-		ordered <- req // never blocks: a slot is held for it
+		select {
+		case lane(laneOf(req, len(lanes))) <- req:
+		case <-ctx.Done():
+			<-slots // the call was not queued: give its slot back
+		}
 	}
-	close(ordered)
+	for _, l := range lanes {
+		if l != nil {
+			close(l)
+		}
+	}
 	wg.Wait()
 	if recvErr != nil {
 		return recvErr
@@ -83,6 +106,24 @@ func (v *service) Lifecycle(stream grpc.BidiStreamingServer[pb.LifecycleRequest,
 		return err
 	}
 	return nil
+}
+
+// streamLanes is how many prefill_done/free calls of one stream run at once.
+const streamLanes = 8
+
+// laneOf is the lane of a prefill_done or free call: the same request id
+// always maps to the same lane, which keeps that request's calls in order.
+func laneOf(req *pb.LifecycleRequest, lanes int) int {
+	var id string
+	switch call := req.GetCall().(type) {
+	case *pb.LifecycleRequest_PrefillDone:
+		id = call.PrefillDone.GetRequestId()
+	case *pb.LifecycleRequest_Free:
+		id = call.Free.GetRequestId()
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(lanes))
 }
 
 // streamCall runs one call of a Lifecycle stream and answers it,

@@ -117,3 +117,56 @@ func TestLifecycleStreamOrderAndBadCalls(t *testing.T) {
 		}
 	}
 }
+
+// Calls for different requests run in several lanes, but one request's
+// prefill_done and free stay in the order sent: 64 requests routed, then
+// each one's prefill_done and free pipelined without waiting. A free run
+// before its prefill_done would make the prefill_done answer NotFound.
+func TestLifecycleStreamKeepsEachRequestsOrderAcrossLanes(t *testing.T) {
+	e := newEnv(t, envOptions{workers: 2})
+	ctx := context.Background()
+	st, err := e.client.RouterClient().Lifecycle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	for i := range n {
+		id := fmt.Sprintf("r-%d", i)
+		if err := st.Send(&pb.LifecycleRequest{Id: uint64(i + 1), Call: &pb.LifecycleRequest_Route{Route: &pb.RouteRequest{RequestId: id, TokenIds: []uint32{1, 2, uint32(i)}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		if res, err := st.Recv(); err != nil || res.GetRoute() == nil {
+			t.Fatalf("route: %v %v", res, err)
+		}
+	}
+	for i := range n {
+		id := fmt.Sprintf("r-%d", i)
+		for k, req := range []*pb.LifecycleRequest{
+			{Id: uint64(1000 + 2*i), Call: &pb.LifecycleRequest_PrefillDone{PrefillDone: &pb.RequestRef{RequestId: id}}},
+			{Id: uint64(1001 + 2*i), Call: &pb.LifecycleRequest_Free{Free: &pb.RequestRef{RequestId: id}}},
+		} {
+			if err := st.Send(req); err != nil {
+				t.Fatalf("request %s call %d: %v", id, k, err)
+			}
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	answered := 0
+	for {
+		res, err := st.Recv()
+		if err != nil {
+			break
+		}
+		answered++
+		if res.GetAck() == nil {
+			t.Errorf("call %d: %v, want an ack (a free overtook its prefill_done?)", res.Id, res)
+		}
+	}
+	if answered != 2*n {
+		t.Fatalf("%d answers, want %d", answered, 2*n)
+	}
+}
