@@ -451,15 +451,16 @@ func (o countingObserver) DecisionDegraded(reason string) {
 	}
 }
 
-// A slow shard does not hang a decision: after DecisionTimeout the
-// scheduler decides with what arrived (the slow shard's workers count as
-// holding nothing) and reports it as degraded.
-func TestSlowShardDoesNotHangDecisions(t *testing.T) {
-	obs := countingObserver{degraded: make(chan string, 4)}
+// twoShardFixture is a router with two shards and a 50 ms decision
+// timeout whose worker 1 holds the 4 blocks of the prompt it returns.
+func twoShardFixture(t *testing.T, obs Observer) (*Router, []uint32) {
+	t.Helper()
 	r := startRouter(t, func(c *Config) {
 		c.Shards = 2
 		c.DecisionTimeout = 50 * time.Millisecond
-		c.Observer = obs
+		if obs != nil {
+			c.Observer = obs
+		}
 	})
 	register(t, r, 1, 2)
 	waitWorkers(t, r, 2)
@@ -469,6 +470,15 @@ func TestSlowShardDoesNotHangDecisions(t *testing.T) {
 		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
 		return err == nil && reply.OverlapBlocks == 4
 	})
+	return r, tokens
+}
+
+// A slow shard does not hang a decision: after DecisionTimeout the
+// scheduler decides with what arrived (the slow shard's workers count as
+// holding nothing) and reports it as degraded.
+func TestSlowShardDoesNotHangDecisions(t *testing.T) {
+	obs := countingObserver{degraded: make(chan string, 4)}
+	r, tokens := twoShardFixture(t, obs)
 	slow := shardOf(1, 2)
 	stalled := make(chan struct{})
 	r.system.Root.Send(r.shards[slow], &stallShard{d: 500 * time.Millisecond, entered: stalled})

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/testutil"
-	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -43,18 +41,7 @@ func TestTickGateWakesOnlyWhenTurningBusy(t *testing.T) {
 // during that second still times out on time: turning busy wakes the
 // ticker. Without the wake this decision waits for the idle tick (~1 s).
 func TestDecisionTimeoutAfterAnIdlePeriod(t *testing.T) {
-	r := startRouter(t, func(c *Config) {
-		c.Shards = 2
-		c.DecisionTimeout = 50 * time.Millisecond
-	})
-	register(t, r, 1, 2)
-	waitWorkers(t, r, 2)
-	tokens := prompt(64, 3)
-	storeChain(r, kv.WorkerWithDpRank{WorkerID: 1}, tokens)
-	testutil.Eventually(t, 5*time.Second, "indexed", func() bool {
-		reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
-		return err == nil && reply.OverlapBlocks == 4
-	})
+	r, tokens := twoShardFixture(t, nil)
 	for i := range 3 {
 		time.Sleep(100 * time.Millisecond) // the ticker is now in its idle second
 		if r.gate.busy.Load() {
