@@ -141,8 +141,10 @@ func Start(cfg Config) (*Router, error) {
 
 func (r *Router) ticker() {
 	defer close(r.done)
-	t := time.NewTimer(r.gate.period(r.cfg.TickInterval))
+	wait := r.gate.period(r.cfg.TickInterval)
+	t := time.NewTimer(wait)
 	defer t.Stop()
+	due := time.Now().Add(wait)
 	var registryTicked time.Time
 	for {
 		select {
@@ -150,8 +152,13 @@ func (r *Router) ticker() {
 			return
 		case <-r.gate.wake:
 			// The scheduler turned busy: its next tick is due within one
-			// TickInterval, not at the end of an idle period.
-			t.Reset(r.cfg.TickInterval)
+			// TickInterval, not at the end of an idle period. Only ever
+			// brought forward: a scheduler turning busy and idle faster
+			// than TickInterval would otherwise push the tick back forever.
+			if soon := time.Now().Add(r.cfg.TickInterval); soon.Before(due) {
+				t.Reset(r.cfg.TickInterval)
+				due = soon
+			}
 		case now := <-t.C:
 			tick := &messages.Tick{UnixNano: now.UnixNano()}
 			r.system.Root.Send(r.scheduler, tick)
@@ -162,7 +169,9 @@ func (r *Router) ticker() {
 				registryTicked = now
 				r.system.Root.Send(r.registry, tick)
 			}
-			t.Reset(r.gate.period(r.cfg.TickInterval))
+			wait = r.gate.period(r.cfg.TickInterval)
+			t.Reset(wait)
+			due = time.Now().Add(wait)
 		}
 	}
 }

@@ -60,3 +60,46 @@ func TestDecisionTimeoutAfterAnIdlePeriod(t *testing.T) {
 		time.Sleep(900 * time.Millisecond) // let the stalled shard recover
 	}
 }
+
+// Housekeeping keeps its once-a-second pace while the scheduler turns busy
+// and idle much faster than TickInterval (a replica answering a stream of
+// requests). A wake only brings the next tick forward: when every wake
+// restarted the timer instead, ticks stopped for as long as the trickle
+// lasted, and heartbeat expiry and drained workers' removal with them.
+func TestHousekeepingWhileTheSchedulerFlipsBusy(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.HeartbeatTimeout = 200 * time.Millisecond })
+	if err := r.AnnounceWorker(&messages.WorkerHeartbeat{WorkerId: 1, DataParallelSize: 1}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkers(t, r, 1)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // as the scheduler does after each message of a trickle
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				r.gate.set(true)
+				r.gate.set(false)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	start := time.Now()
+	for {
+		reg, err := r.Registry(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reg.Workers) == 0 {
+			t.Logf("the silent worker expired after %v", time.Since(start))
+			return
+		}
+		if time.Since(start) > 4*time.Second {
+			t.Fatal("no heartbeat expiry in 4 s: housekeeping did not run")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -102,7 +102,9 @@ func (n *Node) runApply() {
 		case buf := <-n.inbox:
 			n.recv.receive(buf, "")
 		case <-n.recv.wake:
-			t.Reset(fast) // a gap or repair began: watch its deadline
+			// A gap or repair began: watch its deadline. (A wake comes only
+			// after a tick cleared watching, so it never postpones one.)
+			t.Reset(fast)
 		case now := <-t.C:
 			r := n.recv
 			r.mu.Lock()
