@@ -82,9 +82,10 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	s.maybeFinish(ctx, p) // no shards and no workers cannot happen, but stay safe
 }
 
-// sampledHashes is the decision's sequence hashes as the sequence actors
-// and peers take them: one per router-active-sequence-stride blocks, in a
-// slice of its own (messages are never shared with later mutation).
+// hash computes a request's block hashes and its sampled sequence hashes,
+// as the sequence actors and peers take them: one per
+// router-active-sequence-stride blocks, in a slice of its own (messages are
+// never shared with later mutation).
 func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeReuse bool) {
 	p.local = hashing.BlockHashes(tokens, s.cfg.BlockSize, hashing.Options{LoraName: lora})
 	p.blocks = len(p.local)

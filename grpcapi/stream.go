@@ -3,7 +3,6 @@ package grpcapi
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"io"
 	"sync"
 
@@ -121,9 +120,11 @@ func laneOf(req *pb.LifecycleRequest, lanes int) int {
 	case *pb.LifecycleRequest_Free:
 		id = call.Free.GetRequestId()
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return int(h.Sum32() % uint32(lanes))
+	h := uint32(2166136261) // FNV-1a, without hash/fnv's allocation per call
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return int(h % uint32(lanes))
 }
 
 // streamCall runs one call of a Lifecycle stream and answers it,
