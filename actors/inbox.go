@@ -15,7 +15,8 @@ import (
 // late reply can never reach the next caller.
 type inbox struct {
 	pid   *actor.PID
-	reply chan any // one reply per call
+	reply chan any    // one reply per call
+	timer *time.Timer // the call's timeout, reset per call (stopped between calls)
 }
 
 func (b *inbox) SendUserMessage(_ *actor.PID, m any) {
@@ -47,7 +48,8 @@ func (p *inboxes) get() *inbox {
 		return b
 	default:
 	}
-	b := &inbox{reply: make(chan any, 1)}
+	b := &inbox{reply: make(chan any, 1), timer: time.NewTimer(time.Hour)}
+	b.timer.Stop()
 	b.pid, _ = p.registry.Add(b, "inbox$"+p.registry.NextId()) // ids are unique: never taken
 	return b
 }
@@ -66,17 +68,19 @@ func (p *inboxes) callThen(root *actor.RootContext, pid *actor.PID, msg any, tim
 	if sent != nil {
 		sent()
 	}
-	t := time.NewTimer(timeout)
+	// Since Go 1.23 a stopped or reset timer never delivers a stale tick,
+	// so the inbox's timer is reused rather than allocated per call.
+	b.timer.Reset(timeout)
 	select {
 	case res = <-b.reply:
-		t.Stop()
+		b.timer.Stop()
 		select {
 		case p.free <- b:
 		default:
 			p.registry.Remove(b.pid)
 		}
 		return res, true
-	case <-t.C:
+	case <-b.timer.C:
 		p.registry.Remove(b.pid) // a late reply goes to dead letters
 		return nil, false
 	}
