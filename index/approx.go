@@ -131,7 +131,7 @@ func (a *Approx) RecordDecision(worker kv.WorkerWithDpRank, local []kv.LocalBloc
 	if id, ok := a.tree.ids[worker]; ok {
 		rs := &a.tree.ranks[id]
 		for i, b := range a.blocks {
-			if rs.blocks[b.BlockHash] == nil {
+			if rs.blocks.get(b.BlockHash) == nil {
 				break // the chain was cut short; nothing deeper was stored
 			}
 			k := timerKey{id: id, ext: b.BlockHash}
@@ -182,7 +182,7 @@ func (a *Approx) popAndDrop() int {
 	if !ok || tm.at != e.at {
 		return 0 // refreshed or already gone
 	}
-	n := a.tree.ranks[e.id].blocks[e.ext]
+	n := a.tree.ranks[e.id].blocks.get(e.ext)
 	if n == nil {
 		delete(a.timers, e.key())
 		return 0
@@ -215,7 +215,7 @@ func (a *Approx) FindMatches(hashes []kv.LocalBlockHash) TieredMatches {
 	out := make(TieredMatches, len(depths))
 	for _, d := range depths {
 		rs := &a.tree.ranks[d.id]
-		out[rs.rank] = TierMatch{Device: d.depth, TreeSize: uint64(len(rs.blocks))}
+		out[rs.rank] = TierMatch{Device: d.depth, TreeSize: uint64(rs.blocks.len())}
 	}
 	return out
 }
@@ -265,7 +265,7 @@ func (a *Approx) CheckInvariants() error {
 		}
 	}
 	for k := range a.timers {
-		if int(k.id) >= len(a.tree.ranks) || a.tree.ranks[k.id].blocks[k.ext] == nil {
+		if int(k.id) >= len(a.tree.ranks) || a.tree.ranks[k.id].blocks.get(k.ext) == nil {
 			return fmt.Errorf("%w: deadline for an entry not in the tree", ErrCorrupt)
 		}
 		if _, ok := queued[k]; !ok {

@@ -84,7 +84,7 @@ func (x *Indexer) FindMatchesInto(out TieredMatches, hashes []kv.LocalBlockHash)
 	}
 	for _, d := range x.depths {
 		rs := &dev.ranks[d.id]
-		out[rs.rank] = TierMatch{Device: d.depth, TreeSize: uint64(len(rs.blocks))}
+		out[rs.rank] = TierMatch{Device: d.depth, TreeSize: uint64(rs.blocks.len())}
 	}
 	x.continueTier(out, kv.TierHostPinned, hashes)
 	x.continueTier(out, kv.TierDisk, hashes)
@@ -122,7 +122,7 @@ func (x *Indexer) continueTier(out TieredMatches, tier kv.StorageTier, hashes []
 func (x *Indexer) deviceSize(r kv.WorkerWithDpRank) uint64 {
 	dev := x.tiers[kv.TierDevice]
 	if id, ok := dev.ids[r]; ok {
-		return uint64(len(dev.ranks[id].blocks))
+		return uint64(dev.ranks[id].blocks.len())
 	}
 	return 0
 }

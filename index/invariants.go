@@ -22,7 +22,8 @@ var ErrCorrupt = errors.New("index invariant violated")
 //     lists every (rank, child) pair once, at the position the child's
 //     holder entry records;
 //   - every live rank is listed once under its worker, and nothing else is;
-//   - the entry and node totals are right.
+//   - the entry and node totals are right;
+//   - nodes kept for reuse are unlinked and empty.
 //
 // It is O(size of the tree) and meant for tests and for validating an
 // index kept across a shard restart.
@@ -32,6 +33,13 @@ func (t *Tree) CheckInvariants() error {
 	}
 	if len(t.root.holders) != 0 || t.root.parent != nil {
 		return fail("root has holders or a parent")
+	}
+	for _, n := range t.spare {
+		// A node kept for reuse must be unlinked and empty; one still in
+		// the tree would be handed out twice.
+		if n.parent != nil || len(n.holders) != 0 || n.childCount() != 0 || n == &t.root {
+			return fail("spare node %d is still in use", n.hash)
+		}
 	}
 	perRank := make([]int, len(t.ranks))
 	nodes, entries := 0, 0
@@ -76,7 +84,7 @@ func (t *Tree) CheckInvariants() error {
 	for id := range t.ranks {
 		rs := &t.ranks[id]
 		if !rs.live {
-			if rs.blocks != nil || perRank[id] != 0 {
+			if rs.blocks.len() != 0 || perRank[id] != 0 {
 				return fail("released rank id %d still has blocks", id)
 			}
 			continue
@@ -84,8 +92,8 @@ func (t *Tree) CheckInvariants() error {
 		if got, ok := t.ids[rs.rank]; !ok || got != uint32(id) {
 			return fail("rank %s interned as %d but maps to %d", rs.rank, id, got)
 		}
-		if len(rs.blocks) != perRank[id] {
-			return fail("rank %s: lookup has %d entries, tree has %d", rs.rank, len(rs.blocks), perRank[id])
+		if rs.blocks.len() != perRank[id] {
+			return fail("rank %s: lookup has %d entries, tree has %d", rs.rank, rs.blocks.len(), perRank[id])
 		}
 	}
 	if err := t.checkWorkers(); err != nil {
@@ -112,7 +120,7 @@ func (t *Tree) checkNode(n *node, perRank []int) error {
 			return fmt.Errorf("holder id %d is not a registered rank", h.id)
 		}
 		rs := &t.ranks[h.id]
-		if rs.blocks[h.ext] != n {
+		if rs.blocks.get(h.ext) != n {
 			return fmt.Errorf("rank %s: engine hash %d does not map back to the node", rs.rank, h.ext)
 		}
 		if n.parent != &t.root && !n.parent.has(h.id) {

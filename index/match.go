@@ -32,7 +32,7 @@ func (t *Tree) FindMatches(hashes []kv.LocalBlockHash, earlyExit bool) OverlapSc
 	for _, d := range depths {
 		rs := &t.ranks[d.id]
 		out.Scores[rs.rank] = d.depth
-		out.TreeSizes[rs.rank] = uint64(len(rs.blocks))
+		out.TreeSizes[rs.rank] = uint64(rs.blocks.len())
 	}
 	return out
 }

@@ -83,7 +83,7 @@ func (t *Tree) appendOrdered(dst []RankMatch, depths []rankDepth) []RankMatch {
 
 func (t *Tree) rankMatch(id, depth uint32) RankMatch {
 	rs := &t.ranks[id]
-	return RankMatch{Rank: rs.rank, TierMatch: TierMatch{Device: depth, TreeSize: uint64(len(rs.blocks))}}
+	return RankMatch{Rank: rs.rank, TierMatch: TierMatch{Device: depth, TreeSize: uint64(rs.blocks.len())}}
 }
 
 // AppendMatches appends FindMatches's answer to dst as a slice in rank

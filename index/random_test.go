@@ -19,13 +19,16 @@ func randomEvent(rng *rand.Rand, tr *Tree) *kv.Event {
 	// and removals usually hit.
 	known := func() (uint64, bool) {
 		id, ok := tr.ids[r]
-		if !ok || len(tr.ranks[id].blocks) == 0 {
+		if !ok || tr.ranks[id].blocks.len() == 0 {
 			return 0, false
 		}
-		k := rng.IntN(len(tr.ranks[id].blocks))
-		for h := range tr.ranks[id].blocks {
+		k := rng.IntN(tr.ranks[id].blocks.len())
+		for _, s := range tr.ranks[id].blocks.slots {
+			if s.node == nil {
+				continue
+			}
 			if k == 0 {
-				return uint64(h), true
+				return uint64(s.key), true
 			}
 			k--
 		}

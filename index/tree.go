@@ -34,7 +34,11 @@ type Tree struct {
 	stack   []*node
 	doomed  []*node
 	targets []*node
-	seen    map[kv.ExternalBlockHash]struct{}
+	seen    blockMap // checkSelfReference's set of names
+	spare   []*node  // unlinked nodes for reuse (newNode)
+	// touched keeps what blockMap.touch reads (see there), so the loads
+	// stay in the program.
+	touched uint64
 }
 
 // NewTree returns an empty tree.
@@ -64,7 +68,7 @@ func (t *Tree) Nodes() int { return t.nodes }
 func (t *Tree) WorkerBlockCounts() map[kv.WorkerWithDpRank]uint64 {
 	out := make(map[kv.WorkerWithDpRank]uint64, len(t.ids))
 	for r, id := range t.ids {
-		out[r] = uint64(len(t.ranks[id].blocks))
+		out[r] = uint64(t.ranks[id].blocks.len())
 	}
 	return out
 }
@@ -106,7 +110,7 @@ func (t *Tree) applyStored(ev *kv.Event) error {
 		pid, known := t.ids[ev.Worker]
 		var p *node
 		if known {
-			p = t.ranks[pid].blocks[ev.ParentHash]
+			p = t.ranks[pid].blocks.get(ev.ParentHash)
 		}
 		if p == nil {
 			t.counters.ParentNotFound++
@@ -117,6 +121,7 @@ func (t *Tree) applyStored(ev *kv.Event) error {
 	} else {
 		id = t.internRank(ev.Worker)
 	}
+	t.touchAll(&t.ranks[id].blocks, ev)
 	for i, b := range ev.Blocks {
 		next, err := t.storeBlock(parent, id, b)
 		if err != nil {
@@ -154,15 +159,13 @@ func (t *Tree) checkSelfReference(ev *kv.Event) error {
 		}
 		return nil
 	}
-	if t.seen == nil {
-		t.seen = make(map[kv.ExternalBlockHash]struct{}, len(blocks))
-	}
-	defer clear(t.seen)
+	seen := &t.seen
+	defer seen.reset()
 	for _, b := range blocks {
-		if _, dup := t.seen[b.BlockHash]; dup {
+		if seen.get(b.BlockHash) != nil {
 			return bad(b.BlockHash)
 		}
-		t.seen[b.BlockHash] = struct{}{}
+		seen.put(b.BlockHash, &t.root) // any node: the set only needs a key
 	}
 	return nil
 }
@@ -172,7 +175,7 @@ func (t *Tree) checkSelfReference(ev *kv.Event) error {
 func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, error) {
 	rs := &t.ranks[id]
 	child := parent.childOf(b.TokensHash)
-	named := rs.blocks[b.BlockHash]
+	named := rs.blocks.get(b.BlockHash)
 	if named != nil && named == child {
 		t.counters.DuplicateStore++
 		return child, nil
@@ -188,7 +191,7 @@ func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, err
 		t.counters.CascadeRemoved += uint64(dropped - 1)
 	}
 	if child == nil {
-		child = &node{hash: b.TokensHash}
+		child = t.newNode(b.TokensHash)
 		parent.addChild(child)
 		if t.wantsFan(parent) {
 			parent.buildFan()
@@ -198,9 +201,9 @@ func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, err
 	at, held := child.find(id)
 	if held {
 		// Same content under the same parent, new engine name: latest wins.
-		delete(rs.blocks, child.holders[at].ext)
+		rs.blocks.del(child.holders[at].ext)
 		child.holders[at].ext = b.BlockHash
-		rs.blocks[b.BlockHash] = child
+		rs.blocks.put(b.BlockHash, child)
 		t.counters.Rekeyed++
 		return child, nil
 	}
@@ -208,10 +211,55 @@ func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, err
 	if parent.fan != nil {
 		parent.fanAdd(child, at)
 	}
-	rs.blocks[b.BlockHash] = child
+	rs.blocks.put(b.BlockHash, child)
 	t.entries++
 	t.counters.StoredBlocks++
 	return child, nil
+}
+
+// maxSpareNodes bounds the unlinked nodes a tree keeps for reuse (80 B
+// each): enough for every eviction between two stores at steady state,
+// little enough that emptying a big worker does not pin its memory.
+const maxSpareNodes = 1 << 14
+
+// newNode returns an empty node for hash, reusing an unlinked one if it
+// can. At steady state every store follows an eviction, so a router
+// ingesting at its full rate allocates almost no nodes.
+func (t *Tree) newNode(hash kv.LocalBlockHash) *node {
+	if k := len(t.spare); k > 0 {
+		n := t.spare[k-1]
+		t.spare[k-1] = nil
+		t.spare = t.spare[:k-1]
+		n.hash = hash
+		return n
+	}
+	return &node{hash: hash}
+}
+
+// recycle keeps an unlinked node for newNode. The caller holds the last
+// reference the tree had to it (it has no holders, no children and no
+// parent); scratch lists that still name it check n.has before use, and
+// no node is reused before they are done (reuse happens only in stores).
+func (t *Tree) recycle(n *node) {
+	if len(t.spare) >= maxSpareNodes {
+		return
+	}
+	*n = node{}
+	t.spare = append(t.spare, n)
+}
+
+// touchAll reads the home slot of every block an event names in the
+// rank's lookup before the event is applied, so the cache misses overlap
+// rather than come one per block (blockMap's comment).
+func (t *Tree) touchAll(m *blockMap, ev *kv.Event) {
+	sum := t.touched
+	for _, b := range ev.Blocks {
+		sum += m.touch(b.BlockHash)
+	}
+	for _, h := range ev.Removed {
+		sum += m.touch(h)
+	}
+	t.touched = sum
 }
 
 // isAncestorOrSelf reports whether a lies on the path from n to the root.
@@ -231,10 +279,13 @@ func (t *Tree) applyRemoved(ev *kv.Event) error {
 	t.targets = t.targets[:0]
 	missing := 0
 	var firstMissing kv.ExternalBlockHash
+	if known {
+		t.touchAll(&t.ranks[id].blocks, ev)
+	}
 	for _, h := range ev.Removed {
 		var n *node
 		if known {
-			n = t.ranks[id].blocks[h]
+			n = t.ranks[id].blocks.get(h)
 		}
 		if n == nil {
 			if missing == 0 {
@@ -310,12 +361,13 @@ func (t *Tree) dropEntry(n *node, id uint32, unfan bool) {
 		p.fanRemove(id, n.holders[at].pos)
 	}
 	n.deleteHolder(at)
-	delete(t.ranks[id].blocks, ext)
+	t.ranks[id].blocks.del(ext)
 	t.entries--
 	if p := n.parent; len(n.holders) == 0 && p != nil {
 		p.removeChild(n)
 		t.childRemoved(p)
 		t.nodes--
+		t.recycle(n)
 	}
 	if t.onDrop != nil {
 		t.onDrop(id, ext)
@@ -350,20 +402,25 @@ func (t *Tree) RemoveWorker(w kv.WorkerID) {
 // The lookup map is replaced rather than emptied so its memory is freed.
 func (t *Tree) emptyRank(id uint32) int {
 	rs := &t.ranks[id]
-	n := len(rs.blocks)
-	for _, nd := range rs.blocks {
-		// Deleting entries not yet reached is allowed during range; they
-		// are simply not produced.
-		t.dropSubtree(nd, id)
+	n := rs.blocks.len()
+	// The nodes are listed first: dropping a subtree deletes entries,
+	// which moves others around in the lookup.
+	t.targets = rs.blocks.nodes(t.targets[:0])
+	for _, nd := range t.targets {
+		if nd.has(id) { // not already gone with an ancestor
+			t.dropSubtree(nd, id)
+		}
 	}
-	rs.blocks = make(map[kv.ExternalBlockHash]*node)
+	clear(t.targets) // do not keep unlinked nodes reachable
+	t.targets = t.targets[:0]
+	t.ranks[id].blocks = blockMap{}
 	return n
 }
 
 // has reports whether rank r holds engine block h (for approximate mode).
 func (t *Tree) has(r kv.WorkerWithDpRank, h kv.ExternalBlockHash) bool {
 	id, ok := t.ids[r]
-	return ok && t.ranks[id].blocks[h] != nil
+	return ok && t.ranks[id].blocks.get(h) != nil
 }
 
 // removeBlock drops one block and the rank's blocks below it, returning
@@ -373,7 +430,7 @@ func (t *Tree) removeBlock(r kv.WorkerWithDpRank, h kv.ExternalBlockHash) int {
 	if !ok {
 		return 0
 	}
-	n := t.ranks[id].blocks[h]
+	n := t.ranks[id].blocks.get(h)
 	if n == nil {
 		return 0
 	}

@@ -7,7 +7,7 @@ import "github.com/kvrouter/kvrouter/kv"
 type rankState struct {
 	rank   kv.WorkerWithDpRank
 	live   bool
-	blocks map[kv.ExternalBlockHash]*node // engine hash -> node, this rank's lookup
+	blocks blockMap // engine hash -> node, this rank's lookup
 }
 
 // internRank returns the id of a rank, registering it if new. Ids of
@@ -24,7 +24,7 @@ func (t *Tree) internRank(r kv.WorkerWithDpRank) uint32 {
 		id = uint32(len(t.ranks))
 		t.ranks = append(t.ranks, rankState{})
 	}
-	t.ranks[id] = rankState{rank: r, live: true, blocks: make(map[kv.ExternalBlockHash]*node)}
+	t.ranks[id] = rankState{rank: r, live: true}
 	t.ids[r] = id
 	t.order.stale = true
 	t.workers[r.WorkerID] = append(t.workers[r.WorkerID], id)

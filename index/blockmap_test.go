@@ -1,0 +1,143 @@
+package index
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/kv"
+)
+
+// checkProbeRuns verifies linear probing's invariant: no free slot lies
+// between a key's home slot and the slot holding it (a lookup would stop
+// there and miss the key), and the count matches the occupied slots.
+func checkProbeRuns(t *testing.T, m *blockMap) {
+	t.Helper()
+	mask := len(m.slots) - 1
+	used := 0
+	for j, s := range m.slots {
+		if s.node == nil {
+			continue
+		}
+		used++
+		for i := m.home(s.key); i != j; i = (i + 1) & mask {
+			if m.slots[i].node == nil {
+				t.Fatalf("key %d in slot %d: free slot %d on its probe run", s.key, j, i)
+			}
+		}
+	}
+	if used != m.n {
+		t.Fatalf("%d slots used, count says %d", used, m.n)
+	}
+}
+
+// TestBlockMapMatchesAGoMap runs random puts, overwrites and deletes over
+// small key spaces (long probe runs, wrap-around at the table's end,
+// deletes in the middle of runs) and compares every key with a Go map.
+func TestBlockMapMatchesAGoMap(t *testing.T) {
+	for _, keys := range []int{3, 40, 1000} {
+		rng := rand.New(rand.NewPCG(uint64(keys), 9))
+		var m blockMap
+		ref := map[kv.ExternalBlockHash]*node{}
+		nodes := make([]node, 8)
+		for op := range 20000 {
+			k := kv.ExternalBlockHash(rng.IntN(keys))
+			if rng.IntN(100) < 55 {
+				n := &nodes[rng.IntN(len(nodes))]
+				m.put(k, n)
+				ref[k] = n
+			} else {
+				m.del(k)
+				delete(ref, k)
+			}
+			if op%97 == 0 {
+				checkProbeRuns(t, &m)
+			}
+		}
+		checkProbeRuns(t, &m)
+		if m.len() != len(ref) {
+			t.Fatalf("%d keys: map holds %d, reference %d", keys, m.len(), len(ref))
+		}
+		for k := range kv.ExternalBlockHash(keys) {
+			if got := m.get(k); got != ref[k] {
+				t.Fatalf("%d keys: key %d maps to %p, want %p", keys, k, got, ref[k])
+			}
+		}
+		if got := len(m.nodes(nil)); got != len(ref) {
+			t.Fatalf("nodes lists %d, want %d", got, len(ref))
+		}
+	}
+}
+
+func TestBlockMapEmptyAndExtremeKeys(t *testing.T) {
+	var m blockMap
+	if m.get(0) != nil || m.touch(7) != 0 || m.len() != 0 {
+		t.Fatal("an empty map must answer nothing")
+	}
+	m.del(5) // deleting from an empty map is a no-op
+	var a, b node
+	m.put(0, &a) // zero is a key like any other
+	m.put(^kv.ExternalBlockHash(0), &b)
+	if m.get(0) != &a || m.get(^kv.ExternalBlockHash(0)) != &b || m.len() != 2 {
+		t.Fatal("zero and max keys must be stored")
+	}
+	m.del(0)
+	if m.get(0) != nil || m.get(^kv.ExternalBlockHash(0)) != &b || m.len() != 1 {
+		t.Fatal("delete removed the wrong key")
+	}
+}
+
+// Two maps draw different seeds, so a key set that collides in one does
+// not collide in another (a publisher cannot pick its block names to
+// overload every replica's lookup the same way).
+func TestBlockMapSeedsDiffer(t *testing.T) {
+	var a, b blockMap
+	var n node
+	a.put(1, &n)
+	b.put(1, &n)
+	if a.seed == b.seed {
+		t.Fatalf("two maps share seed %x", a.seed)
+	}
+}
+
+func BenchmarkBlockMapChurn(b *testing.B) {
+	const live = 4096
+	var m blockMap
+	var n node
+	for k := range kv.ExternalBlockHash(live) {
+		m.put(k, &n)
+	}
+	k := kv.ExternalBlockHash(live)
+	for b.Loop() {
+		m.put(k, &n)
+		m.del(k - live)
+		k++
+	}
+}
+
+// Chains longer than checkSelfReference's quadratic scan go through its
+// set; a repeat is caught there, and the set starts empty for the next
+// event (a leftover name would reject a valid chain).
+func TestLongChainRepeatUsesTheSetAndResets(t *testing.T) {
+	tr := NewTree()
+	w := rank(1, 0)
+	long := make([]kv.StoredBlock, 100)
+	for i := range long {
+		long[i] = blk(uint64(5000+i), uint64(i+1))
+	}
+	bad := append(append([]kv.StoredBlock{}, long...), blk(5000, 999))
+	if err := tr.Apply(storedRoot(w, bad...)); err == nil {
+		t.Fatal("a 101-block chain repeating its first name was accepted")
+	}
+	if tr.Len() != 0 {
+		t.Fatalf("the rejected chain left %d entries", tr.Len())
+	}
+	if err := tr.Apply(storedRoot(w, long...)); err != nil {
+		t.Fatalf("a valid chain after the rejected one: %v", err)
+	}
+	if tr.Len() != len(long) {
+		t.Fatalf("index holds %d entries, want %d", tr.Len(), len(long))
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
