@@ -62,7 +62,9 @@ func (p EventPace) dueTimes(evs []pacedEvent, span time.Duration) []time.Duratio
 		if p.Rate > 0 {
 			d = time.Duration(math.Round(float64(k) * float64(time.Second) / p.Rate))
 		} else {
-			d = time.Duration(math.Round(float64(e.traceAt) / p.Speedup))
+			// From the first event's trace time: a steady run's step
+			// starts where the last one left the trace.
+			d = time.Duration(math.Round(float64(e.traceAt-evs[0].traceAt) / p.Speedup))
 		}
 		if d >= span {
 			break
@@ -151,6 +153,13 @@ type IndexerRatePoint struct {
 	// Go's runtime metrics: how much of a tail is the collector.
 	GCCycles int     `json:"gc_cycles"`
 	GCShare  float64 `json:"gc_cpu_share"`
+	// AllocMBPerSec is what the process allocated per second during the
+	// step, and GCEverySec the interval between GC cycles it implies (the
+	// room between the live heap and the GC goal ÷ that rate): a step
+	// shorter than that interval may see no cycle at all, while a router
+	// at this rate sees one every GCEverySec.
+	AllocMBPerSec float64 `json:"alloc_mb_per_sec"`
+	GCEverySec    float64 `json:"gc_every_sec"`
 }
 
 // IndexerRateReport is a paced indexer run: one point per event rate.
@@ -173,8 +182,14 @@ type IndexerRateReport struct {
 	// Warm is the unreported first pass at the highest rate, when asked
 	// for: a fresh process faults its heap in on that pass, which a
 	// router that has been running does not.
-	Warm   *IndexerRatePoint  `json:"warm,omitempty"`
-	Points []IndexerRatePoint `json:"points"`
+	Warm *IndexerRatePoint `json:"warm,omitempty"`
+	// Steady runs fill the index once (FillEvents, applied unpaced in
+	// FillSeconds, leaving FilledBlocks entries) and never clear it.
+	Steady       bool               `json:"steady"`
+	FillEvents   int                `json:"fill_events,omitempty"`
+	FillSeconds  float64            `json:"fill_seconds,omitempty"`
+	FilledBlocks uint64             `json:"filled_blocks,omitempty"`
+	Points       []IndexerRatePoint `json:"points"`
 }
 
 // WriteText prints the report as a table, one row per rate.
@@ -194,13 +209,20 @@ func (r IndexerRateReport) WriteText(w io.Writer) {
 		gc = fmt.Sprint(r.GCPercent)
 	}
 	fmt.Fprintf(w, "GC target %s, memory limit %s\n", gc, limit)
-	fmt.Fprintf(w, "%-10s %-10s %-7s %-8s %-9s %-9s %-8s %-8s %-8s %-8s %-9s %-8s %-9s %-8s %-4s %-7s %s\n",
-		"target/s", "events/s", "kept-up", "dropped", "backlog", "drain-ms", "lookups", "p50-ms", "p99-ms", "p999-ms", "sched-p99", "partial", "blocks", "rejected", "gc", "gc-cpu%", "errors/late")
+	if r.Steady {
+		fmt.Fprintf(w, "steady state: %d events filled the index to %d entries in %.1fs before the first step; each step goes on from the last, never clearing it\n",
+			r.FillEvents, r.FilledBlocks, r.FillSeconds)
+	} else {
+		fmt.Fprintln(w, "each step starts from an emptied index (a fill); --steady measures a full one")
+	}
+	fmt.Fprintf(w, "%-10s %-10s %-7s %-8s %-9s %-9s %-8s %-8s %-8s %-8s %-9s %-8s %-9s %-8s %-4s %-7s %-10s %-10s %s\n",
+		"target/s", "events/s", "kept-up", "dropped", "backlog", "drain-ms", "lookups", "p50-ms", "p99-ms", "p999-ms", "sched-p99", "partial", "blocks", "rejected", "gc", "gc-cpu%", "alloc-MB/s", "gc-every-s", "errors/late")
 	row := func(p IndexerRatePoint, note string) {
-		fmt.Fprintf(w, "%-10.0f %-10.0f %-7s %-8d %-9d %-9.1f %-8d %-8.3f %-8.3f %-8.3f %-9.3f %-8d %-9d %-8d %-4d %-7.1f %d/%d%s\n",
+		fmt.Fprintf(w, "%-10.0f %-10.0f %-7s %-8d %-9d %-9.1f %-8d %-8.3f %-8.3f %-8.3f %-9.3f %-8d %-9d %-8d %-4d %-7.1f %-10.1f %-10.1f %d/%d%s\n",
 			p.TargetEventsPerSec, p.EventsPerSec, yesNo(p.KeptUp), p.DroppedEvents, p.MaxBacklog, p.DrainMs,
 			p.Lookups, p.LookupMs.P50, p.LookupMs.P99, p.LookupMs.P999, p.SchedP99Ms, p.PartialLookups,
-			p.IndexedBlocks, p.RejectedEvents, p.GCCycles, 100*p.GCShare, p.LookupErrors, p.LateLookups, note)
+			p.IndexedBlocks, p.RejectedEvents, p.GCCycles, 100*p.GCShare, p.AllocMBPerSec, p.GCEverySec,
+			p.LookupErrors, p.LateLookups, note)
 	}
 	if r.Warm != nil {
 		row(*r.Warm, "  (warm-up pass of a fresh process, not a result)")

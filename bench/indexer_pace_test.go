@@ -68,6 +68,11 @@ func TestDueTimes(t *testing.T) {
 			}
 		})
 	}
+	// A steady run's later step starts mid-trace: its first event is due
+	// at once, and the trace's gaps follow.
+	if got, want := (EventPace{Speedup: 10}).dueTimes(paceFixture()[1:], time.Second), []time.Duration{0, 0, 100 * ms}; !slices.Equal(got, want) {
+		t.Fatalf("dueTimes from mid-trace = %v, want %v", got, want)
+	}
 }
 
 func TestEventsNeeded(t *testing.T) {
@@ -174,20 +179,20 @@ func TestIndexerRateReportText(t *testing.T) {
 		StepSeconds: 6, WarmupSeconds: 1, Points: []IndexerRatePoint{
 			{TargetEventsPerSec: 10000, EventsPerSec: 9990, KeptUp: true, Lookups: 5000, LookupMs: LatencyMs{P50: 0.4, P99: 1.25, P999: 2}},
 			{TargetEventsPerSec: 30000, EventsPerSec: 21000, MaxBacklog: 9000, Lookups: 5000, LookupMs: LatencyMs{P99: 40},
-				IndexedBlocks: 123456, RejectedEvents: 7, GCCycles: 3, GCShare: 0.125},
+				IndexedBlocks: 123456, RejectedEvents: 7, GCCycles: 3, GCShare: 0.125, AllocMBPerSec: 42.5, GCEverySec: 96.25},
 		},
 		GCPercent: 400, MemoryLimit: 9 << 30, Warm: &IndexerRatePoint{TargetEventsPerSec: 30000, EventsPerSec: 17000}}
 	var buf bytes.Buffer
 	rep.WriteText(&buf)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 7 || !strings.Contains(lines[1], "GC target 400, memory limit 9216 MiB") {
-		t.Fatalf("want header, GC line, columns, warm-up row, 2 rows, footer; got:\n%s", buf.String())
+	if len(lines) != 8 || !strings.Contains(lines[1], "GC target 400, memory limit 9216 MiB") || !strings.Contains(lines[2], "emptied index") {
+		t.Fatalf("want header, GC line, mode line, columns, warm-up row, 2 rows, footer; got:\n%s", buf.String())
 	}
-	for i, want := range [][]string{{"30000", "17000", "(warm-up"}, {"10000", "9990", "yes", "1.250"}, {"30000", "21000", "NO", "9000", "40.000", "123456", "7", "3", "12.5"}} {
-		fields := strings.Fields(lines[3+i])
+	for i, want := range [][]string{{"30000", "17000", "(warm-up"}, {"10000", "9990", "yes", "1.250"}, {"30000", "21000", "NO", "9000", "40.000", "123456", "7", "3", "12.5", "42.5", "96.2"}} {
+		fields := strings.Fields(lines[4+i])
 		for _, w := range want {
 			if !slices.Contains(fields, w) {
-				t.Fatalf("row %d %q lacks %q", i, lines[3+i], w)
+				t.Fatalf("row %d %q lacks %q", i, lines[4+i], w)
 			}
 		}
 	}
@@ -256,5 +261,46 @@ func TestGCBetween(t *testing.T) {
 	runtime.GC()
 	if cycles, _ := gcBetween(before, readGC()); cycles < 1 {
 		t.Fatalf("a forced collection was not counted: %d cycles", cycles)
+	}
+}
+
+// A steady run fills the index once and never clears it: every step
+// measures a full index, its events continue the plan (no refusals, no
+// duplicates of what the fill stored), and the fill is reported.
+func TestRunIndexerRatesSteady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays part of the trace")
+	}
+	const workers, capacity = 4, 512
+	rep, err := RunIndexerRates(t.Context(), IndexerRateConfig{
+		Plan:     IndexerPlanConfig{Workers: workers, BlockSize: 64, CapacityBlocks: capacity},
+		Requests: 200, Paces: []EventPace{{Rate: 400}, {Rate: 400}}, LookupRate: 50,
+		Step: 500 * time.Millisecond, Warmup: 100 * time.Millisecond, MaxInFlight: 64, Steady: true,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := SteadyFill
+	full := uint64(fill * workers * capacity)
+	if !rep.Steady || rep.FillEvents == 0 || rep.FilledBlocks < full {
+		t.Fatalf("fill: %d events left %d entries, want >= %d", rep.FillEvents, rep.FilledBlocks, full)
+	}
+	for _, p := range rep.Points {
+		if p.Events != 200 || p.DroppedEvents != 0 || p.RejectedEvents != 0 || p.IndexedBlocks < full || p.LookupErrors != 0 {
+			t.Fatalf("steady point %+v", p)
+		}
+	}
+}
+
+func TestGCInterval(t *testing.T) {
+	a := gcSample{allocated: 1 << 30}
+	b := gcSample{allocated: 1<<30 + 100<<20, live: 1 << 30, goal: 5 << 30}
+	rate, every := gcInterval(a, b, 2*time.Second)
+	if rate != 50<<20 || every != float64(4<<30)/float64(50<<20) {
+		t.Fatalf("gcInterval = %v B/s, every %v s; want 50 MiB/s, every 81.92 s", rate, every)
+	}
+	if rate, every := gcInterval(b, b, time.Second); rate != 0 || every != 0 {
+		t.Fatalf("nothing allocated: %v, %v", rate, every)
 	}
 }

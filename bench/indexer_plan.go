@@ -59,7 +59,12 @@ type IndexerPlanner struct {
 	workers []*workerCache
 	next    int
 	eventID uint64
+	cached  int // blocks held over every worker's cache
 }
+
+// CachedBlocks is how many blocks the planned fleet holds now, over all
+// workers (at most Workers × CapacityBlocks).
+func (p *IndexerPlanner) CachedBlocks() int { return p.cached }
 
 // NewIndexerPlanner validates cfg and returns an empty fleet.
 func NewIndexerPlanner(cfg IndexerPlanConfig) (*IndexerPlanner, error) {
@@ -106,6 +111,7 @@ func (p *IndexerPlanner) Step(rec TraceRecord) (IndexerStep, error) {
 	wi := p.next
 	p.next = (p.next + 1) % len(p.workers)
 	w := p.workers[wi]
+	defer func(before int) { p.cached += w.size() - before }(w.size())
 	id := WorkerID(wi)
 	seqs := hashing.SequenceHashes(local)
 	step := IndexerStep{Worker: id, Blocks: len(seqs)}

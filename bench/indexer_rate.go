@@ -42,6 +42,13 @@ type IndexerRateConfig struct {
 	// halves what it ingests on this machine; a router that has run for
 	// a minute holds that memory already.
 	Warm bool
+	// Steady measures an index at steady state instead of one filling
+	// from empty: the trace's events are replayed unpaced until the
+	// planned fleet's caches are SteadyFill full, then every step goes
+	// on from where the last one left the trace, never clearing the
+	// index. Every stored block then follows an eviction, as in a router
+	// that has run for a while; Warm is not needed (the fill is it).
+	Steady bool
 	// GCPercent and MemoryLimit are recorded in the report as applied.
 	GCPercent   int
 	MemoryLimit int64
@@ -53,6 +60,15 @@ type IndexerRateConfig struct {
 
 // maxPlannedEvents bounds the events planned up front (their memory).
 const maxPlannedEvents = 4_000_000
+
+// SteadyFill is how full (of Workers × CapacityBlocks) a steady run fills
+// the fleet's caches before its first step.
+const SteadyFill = 0.95
+
+// fillChunk is how many fill events are sent between barriers: the fill
+// is unpaced, and the barrier keeps it under the shards' backlog bound
+// (an event over it would be dropped).
+const fillChunk = 2048
 
 // Validate rejects a run that cannot be measured.
 func (c IndexerRateConfig) Validate() error {
@@ -75,7 +91,7 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 	rep := IndexerRateReport{Workers: cfg.Plan.Workers, BlockSize: cfg.Plan.BlockSize, CapacityBlocks: cfg.Plan.CapacityBlocks,
 		Shards: cfg.Shards, GOMAXPROCS: runtime.GOMAXPROCS(0), LookupRate: cfg.LookupRate,
 		StepSeconds: cfg.Step.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(), FullRoute: cfg.FullRoute, Trace: cfg.TracePath,
-		GCPercent: cfg.GCPercent, MemoryLimit: cfg.MemoryLimit}
+		GCPercent: cfg.GCPercent, MemoryLimit: cfg.MemoryLimit, Steady: cfg.Steady}
 	if rep.Trace == "" {
 		rep.Trace = EmbeddedTraceName
 	}
@@ -92,7 +108,7 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 	if err != nil {
 		return rep, err
 	}
-	evs, err := planLooped(recs, cfg)
+	evs, fill, err := planLooped(recs, cfg)
 	if err != nil {
 		return rep, err
 	}
@@ -110,14 +126,25 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 	if err := registerWorkers(ctx, router, cfg.Plan); err != nil {
 		return rep, err
 	}
+	offset := 0 // where a steady run's next step starts in evs
 	step := func(pace EventPace) (IndexerRatePoint, error) {
+		if cfg.Steady {
+			pt, err := runPacedStep(ctx, cfg, router, obs, recs, evs[offset:], pace)
+			offset += pt.Events
+			return pt, err
+		}
 		if err := clearIndex(ctx, router, cfg.Plan.Workers); err != nil {
 			return IndexerRatePoint{}, err
 		}
 		runtime.GC() // the step starts without the last one's garbage
 		return runPacedStep(ctx, cfg, router, obs, recs, evs, pace)
 	}
-	if cfg.Warm {
+	if cfg.Steady {
+		if err := fillIndex(ctx, router, evs[:fill], &rep); err != nil {
+			return rep, err
+		}
+		offset = fill
+	} else if cfg.Warm {
 		pt, err := step(slices.MaxFunc(cfg.Paces, cmpPace))
 		if err != nil {
 			return rep, fmt.Errorf("warm-up pass: %w", err)
@@ -139,44 +166,86 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 
 // planLooped plans the trace's events, looping the trace (the planner's
 // worker caches carry over, so a later pass evicts and re-stores) until
-// the most demanding pace has enough for a whole step.
-func planLooped(recs []TraceRecord, cfg IndexerRateConfig) ([]pacedEvent, error) {
+// the most demanding pace has enough for a whole step. A steady run needs
+// the fill first (fill is its length: the events until the caches are
+// SteadyFill full) and then every step's events one after another.
+func planLooped(recs []TraceRecord, cfg IndexerRateConfig) (evs []pacedEvent, fill int, err error) {
 	planner, err := NewIndexerPlanner(cfg.Plan)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	span := time.Duration(recs[len(recs)-1].TimestampMs-recs[0].TimestampMs)*time.Millisecond + time.Second
-	var evs []pacedEvent
-	need := 0
+	full := int(SteadyFill * float64(cfg.Plan.Workers) * float64(cfg.Plan.CapacityBlocks))
+	need := -1
 	for pass := 0; ; pass++ {
 		before := len(evs)
 		for i, r := range recs {
 			st, err := planner.Step(r)
 			if err != nil {
-				return nil, fmt.Errorf("trace request %d: %w", i, err)
+				return nil, 0, fmt.Errorf("trace request %d: %w", i, err)
 			}
 			at := time.Duration(pass)*span + time.Duration(r.TimestampMs-recs[0].TimestampMs)*time.Millisecond
 			for _, ev := range st.Events {
 				evs = append(evs, pacedEvent{ev: ev, req: i, traceAt: at})
 			}
+			if cfg.Steady && fill == 0 && planner.CachedBlocks() >= full {
+				fill = len(evs)
+			}
 		}
 		if pass == 0 {
 			need = eventsNeeded(cfg.Paces, cfg.Step, span, len(evs))
+			if cfg.Steady {
+				// Steps follow each other in the plan.
+				need = 0
+				for _, p := range cfg.Paces {
+					need += eventsNeeded([]EventPace{p}, cfg.Step, span, len(evs))
+				}
+			}
 			if need > maxPlannedEvents {
-				return nil, fmt.Errorf("%w: a step needs %d events, more than %d: shorten the step or lower the rate",
+				return nil, 0, fmt.Errorf("%w: the steps need %d events, more than %d: shorten the step or lower the rate",
 					ErrBadIndexerPlan, need, maxPlannedEvents)
 			}
 		}
-		if len(evs) >= need {
-			return evs, nil
-		}
-		if len(evs) == before {
+		switch {
+		case !cfg.Steady && len(evs) >= need:
+			return evs, 0, nil
+		case cfg.Steady && fill > 0 && len(evs) >= fill+need:
+			return evs, fill, nil
+		case len(evs) > maxPlannedEvents+need:
+			return nil, 0, fmt.Errorf("%w: %d planned events fill the caches to %d of %d blocks, short of %.0f%%: lower --capacity-blocks or --workers",
+				ErrBadIndexerPlan, len(evs), planner.CachedBlocks(), cfg.Plan.Workers*cfg.Plan.CapacityBlocks, 100*SteadyFill)
+		case len(evs) == before:
 			// Every request lands where its blocks already are (requests
 			// a multiple of workers, caches that hold everything).
-			return nil, fmt.Errorf("%w: looping the trace adds no events (%d requests over %d workers): change --requests or --workers",
+			return nil, 0, fmt.Errorf("%w: looping the trace adds no events (%d requests over %d workers): change --requests or --workers",
 				ErrBadIndexerPlan, len(recs), cfg.Plan.Workers)
 		}
 	}
+}
+
+// fillIndex applies a steady run's fill events as fast as the shards
+// take them and records how long that took and what the index holds.
+func fillIndex(ctx context.Context, router *actors.Router, evs []pacedEvent, rep *IndexerRateReport) error {
+	start := time.Now()
+	for k, e := range evs {
+		router.ApplyEvent(e.ev)
+		if (k+1)%fillChunk == 0 || k == len(evs)-1 {
+			if err := router.Barrier(ctx); err != nil {
+				return fmt.Errorf("fill the index: %w", err)
+			}
+		}
+	}
+	rep.FillEvents, rep.FillSeconds = len(evs), time.Since(start).Seconds()
+	st, err := indexTotals(ctx, router)
+	if err != nil {
+		return err
+	}
+	if st.rejected > 0 {
+		return fmt.Errorf("fill the index: %d of %d events refused", st.rejected, len(evs))
+	}
+	rep.FilledBlocks = st.blocks
+	runtime.GC() // the first step starts without the fill's garbage
+	return nil
 }
 
 // stepCounter counts the events the router dropped at its backlog bound
@@ -255,7 +324,10 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 		err = router.Barrier(ctx)
 	}
 	applied := time.Now()
-	pt.GCCycles, pt.GCShare = gcBetween(gcBefore, readGC())
+	gcAfter := readGC()
+	pt.GCCycles, pt.GCShare = gcBetween(gcBefore, gcAfter)
+	allocRate, every := gcInterval(gcBefore, gcAfter, applied.Sub(start))
+	pt.AllocMBPerSec, pt.GCEverySec = allocRate/(1<<20), every
 	if err == nil {
 		var after indexState
 		after, err = indexTotals(ctx, router)

@@ -55,22 +55,45 @@ func histogramPercentile(before, after *metrics.Float64Histogram, p float64) tim
 type gcSample struct {
 	cycles       uint64
 	gcCPU, total float64 // CPU seconds: the GC's (mark assists, workers, pauses), everything's
+	allocated    uint64  // heap bytes allocated since the process started
+	live, goal   uint64  // heap marked live by the last cycle, and the next cycle's target
 }
 
 func readGC() gcSample {
-	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/goal:bytes"}}
 	metrics.Read(s)
 	var g gcSample
-	if s[0].Value.Kind() == metrics.KindUint64 {
-		g.cycles = s[0].Value.Uint64()
+	u := func(i int) uint64 {
+		if s[i].Value.Kind() == metrics.KindUint64 {
+			return s[i].Value.Uint64()
+		}
+		return 0
 	}
-	if s[1].Value.Kind() == metrics.KindFloat64 {
-		g.gcCPU = s[1].Value.Float64()
+	f := func(i int) float64 {
+		if s[i].Value.Kind() == metrics.KindFloat64 {
+			return s[i].Value.Float64()
+		}
+		return 0
 	}
-	if s[2].Value.Kind() == metrics.KindFloat64 {
-		g.total = s[2].Value.Float64()
-	}
+	g.cycles, g.gcCPU, g.total = u(0), f(1), f(2)
+	g.allocated, g.live, g.goal = u(3), u(4), u(5)
 	return g
+}
+
+// gcInterval estimates the seconds between GC cycles at the allocation
+// rate seen from a to b: a cycle starts when the heap reaches the goal,
+// and between cycles it grows by what is allocated (0 when nothing was).
+func gcInterval(a, b gcSample, elapsed time.Duration) (allocPerSec, every float64) {
+	if elapsed <= 0 || b.allocated <= a.allocated {
+		return 0, 0
+	}
+	allocPerSec = float64(b.allocated-a.allocated) / elapsed.Seconds()
+	if b.goal > b.live {
+		every = float64(b.goal-b.live) / allocPerSec
+	}
+	return allocPerSec, every
 }
 
 // gcBetween is how many GC cycles ran from a to b and the GC's share of

@@ -24,7 +24,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var lookupRate float64
 	var step, warmup time.Duration
 	var maxInFlight, gcPercent int
-	var warm bool
+	var warm, steady bool
 	var memoryLimit string
 	fs := flag.NewFlagSet("kvbench indexer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -46,6 +46,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&out, "out", "", "paced replay: write the report as JSON to this file")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&memProfile, "memprofile", "", "paced replay: write a heap profile to this file as each step ends (the index is still full then; the last step's stays)")
+	fs.BoolVar(&steady, "steady", false, "paced replay: fill the index once (unpaced, until the fleet's caches are 95% full) and run every step on from there without clearing it: an index at steady state, where each store follows an eviction (default: each step fills an emptied index)")
 	fs.BoolVar(&warm, "warm", true, "paced replay: run the highest rate once before the measured steps and report it apart (a fresh process faults its heap in on that pass)")
 	routerDefaults := config.Default()
 	fs.IntVar(&gcPercent, "gc-percent", routerDefaults.GCPercent, "Go GC target, as kvrouter serve's --gc-percent (GOGC in the environment wins)")
@@ -98,7 +99,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	rep, err := bench.RunIndexerRates(ctx, bench.IndexerRateConfig{
 		Plan: cfg.Plan, TracePath: cfg.TracePath, Requests: cfg.Requests, Shards: cfg.Shards, Paces: paces,
 		LookupRate: lookupRate, Step: step, Warmup: warmup, MaxInFlight: maxInFlight, FullRoute: cfg.FullRoute, Logger: log,
-		Warm: warm, GCPercent: rt.GCPercent, MemoryLimit: rt.MemoryLimit,
+		Warm: warm, Steady: steady, GCPercent: rt.GCPercent, MemoryLimit: rt.MemoryLimit,
 		OnPoint: func(p bench.IndexerRatePoint) {
 			fmt.Fprintf(stderr, "rate %.0f/s done: %.0f events/s, lookup p99 %.3f ms\n", p.TargetEventsPerSec, p.EventsPerSec, p.LookupMs.P99)
 			if memProfile != "" {
