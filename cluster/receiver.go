@@ -110,8 +110,9 @@ func (n *Node) runApply() {
 			r.mu.Lock()
 			r.housekeep(now)
 			r.watching = r.deadlinesPending()
+			watching := r.watching // read under mu: receive sets it too
 			r.mu.Unlock()
-			if r.watching {
+			if watching {
 				t.Reset(fast)
 			} else {
 				t.Reset(slow)
