@@ -272,9 +272,11 @@ func TestRunIndexerRatesSteady(t *testing.T) {
 		t.Skip("replays part of the trace")
 	}
 	const workers, capacity = 4, 512
+	before := 0
 	rep, err := RunIndexerRates(t.Context(), IndexerRateConfig{
-		Plan:     IndexerPlanConfig{Workers: workers, BlockSize: 64, CapacityBlocks: capacity},
-		Requests: 200, Paces: []EventPace{{Rate: 400}, {Rate: 400}}, LookupRate: 50,
+		BeforeSteps: func() error { before++; return nil },
+		Plan:        IndexerPlanConfig{Workers: workers, BlockSize: 64, CapacityBlocks: capacity},
+		Requests:    200, Paces: []EventPace{{Rate: 400}, {Rate: 400}}, LookupRate: 50,
 		Step: 500 * time.Millisecond, Warmup: 100 * time.Millisecond, MaxInFlight: 64, Steady: true,
 		Logger: slog.New(slog.DiscardHandler),
 	})
@@ -283,6 +285,9 @@ func TestRunIndexerRatesSteady(t *testing.T) {
 	}
 	fill := SteadyFill
 	full := uint64(fill * workers * capacity)
+	if before != 1 {
+		t.Fatalf("BeforeSteps ran %d times, want once", before)
+	}
 	if !rep.Steady || rep.FillEvents == 0 || rep.FilledBlocks < full {
 		t.Fatalf("fill: %d events left %d entries, want >= %d", rep.FillEvents, rep.FilledBlocks, full)
 	}

@@ -53,6 +53,10 @@ type IndexerRateConfig struct {
 	GCPercent   int
 	MemoryLimit int64
 	Logger      *slog.Logger
+	// BeforeSteps, when set, is called once the events are planned (and
+	// a steady run's fill is applied), just before the first step or the
+	// warm-up pass: a CPU profile started there covers what is measured.
+	BeforeSteps func() error
 	// OnPoint, when set, is called with each point as its step ends (a
 	// long run's progress).
 	OnPoint func(IndexerRatePoint)
@@ -144,7 +148,13 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 			return rep, err
 		}
 		offset = fill
-	} else if cfg.Warm {
+	}
+	if cfg.BeforeSteps != nil {
+		if err := cfg.BeforeSteps(); err != nil {
+			return rep, err
+		}
+	}
+	if cfg.Warm && !cfg.Steady {
 		pt, err := step(slices.MaxFunc(cfg.Paces, cmpPace))
 		if err != nil {
 			return rep, fmt.Errorf("warm-up pass: %w", err)

@@ -138,6 +138,9 @@ func TestScaleOutKnobs(t *testing.T) {
 		{"--cluster-batch-max-events", "0"},
 		{"--cluster-batch-max-events", fmt.Sprint(cluster.MaxBatchEvents + 1)},
 		{"--cluster-batch-interval", "1µs"}, // below cluster.MinBatchInterval
+		{"--procs-per-cpu", "0.5"},
+		{"--procs-per-cpu", "9"},
+		{"--procs-per-cpu", "NaN"},
 	} {
 		if _, err := Load(args, func(string) string { return "" }); err == nil {
 			t.Errorf("%v accepted", args)

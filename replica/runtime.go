@@ -3,7 +3,9 @@ package replica
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -15,11 +17,18 @@ import (
 type RuntimeSettings struct {
 	GCPercent   int
 	MemoryLimit int64
+	GOMAXPROCS  int
 }
 
-// TuneRuntime applies the process-wide runtime knobs of cfg: the GC
-// target and the soft memory limit. Go's own GOGC and GOMEMLIMIT, when
-// set, win over the flags. The router's live heap is mostly the index, a
+// defaultProcs is Go's GOMAXPROCS before TuneRuntime changed it: the CPUs
+// this process may use (the container's CPU limit, since Go 1.25), or
+// GOMAXPROCS from the environment. Read once, so a second TuneRuntime in
+// one process does not multiply it again.
+var defaultProcs = runtime.GOMAXPROCS(0)
+
+// TuneRuntime applies the process-wide runtime knobs of cfg: GOMAXPROCS
+// (procs-per-cpu), the GC target and the soft memory limit. Go's own
+// GOMAXPROCS, GOGC and GOMEMLIMIT, when set, win over the flags. The router's live heap is mostly the index, a
 // pointer-rich structure every GC cycle marks in full; at Go's default
 // target a busy router spends its cores marking it and lookups wait
 // behind the marking (README "Indexer under a paced ingest"), so the
@@ -33,6 +42,15 @@ func TuneRuntime(cfg config.Config, getenv func(string) string, log *slog.Logger
 
 func tuneRuntime(cfg config.Config, getenv func(string) string, readFile func(string) ([]byte, error), log *slog.Logger) (RuntimeSettings, error) {
 	var s RuntimeSettings
+	if n := procsFor(cfg.ProcsPerCPU, defaultProcs); n != defaultProcs && getenv("GOMAXPROCS") == "" {
+		// Setting it stops Go from following later changes of the
+		// container's CPU limit; the pod restarts on a resize anyway.
+		runtime.GOMAXPROCS(n)
+		s.GOMAXPROCS = n
+		if log != nil {
+			log.Info("GOMAXPROCS from procs-per-cpu", "cpus", defaultProcs, "procs_per_cpu", cfg.ProcsPerCPU, "gomaxprocs", n)
+		}
+	}
 	if cfg.GCPercent > 0 && getenv("GOGC") == "" {
 		debug.SetGCPercent(cfg.GCPercent)
 		s.GCPercent = cfg.GCPercent
@@ -56,6 +74,12 @@ func tuneRuntime(cfg config.Config, getenv func(string) string, readFile func(st
 		s.MemoryLimit = limit
 	}
 	return s, nil
+}
+
+// procsFor is GOMAXPROCS for perCPU processors per CPU on cpus CPUs,
+// rounded up (perCPU below 1 counts as 1).
+func procsFor(perCPU float64, cpus int) int {
+	return int(math.Ceil(max(perCPU, 1) * float64(cpus)))
 }
 
 // cgroupMemoryLimit is the memory limit of this process's cgroup (v2,

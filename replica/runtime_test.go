@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"testing"
 
@@ -30,7 +31,8 @@ func TestParseCgroupLimit(t *testing.T) {
 func TestTuneRuntime(t *testing.T) {
 	origGC := debug.SetGCPercent(100)
 	origLimit := debug.SetMemoryLimit(math.MaxInt64)
-	t.Cleanup(func() { debug.SetGCPercent(origGC); debug.SetMemoryLimit(origLimit) })
+	origProcs := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { debug.SetGCPercent(origGC); debug.SetMemoryLimit(origLimit); runtime.GOMAXPROCS(origProcs) })
 	noEnv := func(string) string { return "" }
 	cgroup := func(path string) ([]byte, error) {
 		if path == "/sys/fs/cgroup/memory.max" {
@@ -64,15 +66,57 @@ func TestTuneRuntime(t *testing.T) {
 	debug.SetGCPercent(100)
 	debug.SetMemoryLimit(math.MaxInt64)
 	goEnv := func(k string) string {
-		if k == "GOGC" || k == "GOMEMLIMIT" {
+		if k == "GOGC" || k == "GOMEMLIMIT" || k == "GOMAXPROCS" {
 			return "set"
 		}
 		return ""
 	}
 	if s, err := tuneRuntime(cfg, goEnv, cgroup, nil); err != nil || s != (RuntimeSettings{}) {
-		t.Errorf("GOGC and GOMEMLIMIT set: applied %+v %v", s, err)
+		t.Errorf("GOGC, GOMEMLIMIT and GOMAXPROCS set: applied %+v %v", s, err)
 	}
 	if debug.SetGCPercent(100) != 100 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
 		t.Error("the flags overrode Go's environment")
+	}
+}
+
+// procs-per-cpu multiplies Go's default GOMAXPROCS (rounded up), never
+// compounds over calls, and yields to GOMAXPROCS in the environment.
+func TestTuneRuntimeProcs(t *testing.T) {
+	origProcs := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(origProcs) })
+	for _, tc := range []struct {
+		perCPU float64
+		cpus   int
+		want   int
+	}{{1, 4, 4}, {2, 2, 4}, {1.5, 3, 5}, {0.5, 4, 4}, {2, 1, 2}} {
+		if got := procsFor(tc.perCPU, tc.cpus); got != tc.want {
+			t.Errorf("procsFor(%v, %d) = %d, want %d", tc.perCPU, tc.cpus, got, tc.want)
+		}
+	}
+	noEnv := func(string) string { return "" }
+	none := func(string) ([]byte, error) { return nil, errors.New("no cgroup") }
+	cfg := config.Default()
+	cfg.GCPercent, cfg.MemoryLimit, cfg.ProcsPerCPU = 0, "none", 2
+	want := 2 * defaultProcs
+	for range 2 { // the second call must not double it again
+		s, err := tuneRuntime(cfg, noEnv, none, nil)
+		if err != nil || s.GOMAXPROCS != want || runtime.GOMAXPROCS(0) != want {
+			t.Fatalf("procs-per-cpu 2 on %d CPUs: applied %+v (%v), GOMAXPROCS %d, want %d", defaultProcs, s, err, runtime.GOMAXPROCS(0), want)
+		}
+	}
+	runtime.GOMAXPROCS(defaultProcs)
+	cfg.ProcsPerCPU = 1
+	if s, _ := tuneRuntime(cfg, noEnv, none, nil); s.GOMAXPROCS != 0 || runtime.GOMAXPROCS(0) != defaultProcs {
+		t.Fatalf("procs-per-cpu 1 changed GOMAXPROCS: %+v, now %d", s, runtime.GOMAXPROCS(0))
+	}
+	cfg.ProcsPerCPU = 2
+	env := func(k string) string {
+		if k == "GOMAXPROCS" {
+			return "3"
+		}
+		return ""
+	}
+	if s, _ := tuneRuntime(cfg, env, none, nil); s.GOMAXPROCS != 0 || runtime.GOMAXPROCS(0) != defaultProcs {
+		t.Fatalf("GOMAXPROCS in the environment was overridden: %+v, now %d", s, runtime.GOMAXPROCS(0))
 	}
 }

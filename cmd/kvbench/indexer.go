@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ import (
 
 func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.IndexerBenchConfig{}
-	var logLevel, eventRates, speedups, out, cpuProfile, memProfile string
+	var logLevel, eventRates, speedups, out, cpuProfile, memProfile, tracePath string
 	var lookupRate float64
 	var step, warmup time.Duration
 	var maxInFlight, gcPercent int
@@ -44,7 +45,8 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&warmup, "warmup", time.Second, "paced replay: start of each step whose lookups are not counted")
 	fs.IntVar(&maxInFlight, "max-in-flight", 4096, "paced replay: most lookups outstanding at once (a lookup due past it waits; its wait counts)")
 	fs.StringVar(&out, "out", "", "paced replay: write the report as JSON to this file")
-	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (a paced replay's covers its steps and warm-up pass, not the planning or a steady run's fill)")
+	fs.StringVar(&tracePath, "exec-trace", "", "paced replay: write a Go execution trace of the steps to this file (go tool trace; large: keep steps short)")
 	fs.StringVar(&memProfile, "memprofile", "", "paced replay: write a heap profile to this file as each step ends (the index is still full then; the last step's stays)")
 	fs.BoolVar(&steady, "steady", false, "paced replay: fill the index once (unpaced, until the fleet's caches are 95% full) and run every step on from there without clearing it: an index at steady state, where each store follows an eviction (default: each step fills an emptied index)")
 	fs.BoolVar(&warm, "warm", true, "paced replay: run the highest rate once before the measured steps and report it apart (a fresh process faults its heap in on that pass)")
@@ -70,18 +72,44 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if cpuProfile != "" {
+	stopProfile := func() {}
+	startProfile := func() error {
+		if cpuProfile == "" {
+			return nil
+		}
 		f, err := os.Create(cpuProfile)
 		if err != nil {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
-		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
 			return fmt.Errorf("cpu profile: %w", err)
 		}
-		defer pprof.StopCPUProfile()
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+		return nil
 	}
+	stopTrace := func() {}
+	startTrace := func() error {
+		if tracePath == "" {
+			return nil
+		}
+		f, err := os.Create(tracePath)
+		if err != nil {
+			return fmt.Errorf("execution trace: %w", err)
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			return fmt.Errorf("execution trace: %w", err)
+		}
+		stopTrace = func() { trace.Stop(); f.Close() }
+		return nil
+	}
+	defer func() { stopTrace() }()
+	defer func() { stopProfile() }()
 	if eventRates == "" && speedups == "" {
+		if err := startProfile(); err != nil {
+			return err
+		}
 		if out != "" {
 			return fmt.Errorf("--out needs a paced replay (--event-rate or --speedup)")
 		}
@@ -100,6 +128,12 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Plan: cfg.Plan, TracePath: cfg.TracePath, Requests: cfg.Requests, Shards: cfg.Shards, Paces: paces,
 		LookupRate: lookupRate, Step: step, Warmup: warmup, MaxInFlight: maxInFlight, FullRoute: cfg.FullRoute, Logger: log,
 		Warm: warm, Steady: steady, GCPercent: rt.GCPercent, MemoryLimit: rt.MemoryLimit,
+		BeforeSteps: func() error {
+			if err := startProfile(); err != nil {
+				return err
+			}
+			return startTrace()
+		},
 		OnPoint: func(p bench.IndexerRatePoint) {
 			fmt.Fprintf(stderr, "rate %.0f/s done: %.0f events/s, lookup p99 %.3f ms\n", p.TargetEventsPerSec, p.EventsPerSec, p.LookupMs.P99)
 			if memProfile != "" {
