@@ -72,42 +72,36 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	stopProfile := func() {}
-	startProfile := func() error {
-		if cpuProfile == "" {
-			return nil
+	// The CPU profile and the execution trace start once the run is set
+	// up (for a paced replay: planned and, when steady, filled).
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
 		}
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
+	}()
+	startCaptures := func() error {
+		for _, c := range []struct {
+			path, what string
+			start      func(io.Writer) error
+			stop       func()
+		}{
+			{cpuProfile, "cpu profile", pprof.StartCPUProfile, pprof.StopCPUProfile},
+			{tracePath, "execution trace", trace.Start, trace.Stop},
+		} {
+			if c.path == "" {
+				continue
+			}
+			stop, err := startCapture(c.path, c.start, c.stop)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.what, err)
+			}
+			stops = append(stops, stop)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
 		return nil
 	}
-	stopTrace := func() {}
-	startTrace := func() error {
-		if tracePath == "" {
-			return nil
-		}
-		f, err := os.Create(tracePath)
-		if err != nil {
-			return fmt.Errorf("execution trace: %w", err)
-		}
-		if err := trace.Start(f); err != nil {
-			f.Close()
-			return fmt.Errorf("execution trace: %w", err)
-		}
-		stopTrace = func() { trace.Stop(); f.Close() }
-		return nil
-	}
-	defer func() { stopTrace() }()
-	defer func() { stopProfile() }()
 	if eventRates == "" && speedups == "" {
-		if err := startProfile(); err != nil {
+		if err := startCaptures(); err != nil {
 			return err
 		}
 		if out != "" {
@@ -128,12 +122,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Plan: cfg.Plan, TracePath: cfg.TracePath, Requests: cfg.Requests, Shards: cfg.Shards, Paces: paces,
 		LookupRate: lookupRate, Step: step, Warmup: warmup, MaxInFlight: maxInFlight, FullRoute: cfg.FullRoute, Logger: log,
 		Warm: warm, Steady: steady, GCPercent: rt.GCPercent, MemoryLimit: rt.MemoryLimit,
-		BeforeSteps: func() error {
-			if err := startProfile(); err != nil {
-				return err
-			}
-			return startTrace()
-		},
+		BeforeSteps: startCaptures,
 		OnPoint: func(p bench.IndexerRatePoint) {
 			fmt.Fprintf(stderr, "rate %.0f/s done: %.0f events/s, lookup p99 %.3f ms\n", p.TargetEventsPerSec, p.EventsPerSec, p.LookupMs.P99)
 			if memProfile != "" {
@@ -196,4 +185,18 @@ func writeHeapProfile(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// startCapture writes a capture (a CPU profile, an execution trace) to
+// path from now on; the returned func ends it and closes the file.
+func startCapture(path string, start func(io.Writer) error, stop func()) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { stop(); f.Close() }, nil
 }
