@@ -183,8 +183,8 @@ type Config struct {
 // CPU. With one per CPU, a shard applying KV events keeps its processor
 // and a lookup's hops (scheduler, shards, reply) wait for one; with two,
 // the kernel interleaves them. On the 2-core machine, 1,000 workers at
-// steady state: lookup p99 at 24k events/s went from 17–20 ms to 2.5 ms
-// (README "Indexer under a paced ingest").
+// steady state: lookup p99 at 24k events/s went from 17–19 ms to 2.5–5.2
+// ms (README "Indexer under a paced ingest").
 const DefaultProcsPerCPU = 2.0
 
 // MaxProcsPerCPU bounds procs-per-cpu: past a few processors per CPU the

@@ -28,8 +28,9 @@ var defaultProcs = runtime.GOMAXPROCS(0)
 
 // TuneRuntime applies the process-wide runtime knobs of cfg: GOMAXPROCS
 // (procs-per-cpu), the GC target and the soft memory limit. Go's own
-// GOMAXPROCS, GOGC and GOMEMLIMIT, when set, win over the flags. The router's live heap is mostly the index, a
-// pointer-rich structure every GC cycle marks in full; at Go's default
+// GOMAXPROCS, GOGC and GOMEMLIMIT, when set, win over the flags. The
+// router's live heap is mostly the index, a pointer-rich structure every
+// GC cycle marks in full; at Go's default
 // target a busy router spends its cores marking it and lookups wait
 // behind the marking (README "Indexer under a paced ingest"), so the
 // default target is higher, and the memory limit is the safety net that
