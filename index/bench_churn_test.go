@@ -127,3 +127,16 @@ func TestChurnPlanKeepsTheIndexFull(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkDigestFullIndex times one Digest of the churn fleet's full
+// index (4M entries): what every status call (/workers, gRPC Workers)
+// costs the shards holding it, during which they answer no lookup.
+func BenchmarkDigestFullIndex(b *testing.B) {
+	tr := planChurn().filled(b)
+	var d uint64
+	for b.Loop() {
+		d += tr.Digest()
+	}
+	b.ReportMetric(float64(tr.Len())*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
+	_ = d
+}

@@ -94,6 +94,9 @@ func (n *node) eachChild(fn func(*node)) {
 // and false.
 func (n *node) find(id uint32) (int, bool) {
 	lo, hi := 0, len(n.holders)
+	if hi > interpolateFrom {
+		lo, hi = n.window(id)
+	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if n.holders[mid].id < id {
@@ -103,6 +106,45 @@ func (n *node) find(id uint32) (int, bool) {
 		}
 	}
 	return lo, lo < len(n.holders) && n.holders[lo].id == id
+}
+
+// interpolateFrom is the holder count above which find narrows its
+// search before bisecting. Below it the whole set spans a few cache lines.
+const interpolateFrom = 16
+
+// window returns the range [lo, hi) of holders that can hold id or its
+// insertion point, for a set of more than interpolateFrom holders. Ids are
+// distinct and sorted, so holders[i].id is at least first+i and at most
+// last-(len-1-i): that bounds where id can be from its ends alone, and a
+// fleet-wide prefix (every rank a holder, ids nearly dense) narrows to a
+// few slots. One probe where id would sit if the ids were spread evenly
+// halves what is left. A binary search of a 1,000-holder set is ten
+// dependent reads, most of them cache misses; this is about three.
+func (n *node) window(id uint32) (int, int) {
+	hs := n.holders
+	last := len(hs) - 1
+	first, final := hs[0].id, hs[last].id
+	switch {
+	case id <= first:
+		return 0, 0
+	case id > final:
+		return last + 1, last + 1
+	}
+	lo := max(0, last-int(final-id)) // id > first here, and id <= final
+	hi := min(last, int(id-first)) + 1
+	if hi-lo <= 8 {
+		return lo, hi
+	}
+	guess := int(uint64(id-first) * uint64(last) / uint64(final-first))
+	guess = min(max(guess, lo), hi-1)
+	switch g := hs[guess].id; {
+	case g == id:
+		return guess, guess
+	case g < id:
+		return guess + 1, hi
+	default:
+		return lo, guess + 1
+	}
 }
 
 func (n *node) has(id uint32) bool {

@@ -34,8 +34,10 @@ type Tree struct {
 	stack   []*node
 	doomed  []*node
 	targets []*node
-	seen    blockMap // checkSelfReference's set of names
-	spare   []*node  // unlinked nodes for reuse (newNode)
+	// targetNames[i] is the engine name targets[i] was found by.
+	targetNames []kv.ExternalBlockHash
+	seen        blockMap // checkSelfReference's set of names
+	spare       []*node  // unlinked nodes for reuse (newNode)
 	// touched keeps what blockMap.touch reads (see there), so the loads
 	// stay in the program.
 	touched uint64
@@ -262,6 +264,23 @@ func (t *Tree) touchAll(m *blockMap, ev *kv.Event) {
 	t.touched = sum
 }
 
+// touchTargets reads, for each node a Removed event names, what dropping
+// it reads first: the node, both ends of its holder set (find's window)
+// and its parent. The nodes are scattered over the heap; read one by one
+// between the tree work, each is a cache miss of its own, read in one
+// loop they overlap (the loads are independent).
+func (t *Tree) touchTargets(nodes []*node) {
+	sum := t.touched
+	for _, n := range nodes {
+		hs := n.holders
+		sum += uint64(hs[0].id) + uint64(hs[len(hs)-1].id)
+		if p := n.parent; p != nil {
+			sum += uint64(len(p.holders))
+		}
+	}
+	t.touched = sum
+}
+
 // isAncestorOrSelf reports whether a lies on the path from n to the root.
 func isAncestorOrSelf(a, n *node) bool {
 	for ; n != nil; n = n.parent {
@@ -277,6 +296,7 @@ func (t *Tree) applyRemoved(ev *kv.Event) error {
 	// Resolve the whole batch first: removing a parent drops the rank's
 	// descendants, and a batch often lists a parent before its children.
 	t.targets = t.targets[:0]
+	t.targetNames = t.targetNames[:0]
 	missing := 0
 	var firstMissing kv.ExternalBlockHash
 	if known {
@@ -295,12 +315,15 @@ func (t *Tree) applyRemoved(ev *kv.Event) error {
 			continue
 		}
 		t.targets = append(t.targets, n)
+		t.targetNames = append(t.targetNames, h)
 	}
+	t.touchTargets(t.targets)
 	for i, n := range t.targets {
 		// A target after the first may have gone with an ancestor listed
-		// before it. The first cannot: skipping its check saves a binary
-		// search of what may be a fleet-wide holder set.
-		if i == 0 || n.has(id) {
+		// before it. Dropping an entry deletes its name from the rank's
+		// lookup, so the lookup answers that; its slot was just read above,
+		// where the node's holder set (maybe fleet-wide) is cold.
+		if i == 0 || t.ranks[id].blocks.get(t.targetNames[i]) == n {
 			dropped := t.dropSubtree(n, id)
 			t.counters.RemovedBlocks++
 			t.counters.CascadeRemoved += uint64(dropped - 1)
