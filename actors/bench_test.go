@@ -230,7 +230,7 @@ func BenchmarkApplyRemote(b *testing.B) {
 	}
 	b.StopTimer()
 	// Every batch freed what it added: nothing may be left on any rank.
-	st, err := r.Status(ctx)
+	st, err := r.Status(ctx, false)
 	if err != nil {
 		b.Fatal(err)
 	}

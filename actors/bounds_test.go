@@ -32,7 +32,7 @@ func (o *dropObserver) count(reason string) int {
 }
 
 func indexedBlocks(t *testing.T, r *Router, w kv.WorkerWithDpRank) uint64 {
-	stats, err := r.ShardStats(ctxT(t))
+	stats, err := r.ShardStats(ctxT(t), false)
 	if err != nil {
 		t.Fatal(err)
 	}

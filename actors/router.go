@@ -43,6 +43,7 @@ type Router struct {
 	// Backlogs bound the shards' and the replication edge's mailboxes.
 	shardBacklogs []*backlog
 	replBacklog   *backlog
+	digests       *digestGate // bounds the shards' time in index digests
 }
 
 // Errors returned by Router methods; the HTTP layer maps them to codes.
@@ -87,7 +88,8 @@ func Start(cfg Config) (*Router, error) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return cfg.Logger.With("component", "protoactor")
 	}))
-	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), inboxes: newInboxes(sys)}
+	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), inboxes: newInboxes(sys),
+		digests: newDigestGate()}
 	guardian := sys.Root.WithGuardian(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider))
 	// The decision path's actors keep their goroutines (pinnedDispatcher):
 	// one for the scheduler, one for the replication edge, one per shard,
@@ -438,11 +440,21 @@ func (r *Router) Registry(ctx context.Context) (*messages.RegistryReply, error) 
 	return reply, nil
 }
 
-// ShardStats asks every shard for its blocks, counters and digest.
-func (r *Router) ShardStats(ctx context.Context) ([]*messages.ShardStatsReply, error) {
+// ShardStats asks every shard for its blocks and counters, and its index
+// digest when digest is set (see digestGate: the walk is bounded).
+func (r *Router) ShardStats(ctx context.Context, digest bool) ([]*messages.ShardStatsReply, error) {
+	timeout := r.cfg.DecisionTimeout * 4
+	if digest {
+		release, err := r.digests.acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("index digest: %w", err)
+		}
+		defer release()
+		timeout = r.askTimeout(ctx) // a walk of a big index takes seconds
+	}
 	futures := make([]*actor.Future, len(r.shards))
 	for i, sh := range r.shards {
-		futures[i] = r.system.Root.RequestFuture(sh, &messages.ShardStatsQuery{}, r.cfg.DecisionTimeout*4)
+		futures[i] = r.system.Root.RequestFuture(sh, &messages.ShardStatsQuery{Digest: digest}, timeout)
 	}
 	out := make([]*messages.ShardStatsReply, 0, len(futures))
 	for i, f := range futures {
@@ -494,7 +506,7 @@ func (r *Router) DumpIndex(ctx context.Context) ([]*messages.KvEvent, error) {
 // IndexDigest combines every shard's digest: two replicas that applied
 // the same events report the same value.
 func (r *Router) IndexDigest(ctx context.Context) (uint64, error) {
-	stats, err := r.ShardStats(ctx)
+	stats, err := r.ShardStats(ctx, true)
 	if err != nil {
 		return 0, err
 	}

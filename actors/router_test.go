@@ -90,7 +90,7 @@ func TestRouteFollowsCachedPrefix(t *testing.T) {
 	tokens := prompt(160, 1) // 10 blocks
 	storeChain(r, kv.WorkerWithDpRank{WorkerID: 2}, tokens[:128])
 	testutil.Eventually(t, 5*time.Second, "blocks indexed", func() bool {
-		st, err := r.Status(context.Background())
+		st, err := r.Status(context.Background(), false)
 		return err == nil && st.Workers[1].Ranks[0].IndexedBlocks == 8
 	})
 	for i := 0; i < 5; i++ {
@@ -374,7 +374,7 @@ func TestShardRestartKeepsIntactIndex(t *testing.T) {
 	})
 	r.system.Root.Send(r.shards[0], &crashShard{})
 	testutil.Eventually(t, 5*time.Second, "shard restarted with its index", func() bool {
-		stats, err := r.ShardStats(ctxT(t))
+		stats, err := r.ShardStats(ctxT(t), false)
 		return err == nil && stats[0].Restarts == 1 && len(stats[0].Blocks) == 1 && stats[0].Blocks[0].Blocks == 4
 	})
 	reply, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: tokens})
@@ -395,7 +395,7 @@ func TestHeartbeatTimeoutRemovesWorker(t *testing.T) {
 		return err == nil && len(reg.Workers) == 0
 	})
 	testutil.Eventually(t, 5*time.Second, "its blocks removed", func() bool {
-		st, err := r.ShardStats(context.Background())
+		st, err := r.ShardStats(context.Background(), false)
 		n := 0
 		for _, s := range st {
 			n += len(s.Blocks)
@@ -426,7 +426,7 @@ func TestPredictOnRoute(t *testing.T) {
 		})
 		// Predictions never leak into the engines' index (replicas must
 		// agree on its digest).
-		st, err := r.Status(ctxT(t))
+		st, err := r.Status(ctxT(t), false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -488,7 +488,7 @@ func (s *scenario) expectState(cmd string, words []string, a map[string]string) 
 	var last string
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		st, err := s.router().Status(ctxT(s.t))
+		st, err := s.router().Status(ctxT(s.t), false)
 		if err != nil {
 			s.fail("status: %v", err)
 		}

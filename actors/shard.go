@@ -33,6 +33,9 @@ type shardState struct {
 	backlog  *backlog
 	restarts uint64
 	resets   uint64
+	// digests counts index digest walks (exported as index_digests, so
+	// it is visible that scrapes do not walk the index).
+	digests uint64
 	// matches and packed are a lookup's scratch (the actor is the only
 	// reader): the reply copies out of them before the next message.
 	matches index.TieredMatches
@@ -103,7 +106,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		}
 		st.gate.expire(time.Unix(0, m.UnixNano))
 	case *messages.ShardStatsQuery:
-		ctx.Respond(a.stats())
+		ctx.Respond(a.stats(m.Digest))
 	case *messages.Barrier:
 		ctx.Respond(m)
 	case *messages.DumpQuery:
@@ -224,15 +227,22 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 	return reply
 }
 
-func (a *shardActor) stats() *messages.ShardStatsReply {
+// stats answers a ShardStatsQuery. Everything but the digest is kept as
+// the index changes; the digest is a walk of the whole index (index.Tree.
+// Digest), so it is computed only when asked for.
+func (a *shardActor) stats(digest bool) *messages.ShardStatsReply {
 	t := a.tree()
 	reply := &messages.ShardStatsReply{
 		Shard:    a.st.id,
-		Digest:   t.Digest(),
 		Restarts: a.st.restarts,
 		Counters: t.CounterMap(),
 	}
+	if digest {
+		reply.Digest = t.Digest()
+		a.st.digests++
+	}
 	reply.Counters["shard_resets"] = a.st.resets
+	reply.Counters["digests"] = a.st.digests
 	reply.Counters["held_blocks"] = uint64(a.st.gate.held.Blocks())
 	for w, n := range t.WorkerBlockCounts() {
 		reply.Blocks = append(reply.Blocks, &messages.WorkerBlocks{Worker: rankMsg(w), Blocks: n})

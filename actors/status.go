@@ -50,7 +50,10 @@ type Status struct {
 	QueueDepth      uint32            `json:"queue_depth"`
 	TrackedRequests uint64            `json:"tracked_requests"`
 	IndexCounters   map[string]uint64 `json:"index_counters"`
-	IndexDigest     uint64            `json:"index_digest"`
+	// IndexDigest fingerprints the indexed content (index.Tree.Digest):
+	// replicas that applied the same events agree on it. Only computed on
+	// request (GET /workers?digest=1); absent otherwise.
+	IndexDigest uint64 `json:"index_digest,omitempty"`
 	// RegistryDigest summarises the registered workers, their ranks and
 	// drains (registry.Registry.Digest): replicas fed by the same
 	// discovery sources agree on it.
@@ -61,13 +64,14 @@ type Status struct {
 }
 
 // Status gathers the registry, each shard's blocks and counters, and
-// each rank's load.
-func (r *Router) Status(ctx context.Context) (*Status, error) {
+// each rank's load; the index digest only when withDigest is set (it walks
+// the whole index: see digestGate). A metrics scrape never asks for it.
+func (r *Router) Status(ctx context.Context, withDigest bool) (*Status, error) {
 	reg, err := r.Registry(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	shards, err := r.ShardStats(ctx)
+	shards, err := r.ShardStats(ctx, withDigest)
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func TestTTFTCostOverGossip(t *testing.T) {
 	// of queued prefill, the request's own blocks cached by the time it
 	// runs) against 3.1 s of uncached work weighed on idle worker 2.
 	testutil.Eventually(t, 5*time.Second, "B sees A's request", func() bool {
-		st, err := b.Status(ctx)
+		st, err := b.Status(ctx, false)
 		return err == nil && rankStatus(st, 1).ActivePrefillTokens >= 1024
 	})
 	for i := range 5 {
@@ -81,7 +81,7 @@ func TestTTFTCostOverGossip(t *testing.T) {
 	}
 	for _, r := range []*Router{a, b} {
 		testutil.Eventually(t, 5*time.Second, "throughput measured", func() bool {
-			st, err := r.Status(context.Background())
+			st, err := r.Status(context.Background(), false)
 			rate := 0.0
 			if err == nil {
 				rate = rankStatus(st, 2).PrefillTokensPerSec

@@ -160,6 +160,9 @@ type IndexerRatePoint struct {
 	// at this rate sees one every GCEverySec.
 	AllocMBPerSec float64 `json:"alloc_mb_per_sec"`
 	GCEverySec    float64 `json:"gc_every_sec"`
+	// StatusCalls is how many status calls (StatusEvery) were answered
+	// during the step.
+	StatusCalls int `json:"status_calls,omitempty"`
 }
 
 // IndexerRateReport is a paced indexer run: one point per event rate.
@@ -174,6 +177,10 @@ type IndexerRateReport struct {
 	StepSeconds    float64 `json:"step_seconds"`
 	WarmupSeconds  float64 `json:"warmup_seconds"`
 	FullRoute      bool    `json:"full_route"`
+	// StatusEverySeconds > 0: each step asked for the router's status at
+	// that interval (with the index digest when StatusDigest).
+	StatusEverySeconds float64 `json:"status_every_seconds,omitempty"`
+	StatusDigest       bool    `json:"status_digest,omitempty"`
 	// GCPercent and MemoryLimit are the process's GC settings (the
 	// router's defaults unless GOGC/GOMEMLIMIT or the flags changed them;
 	// 0 = no limit).
@@ -209,6 +216,13 @@ func (r IndexerRateReport) WriteText(w io.Writer) {
 		gc = fmt.Sprint(r.GCPercent)
 	}
 	fmt.Fprintf(w, "GC target %s, memory limit %s\n", gc, limit)
+	if r.StatusEverySeconds > 0 {
+		with := "without"
+		if r.StatusDigest {
+			with = "with"
+		}
+		fmt.Fprintf(w, "router status asked every %gs during each step, %s the index digest\n", r.StatusEverySeconds, with)
+	}
 	if r.Steady {
 		fmt.Fprintf(w, "steady state: %d events filled the index to %d entries in %.1fs before the first step; each step goes on from the last, never clearing it\n",
 			r.FillEvents, r.FilledBlocks, r.FillSeconds)

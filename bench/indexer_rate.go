@@ -49,6 +49,12 @@ type IndexerRateConfig struct {
 	// index. Every stored block then follows an eviction, as in a router
 	// that has run for a while; Warm is not needed (the fill is it).
 	Steady bool
+	// StatusEvery, when set, asks the router for its status (as a metrics
+	// scrape or GET /workers does) at that interval during each step, with
+	// the index digest when StatusDigest is set: what those calls cost
+	// the lookups.
+	StatusEvery  time.Duration
+	StatusDigest bool
 	// GCPercent and MemoryLimit are recorded in the report as applied.
 	GCPercent   int
 	MemoryLimit int64
@@ -95,7 +101,8 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 	rep := IndexerRateReport{Workers: cfg.Plan.Workers, BlockSize: cfg.Plan.BlockSize, CapacityBlocks: cfg.Plan.CapacityBlocks,
 		Shards: cfg.Shards, GOMAXPROCS: runtime.GOMAXPROCS(0), LookupRate: cfg.LookupRate,
 		StepSeconds: cfg.Step.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(), FullRoute: cfg.FullRoute, Trace: cfg.TracePath,
-		GCPercent: cfg.GCPercent, MemoryLimit: cfg.MemoryLimit, Steady: cfg.Steady}
+		GCPercent: cfg.GCPercent, MemoryLimit: cfg.MemoryLimit, Steady: cfg.Steady,
+		StatusEverySeconds: cfg.StatusEvery.Seconds(), StatusDigest: cfg.StatusDigest}
 	if rep.Trace == "" {
 		rep.Trace = EmbeddedTraceName
 	}
@@ -308,6 +315,10 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 	defer cancel()
 	var maxBacklog atomic.Int64
 	go sampleBacklog(stepCtx, router, &maxBacklog)
+	var statusCalls atomic.Int64
+	if cfg.StatusEvery > 0 {
+		go pollStatus(stepCtx, router, cfg.StatusEvery, cfg.StatusDigest, &statusCalls)
+	}
 	lookups := make(chan lookupResult, 1024)
 	var collected []lookupResult
 	collectDone := make(chan struct{})
@@ -354,6 +365,7 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 	pt.PartialLookups = int(obs.partial.Load() - partial0)
 	pt.EventsPerSec = float64(len(due)-pt.DroppedEvents) / max(applied.Sub(start).Seconds(), cfg.Step.Seconds()*1e-3)
 	pt.MaxBacklog = int(maxBacklog.Load())
+	pt.StatusCalls = int(statusCalls.Load())
 	pt.DrainMs = float64(applied.Sub(lastSent)) / float64(time.Millisecond)
 	pt.KeptUp = ingestKeptUp(pt.TargetEventsPerSec, pt.EventsPerSec, pt.DroppedEvents)
 	summarizeLookups(&pt, collected, cfg.Warmup)
@@ -481,7 +493,7 @@ type indexState struct{ blocks, rejected uint64 }
 var rejectionCounters = []string{"invalid_event", "invalid_sequence", "parent_not_found"}
 
 func indexTotals(ctx context.Context, router *actors.Router) (indexState, error) {
-	stats, err := router.ShardStats(ctx)
+	stats, err := router.ShardStats(ctx, false)
 	if err != nil {
 		return indexState{}, fmt.Errorf("shard stats: %w", err)
 	}
@@ -495,4 +507,23 @@ func indexTotals(ctx context.Context, router *actors.Router) (indexState, error)
 		}
 	}
 	return st, nil
+}
+
+// pollStatus asks for the router's status every interval until ctx ends,
+// as a metrics scraper (or a dashboard polling GET /workers) does.
+func pollStatus(ctx context.Context, router *actors.Router, every time.Duration, digest bool, answered *atomic.Int64) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			// An error here is a canceled step or a slow shard; the
+			// lookups' latencies are what the step reports.
+			if _, err := router.Status(ctx, digest); err == nil {
+				answered.Add(1)
+			}
+		}
+	}
 }

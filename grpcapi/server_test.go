@@ -60,6 +60,17 @@ func TestEveryRPC(t *testing.T) {
 	if err != nil || len(ws.Workers) != 2 || len(ws.Workers[0].Ranks) != 1 || ws.TrackedRequests != 2 {
 		t.Fatalf("workers: %v %v", ws, err)
 	}
+	// The digest walks the index only when asked for (the shards count
+	// their walks).
+	if n := ws.IndexCounters["digests"]; n != 0 {
+		t.Fatalf("a plain Workers walked the index %d times", n)
+	}
+	if _, err := c.IndexDigest(ctx); err != nil {
+		t.Fatalf("index digest: %v", err)
+	}
+	if ws, err = c.Workers(ctx); err != nil || ws.IndexCounters["digests"] == 0 {
+		t.Fatalf("workers after IndexDigest: %v %v, want the shards' digests counted", ws.GetIndexCounters(), err)
+	}
 	if err := c.PrefillDone(ctx, "r1"); err != nil {
 		t.Fatalf("prefill done: %v", err)
 	}

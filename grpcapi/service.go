@@ -176,8 +176,8 @@ func (v *service) PotentialLoads(ctx context.Context, r *pb.TokensRequest) (*pb.
 	return res, nil
 }
 
-func (v *service) Workers(ctx context.Context, _ *pb.WorkersRequest) (*pb.WorkersResponse, error) {
-	st, err := v.s.opts.Router.Status(ctx)
+func (v *service) Workers(ctx context.Context, req *pb.WorkersRequest) (*pb.WorkersResponse, error) {
+	st, err := v.s.opts.Router.Status(ctx, req.GetIndexDigest())
 	if err != nil {
 		return nil, v.s.routerError(err)
 	}

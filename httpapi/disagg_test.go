@@ -151,7 +151,7 @@ func transferParams(t *testing.T, body []byte) string {
 func settled(t *testing.T, r *actors.Router) {
 	t.Helper()
 	testutil.EventuallyNil(t, 5*time.Second, func() error {
-		st, err := r.Status(context.Background())
+		st, err := r.Status(context.Background(), false)
 		if err != nil {
 			return err
 		}
@@ -203,7 +203,7 @@ func TestDisaggregatedProxyFixtureRoundTrip(t *testing.T) {
 	// While the decode streams, the prefill hop is freed (its answer
 	// arrived) and the decode is the one request left.
 	testutil.EventuallyNil(t, 5*time.Second, func() error {
-		st, err := r.Status(context.Background())
+		st, err := r.Status(context.Background(), false)
 		if err != nil {
 			return err
 		}

@@ -565,7 +565,7 @@ func TestWriteTimeoutIsPerWrite(t *testing.T) {
 		return testutil.ToFloat64(g.m.ProxyRequests.WithLabelValues("client_gone")) == 1
 	})
 	itu.Eventually(t, 5*time.Second, "the request is freed", func() bool {
-		reg, err := g.r.Status(context.Background())
+		reg, err := g.r.Status(context.Background(), false)
 		if err != nil {
 			return false
 		}

@@ -2,14 +2,25 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/netpolicy"
 )
 
+// listWorkers is GET /workers. ?digest=1 adds the index digest, which
+// walks the whole index (actors.Router.Status).
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
-	st, err := s.opts.Router.Status(r.Context())
+	digest := false
+	if v := r.URL.Query().Get("digest"); v != "" {
+		var err error
+		if digest, err = strconv.ParseBool(v); err != nil {
+			writeError(w, http.StatusBadRequest, "digest must be a boolean (1, true, 0, false), got %q", v)
+			return
+		}
+	}
+	st, err := s.opts.Router.Status(r.Context(), digest)
 	if err != nil {
 		s.writeRouterError(w, err)
 		return

@@ -127,6 +127,18 @@ func (c *Client) Workers(ctx context.Context) (*pb.WorkersResponse, error) {
 	return c.rc.Workers(ctx, &pb.WorkersRequest{})
 }
 
+// IndexDigest is the router's index digest (WorkersResponse.index_digest):
+// equal on replicas that applied the same events. It walks the router's
+// whole index, during which its shards answer no lookup; the router spaces
+// such walks out (at most a tenth of the shards' time).
+func (c *Client) IndexDigest(ctx context.Context) (uint64, error) {
+	res, err := c.rc.Workers(ctx, &pb.WorkersRequest{IndexDigest: true})
+	if err != nil {
+		return 0, err
+	}
+	return res.IndexDigest, nil
+}
+
 // QueueFullOf is the queue figures of a route refused because every
 // eligible worker's queue was full (nil for any other error).
 func QueueFullOf(err error) *pb.QueueFull {

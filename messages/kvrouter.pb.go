@@ -3341,8 +3341,13 @@ func (x *RegistryReply) GetTablesPublished() uint64 {
 	return 0
 }
 
+// ShardStatsQuery asks a shard for its blocks and counters, and its index
+// digest when digest is set: the digest walks the shard's whole index, and
+// the shard answers no lookup meanwhile, so only callers that compare
+// indexes ask for it (never a metrics scrape).
 type ShardStatsQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        bool                   `protobuf:"varint,1,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3375,6 +3380,13 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
 	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ShardStatsQuery) GetDigest() bool {
+	if x != nil {
+		return x.Digest
+	}
+	return false
 }
 
 type WorkerBlocks struct {
@@ -5289,8 +5301,9 @@ const file_kvrouter_proto_rawDesc = "" +
 	"queueDepth\x12)\n" +
 	"\x10tracked_requests\x18\x03 \x01(\x04R\x0ftrackedRequests\x12\x16\n" +
 	"\x06digest\x18\x04 \x01(\x04R\x06digest\x12)\n" +
-	"\x10tables_published\x18\x05 \x01(\x04R\x0ftablesPublished\"\x11\n" +
-	"\x0fShardStatsQuery\"]\n" +
+	"\x10tables_published\x18\x05 \x01(\x04R\x0ftablesPublished\")\n" +
+	"\x0fShardStatsQuery\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\bR\x06digest\"]\n" +
 	"\fWorkerBlocks\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12\x16\n" +
 	"\x06blocks\x18\x02 \x01(\x04R\x06blocks\"\x9f\x02\n" +

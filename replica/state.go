@@ -10,7 +10,7 @@ import (
 // gatherState feeds the scrape-time collector: per-worker state from the
 // actors, index counters, ingestion and gossip counters, readiness.
 func (r *Replica) gatherState(ctx context.Context) (*metrics.State, error) {
-	st, err := r.router.Status(ctx)
+	st, err := r.router.Status(ctx, false)
 	if err != nil {
 		return nil, err
 	}

@@ -324,7 +324,7 @@ func TestReplicasAgreeOnDiscoveredFleet(t *testing.T) {
 	check := func() error {
 		var digests []uint64
 		for _, rep := range []*replica.Replica{first, second} {
-			st, err := rep.Router().Status(context.Background())
+			st, err := rep.Router().Status(context.Background(), false)
 			if err != nil {
 				return err
 			}

@@ -79,9 +79,10 @@ type workersReply struct {
 	IndexDigest uint64 `json:"index_digest"`
 }
 
+// workers is GET /workers with the index digest (?digest=1).
 func workers(t testing.TB, base string) workersReply {
 	t.Helper()
-	code, body := Get(t, base+"/workers")
+	code, body := Get(t, base+"/workers?digest=1")
 	if code != http.StatusOK {
 		t.Fatalf("GET /workers: %d %s", code, body)
 	}
@@ -239,4 +240,49 @@ func metricSum(exposition, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestStatusWalksTheIndexOnlyWhenAsked: the index digest is a walk of the
+// whole index that stalls lookups, so a metrics scrape and a plain GET
+// /workers must not compute it; ?digest=1 does, and a bad value is a 400.
+func TestStatusWalksTheIndexOnlyWhenAsked(t *testing.T) {
+	rep := StartReplica(t, nil)
+	base := BaseURL(rep)
+	nc := connect(t, rep)
+	publish(t, nc, "kvrouter.workers", heartbeat(1))
+	publish(t, nc, "kvrouter.kv_events", storedEvent(1, 0, tokens(160, 5), 7000))
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if w := workers(t, base); len(w.Workers) != 1 || w.Workers[0].Ranks[0].IndexedBlocks != 10 {
+			return fmt.Errorf("not indexed yet: %+v", w.Workers)
+		}
+		return nil
+	})
+	walks := func() float64 {
+		_, m := Get(t, base+"/metrics")
+		return metricSum(m, "kvrouter_index_digests_total")
+	}
+	before := walks()
+	if before < 1 {
+		t.Fatalf("index_digests = %v after GET /workers?digest=1, want >= 1", before)
+	}
+	for range 3 {
+		walks()
+	}
+	code, body := Get(t, base+"/workers")
+	if code != http.StatusOK || strings.Contains(body, "index_digest") {
+		t.Fatalf("GET /workers = %d %s, want 200 without index_digest", code, body)
+	}
+	if after := walks(); after != before {
+		t.Fatalf("scrapes and a plain GET /workers walked the index: index_digests %v -> %v", before, after)
+	}
+	if d := workers(t, base).IndexDigest; d == 0 {
+		t.Fatal("GET /workers?digest=1 has no index_digest")
+	}
+	if after := walks(); after <= before {
+		t.Fatalf("index_digests %v -> %v after GET /workers?digest=1, want more (one per shard)", before, after)
+	}
+	code, body = Get(t, base+"/workers?digest=maybe")
+	if code != http.StatusBadRequest || !strings.Contains(body, `"error"`) {
+		t.Fatalf("GET /workers?digest=maybe = %d %s, want a 400 JSON error", code, body)
+	}
 }

@@ -53,7 +53,7 @@ func BenchmarkWarmStart1M(b *testing.B) {
 		if n := workers(b, base).IndexDigest; n == 0 {
 			return fmt.Errorf("not indexed")
 		}
-		st, err := first.Router().Status(b.Context())
+		st, err := first.Router().Status(b.Context(), false)
 		if err != nil {
 			return err
 		}
