@@ -33,6 +33,9 @@ type shardState struct {
 	backlog  *backlog
 	restarts uint64
 	resets   uint64
+	// scratch is what each KvEvent is decoded into (apply); nothing keeps
+	// it past the message (the holdback keeps a copy).
+	scratch kv.Event
 	// digests counts index digest walks (exported as index_digests, so
 	// it is visible that scrapes do not walk the index).
 	digests uint64
@@ -161,8 +164,9 @@ func (a *shardActor) tree() indexView {
 }
 
 func (a *shardActor) apply(m *messages.KvEvent) {
-	ev, err := events.FromProto(m)
-	if err != nil {
+	ev := &a.st.scratch
+	defer a.trimScratch()
+	if err := events.FromProtoInto(m, ev); err != nil {
 		a.st.obs.EventDropped("invalid")
 		return
 	}
@@ -172,10 +176,25 @@ func (a *shardActor) apply(m *messages.KvEvent) {
 		a.st.obs.EventDropped("approx_mode")
 		return
 	}
-	if !a.st.gate.admit(ev) {
+	if !a.st.gate.admit(*ev) {
 		return // held until the worker registers, or dropped and counted
 	}
-	a.index(&ev)
+	a.index(ev)
+}
+
+// maxScratchBlocks bounds the scratch event's arrays between events: one
+// huge event must not pin its size for the shard's life.
+const maxScratchBlocks = 4096
+
+// trimScratch lets go of a scratch array grown past maxScratchBlocks.
+func (a *shardActor) trimScratch() {
+	ev := &a.st.scratch
+	if cap(ev.Blocks) > maxScratchBlocks {
+		ev.Blocks = nil
+	}
+	if cap(ev.Removed) > maxScratchBlocks {
+		ev.Removed = nil
+	}
 }
 
 // index applies an event of a registered worker to the engines' index.

@@ -36,7 +36,8 @@ func (g *eventGate) admit(ev kv.Event) bool {
 	if g.workers[ev.Worker.WorkerID] || g.stores.Holds(ev.Worker.WorkerID) {
 		return true
 	}
-	if err := g.held.Hold(ev, time.Now()); err != nil {
+	// The shard decodes into one scratch event: what is held is a copy.
+	if err := g.held.Hold(ev.Clone(), time.Now()); err != nil {
 		g.obs.EventDropped("unregistered_worker")
 	}
 	return false

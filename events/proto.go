@@ -44,23 +44,32 @@ func ToProto(ev *kv.Event) *messages.KvEvent {
 // FromProto converts and validates a protobuf event.
 func FromProto(m *messages.KvEvent) (kv.Event, error) {
 	var ev kv.Event
+	err := FromProtoInto(m, &ev)
+	return ev, err
+}
+
+// FromProtoInto is FromProto into ev, reusing the capacity of its Blocks
+// and Removed (a shard decodes every event into one scratch event, so
+// ingest allocates nothing there). On error ev holds a partial event.
+func FromProtoInto(m *messages.KvEvent, ev *kv.Event) error {
+	*ev = kv.Event{Blocks: ev.Blocks[:0], Removed: ev.Removed[:0]}
 	if m == nil || m.Worker == nil {
-		return ev, malformed("protobuf event has no worker")
+		return malformed("protobuf event has no worker")
 	}
 	ev.Worker = kv.WorkerWithDpRank{WorkerID: kv.WorkerID(m.Worker.WorkerId), DpRank: m.Worker.DpRank}
 	ev.EventID = m.EventId
 	// Compared as the wire's int32: converting first would wrap 256 to
 	// the device tier.
 	if m.Tier < 0 || int64(m.Tier) >= int64(kv.NumTiers) {
-		return ev, malformed("protobuf event: unknown storage tier %d", m.Tier)
+		return malformed("protobuf event: unknown storage tier %d", m.Tier)
 	}
 	ev.Tier = kv.StorageTier(m.Tier)
 	switch d := m.Data.(type) {
 	case *messages.KvEvent_Stored:
 		ev.Kind = kv.EventStored
-		blocks, err := storedBlocksOf(d.Stored) // rejects a nil body first
+		blocks, err := appendStoredBlocks(ev.Blocks, d.Stored) // rejects a nil body first
 		if err != nil {
-			return ev, err
+			return err
 		}
 		if d.Stored.ParentHash != nil {
 			ev.HasParent, ev.ParentHash = true, kv.ExternalBlockHash(*d.Stored.ParentHash)
@@ -68,20 +77,18 @@ func FromProto(m *messages.KvEvent) (kv.Event, error) {
 		ev.Blocks = blocks
 	case *messages.KvEvent_Removed:
 		ev.Kind = kv.EventRemoved
-		hashes := d.Removed.GetBlockHashes() // a nil body is an empty one: Validate rejects it
-		ev.Removed = make([]kv.ExternalBlockHash, len(hashes))
-		for i, h := range hashes {
-			ev.Removed[i] = kv.ExternalBlockHash(h)
+		for _, h := range d.Removed.GetBlockHashes() { // a nil body is an empty one: Validate rejects it
+			ev.Removed = append(ev.Removed, kv.ExternalBlockHash(h))
 		}
 	case *messages.KvEvent_Cleared:
 		ev.Kind = kv.EventCleared
 	default:
-		return ev, malformed("protobuf event for worker %s carries no data", ev.Worker)
+		return malformed("protobuf event for worker %s carries no data", ev.Worker)
 	}
 	if err := ev.Validate(); err != nil {
-		return ev, malformed("%v", err)
+		return malformed("%v", err)
 	}
-	return ev, nil
+	return nil
 }
 
 // DecodeProto decodes a KvEventBatch (a single event is a batch of one).
@@ -117,30 +124,29 @@ func EncodeProtoBatch(evs []kv.Event) ([]byte, error) {
 	return data, nil
 }
 
-// storedBlocksOf reads a BlockStored's chain from whichever form it uses.
-func storedBlocksOf(s *messages.BlockStored) ([]kv.StoredBlock, error) {
+// appendStoredBlocks appends a BlockStored's chain, from whichever form
+// it uses, to dst.
+func appendStoredBlocks(dst []kv.StoredBlock, s *messages.BlockStored) ([]kv.StoredBlock, error) {
 	if s == nil {
-		return nil, malformed("protobuf stored event has no body")
+		return dst, malformed("protobuf stored event has no body")
 	}
 	packed := len(s.BlockHashes) + len(s.TokensHashes)
 	switch {
 	case packed > 0 && len(s.Blocks) > 0:
-		return nil, malformed("protobuf stored event carries both block forms (%d blocks, %d packed hashes)", len(s.Blocks), len(s.BlockHashes))
+		return dst, malformed("protobuf stored event carries both block forms (%d blocks, %d packed hashes)", len(s.Blocks), len(s.BlockHashes))
 	case len(s.BlockHashes) != len(s.TokensHashes):
-		return nil, malformed("protobuf stored event: %d block hashes but %d tokens hashes", len(s.BlockHashes), len(s.TokensHashes))
+		return dst, malformed("protobuf stored event: %d block hashes but %d tokens hashes", len(s.BlockHashes), len(s.TokensHashes))
 	case packed > 0:
-		out := make([]kv.StoredBlock, len(s.BlockHashes))
 		for i, h := range s.BlockHashes {
-			out[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(h), TokensHash: kv.LocalBlockHash(s.TokensHashes[i])}
+			dst = append(dst, kv.StoredBlock{BlockHash: kv.ExternalBlockHash(h), TokensHash: kv.LocalBlockHash(s.TokensHashes[i])})
 		}
-		return out, nil
+		return dst, nil
 	}
-	out := make([]kv.StoredBlock, len(s.Blocks))
 	for i, b := range s.Blocks {
 		if b == nil {
-			return nil, malformed("protobuf stored event: block %d is empty", i)
+			return dst, malformed("protobuf stored event: block %d is empty", i)
 		}
-		out[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(b.BlockHash), TokensHash: kv.LocalBlockHash(b.TokensHash)}
+		dst = append(dst, kv.StoredBlock{BlockHash: kv.ExternalBlockHash(b.BlockHash), TokensHash: kv.LocalBlockHash(b.TokensHash)})
 	}
-	return out, nil
+	return dst, nil
 }

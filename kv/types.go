@@ -6,6 +6,7 @@ package kv
 import (
 	"cmp"
 	"fmt"
+	"slices"
 )
 
 // WorkerID identifies one engine instance (Dynamo's worker_id / instance id).
@@ -151,6 +152,14 @@ func (e *Event) Validate() error {
 		return fmt.Errorf("event for worker %s has unknown tier %d", e.Worker, e.Tier)
 	}
 	return nil
+}
+
+// Clone returns e with its own copies of Blocks and Removed, for keeping
+// an event whose slices the caller will reuse.
+func (e Event) Clone() Event {
+	e.Blocks = slices.Clone(e.Blocks)
+	e.Removed = slices.Clone(e.Removed)
+	return e
 }
 
 // WorkerState is how routable a worker rank is. Only Active ranks take new
