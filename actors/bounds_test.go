@@ -86,6 +86,40 @@ func TestUnregisteredWorkerEventsAreHeld(t *testing.T) {
 	}
 }
 
+// A held event keeps its own blocks: the shard decodes every event into
+// one scratch event, so holding that without a copy would leave the held
+// event naming whatever the shard decoded next.
+func TestHeldEventsSurviveTheNextDecode(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.Shards = 1 })
+	register(t, r, 2)
+	w1, w2 := kv.WorkerWithDpRank{WorkerID: 1}, kv.WorkerWithDpRank{WorkerID: 2}
+	storeChain(r, w1, prompt(128, 1)) // held: worker 1 is not registered
+	storeChain(r, w2, prompt(128, 2)) // applied, decoded into the same scratch
+	if err := r.Barrier(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	register(t, r, 1)
+	depth := func(tokens []uint32, w kv.WorkerWithDpRank) uint32 {
+		reply, err := r.OverlapScores(ctxT(t), tokens, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := reply.GetRanks()
+		for i, id := range rows.GetWorkerIds() {
+			if kv.WorkerID(id) == w.WorkerID {
+				return rows.GetDeviceBlocks()[i]
+			}
+		}
+		return 0
+	}
+	testutil.Eventually(t, 5*time.Second, "held blocks applied on registration", func() bool {
+		return indexedBlocks(t, r, w1) == 8
+	})
+	if d1, d2 := depth(prompt(128, 1), w1), depth(prompt(128, 2), w1); d1 != 8 || d2 != 0 {
+		t.Fatalf("worker 1 matches its own prompt to %d blocks and worker 2's to %d; want 8 and 0", d1, d2)
+	}
+}
+
 // A full replication backlog drops peers' events (counted) instead of
 // growing the mailbox; anti-entropy repairs what was dropped.
 func TestReplicationBacklogIsBounded(t *testing.T) {
