@@ -113,6 +113,9 @@ type Config struct {
 	// shardTurns overrides how many messages a shard handles before it
 	// yields (0 = the shardTurns constant); for the ingest benchmark.
 	shardTurns int
+	// dumpChunkEntries overrides the dumpChunkEntries constant (0 = it);
+	// for tests that need a dump of many chunks from a small index.
+	dumpChunkEntries int
 }
 
 // Registry bounds: Dynamo's own indexer benchmark runs 7,000 workers.

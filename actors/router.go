@@ -489,16 +489,41 @@ func (r *Router) askTimeout(ctx context.Context) time.Duration {
 	return 30 * time.Second
 }
 
+// dumpChunkEntries is how many index entries a shard dumps per message
+// (whole ranks, so a chunk can hold more): a few milliseconds of its time,
+// after which the lookups and events queued meanwhile go first.
+const dumpChunkEntries = 4096
+
 // DumpIndex returns the whole engine-event index as events that rebuild
-// it, shard by shard (for snapshots).
+// it, shard by shard, each in chunks of whole ranks (for snapshots; see
+// index/dumpchunk.go for why ranks dumped at different moments still
+// rebuild the index once the stream after the snapshot is replayed).
 func (r *Router) DumpIndex(ctx context.Context) ([]*messages.KvEvent, error) {
+	budget := uint32(dumpChunkEntries)
+	if r.cfg.dumpChunkEntries > 0 {
+		budget = uint32(r.cfg.dumpChunkEntries)
+	}
 	var out []*messages.KvEvent
 	for i, sh := range r.shards {
-		res, err := r.system.Root.RequestFuture(sh, &messages.DumpQuery{}, r.askTimeout(ctx)).Result()
-		if err != nil {
-			return nil, fmt.Errorf("dump shard %d: %w", i, err)
+		q := &messages.DumpQuery{MaxEntries: budget}
+		for {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("dump shard %d: %w", i, err)
+			}
+			res, err := r.system.Root.RequestFuture(sh, q, r.askTimeout(ctx)).Result()
+			if err != nil {
+				return nil, fmt.Errorf("dump shard %d: %w", i, err)
+			}
+			chunk := res.(*messages.DumpChunk)
+			out = append(out, chunk.Events...)
+			if chunk.Done {
+				break
+			}
+			q = &messages.DumpQuery{Tier: chunk.NextTier, Rank: chunk.NextRank, MaxEntries: budget}
 		}
-		out = append(out, res.(*messages.KvEventBatch).Events...)
+	}
+	for i, ev := range out {
+		ev.EventId = uint64(i) // numbered across the dump, as Dynamo's dump_tree_as_events does
 	}
 	return out, nil
 }

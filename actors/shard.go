@@ -113,7 +113,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 	case *messages.Barrier:
 		ctx.Respond(m)
 	case *messages.DumpQuery:
-		ctx.Respond(a.dump())
+		ctx.Respond(a.dumpChunk(m))
 	}
 }
 
@@ -299,13 +299,18 @@ func shardOf(w kv.WorkerID, shards int) int {
 
 // dump is the shard's engine-event index as events that rebuild it (the
 // predictions are this replica's own guesses and stay out).
-func (a *shardActor) dump() *messages.KvEventBatch {
-	batch := &messages.KvEventBatch{}
+// dumpChunk answers a DumpQuery with the next chunk of the index's dump
+// (index.Indexer.AppendDumpChunk). Approximate mode has nothing to dump:
+// its index is predictions, not engine events.
+func (a *shardActor) dumpChunk(m *messages.DumpQuery) *messages.DumpChunk {
 	if a.st.idx == nil {
-		return batch
+		return &messages.DumpChunk{Done: true}
 	}
-	for _, ev := range a.st.idx.Dump() {
-		batch.Events = append(batch.Events, events.ToProto(&ev))
+	evs, next, done := a.st.idx.AppendDumpChunk(nil, index.DumpCursor{Tier: int(m.Tier), Rank: m.Rank}, int(max(m.MaxEntries, 1)))
+	reply := &messages.DumpChunk{Events: make([]*messages.KvEvent, len(evs)), Done: done,
+		NextTier: uint32(next.Tier), NextRank: next.Rank}
+	for i := range evs {
+		reply.Events[i] = events.ToProto(&evs[i])
 	}
-	return batch
+	return reply
 }

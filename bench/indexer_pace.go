@@ -163,6 +163,8 @@ type IndexerRatePoint struct {
 	// StatusCalls is how many status calls (StatusEvery) were answered
 	// during the step.
 	StatusCalls int `json:"status_calls,omitempty"`
+	// Dumps is how many index dumps (DumpEvery) completed during the step.
+	Dumps int `json:"dumps,omitempty"`
 }
 
 // IndexerRateReport is a paced indexer run: one point per event rate.
@@ -181,6 +183,8 @@ type IndexerRateReport struct {
 	// that interval (with the index digest when StatusDigest).
 	StatusEverySeconds float64 `json:"status_every_seconds,omitempty"`
 	StatusDigest       bool    `json:"status_digest,omitempty"`
+	// DumpEverySeconds > 0: each step dumped the index at that interval.
+	DumpEverySeconds float64 `json:"dump_every_seconds,omitempty"`
 	// GCPercent and MemoryLimit are the process's GC settings (the
 	// router's defaults unless GOGC/GOMEMLIMIT or the flags changed them;
 	// 0 = no limit).
@@ -222,6 +226,9 @@ func (r IndexerRateReport) WriteText(w io.Writer) {
 			with = "with"
 		}
 		fmt.Fprintf(w, "router status asked every %gs during each step, %s the index digest\n", r.StatusEverySeconds, with)
+	}
+	if r.DumpEverySeconds > 0 {
+		fmt.Fprintf(w, "index dumped (as for a snapshot) every %gs during each step\n", r.DumpEverySeconds)
 	}
 	if r.Steady {
 		fmt.Fprintf(w, "steady state: %d events filled the index to %d entries in %.1fs before the first step; each step goes on from the last, never clearing it\n",

@@ -278,7 +278,7 @@ func TestRunIndexerRatesSteady(t *testing.T) {
 		Plan:        IndexerPlanConfig{Workers: workers, BlockSize: 64, CapacityBlocks: capacity},
 		Requests:    200, Paces: []EventPace{{Rate: 400}, {Rate: 400}}, LookupRate: 50,
 		Step: 500 * time.Millisecond, Warmup: 100 * time.Millisecond, MaxInFlight: 64, Steady: true,
-		StatusEvery: 50 * time.Millisecond, StatusDigest: true,
+		StatusEvery: 50 * time.Millisecond, StatusDigest: true, DumpEvery: 100 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -293,7 +293,7 @@ func TestRunIndexerRatesSteady(t *testing.T) {
 		t.Fatalf("fill: %d events left %d entries, want >= %d", rep.FillEvents, rep.FilledBlocks, full)
 	}
 	for _, p := range rep.Points {
-		if p.Events != 200 || p.DroppedEvents != 0 || p.RejectedEvents != 0 || p.IndexedBlocks < full || p.LookupErrors != 0 || p.StatusCalls == 0 {
+		if p.Events != 200 || p.DroppedEvents != 0 || p.RejectedEvents != 0 || p.IndexedBlocks < full || p.LookupErrors != 0 || p.StatusCalls == 0 || p.Dumps == 0 {
 			t.Fatalf("steady point %+v", p)
 		}
 	}

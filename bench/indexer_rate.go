@@ -55,6 +55,9 @@ type IndexerRateConfig struct {
 	// the lookups.
 	StatusEvery  time.Duration
 	StatusDigest bool
+	// DumpEvery, when set, dumps the index at that interval during each
+	// step, as the snapshot replica does when it purges the event stream.
+	DumpEvery time.Duration
 	// GCPercent and MemoryLimit are recorded in the report as applied.
 	GCPercent   int
 	MemoryLimit int64
@@ -102,7 +105,7 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 		Shards: cfg.Shards, GOMAXPROCS: runtime.GOMAXPROCS(0), LookupRate: cfg.LookupRate,
 		StepSeconds: cfg.Step.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(), FullRoute: cfg.FullRoute, Trace: cfg.TracePath,
 		GCPercent: cfg.GCPercent, MemoryLimit: cfg.MemoryLimit, Steady: cfg.Steady,
-		StatusEverySeconds: cfg.StatusEvery.Seconds(), StatusDigest: cfg.StatusDigest}
+		StatusEverySeconds: cfg.StatusEvery.Seconds(), StatusDigest: cfg.StatusDigest, DumpEverySeconds: cfg.DumpEvery.Seconds()}
 	if rep.Trace == "" {
 		rep.Trace = EmbeddedTraceName
 	}
@@ -315,9 +318,18 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 	defer cancel()
 	var maxBacklog atomic.Int64
 	go sampleBacklog(stepCtx, router, &maxBacklog)
-	var statusCalls atomic.Int64
+	var statusCalls, dumps atomic.Int64
 	if cfg.StatusEvery > 0 {
-		go pollStatus(stepCtx, router, cfg.StatusEvery, cfg.StatusDigest, &statusCalls)
+		go every(stepCtx, cfg.StatusEvery, &statusCalls, func(ctx context.Context) error {
+			_, err := router.Status(ctx, cfg.StatusDigest)
+			return err
+		})
+	}
+	if cfg.DumpEvery > 0 {
+		go every(stepCtx, cfg.DumpEvery, &dumps, func(ctx context.Context) error {
+			_, err := router.DumpIndex(ctx)
+			return err
+		})
 	}
 	lookups := make(chan lookupResult, 1024)
 	var collected []lookupResult
@@ -365,7 +377,7 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 	pt.PartialLookups = int(obs.partial.Load() - partial0)
 	pt.EventsPerSec = float64(len(due)-pt.DroppedEvents) / max(applied.Sub(start).Seconds(), cfg.Step.Seconds()*1e-3)
 	pt.MaxBacklog = int(maxBacklog.Load())
-	pt.StatusCalls = int(statusCalls.Load())
+	pt.StatusCalls, pt.Dumps = int(statusCalls.Load()), int(dumps.Load())
 	pt.DrainMs = float64(applied.Sub(lastSent)) / float64(time.Millisecond)
 	pt.KeptUp = ingestKeptUp(pt.TargetEventsPerSec, pt.EventsPerSec, pt.DroppedEvents)
 	summarizeLookups(&pt, collected, cfg.Warmup)
@@ -509,20 +521,20 @@ func indexTotals(ctx context.Context, router *actors.Router) (indexState, error)
 	return st, nil
 }
 
-// pollStatus asks for the router's status every interval until ctx ends,
-// as a metrics scraper (or a dashboard polling GET /workers) does.
-func pollStatus(ctx context.Context, router *actors.Router, every time.Duration, digest bool, answered *atomic.Int64) {
-	t := time.NewTicker(every)
+// every calls f at each interval until ctx ends, counting the calls that
+// succeeded: a metrics scraper, a dashboard polling GET /workers, the
+// snapshot replica. An error is a canceled step or a slow shard; the
+// lookups' latencies are what the step reports.
+func every(ctx context.Context, interval time.Duration, succeeded *atomic.Int64, f func(context.Context) error) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			// An error here is a canceled step or a slow shard; the
-			// lookups' latencies are what the step reports.
-			if _, err := router.Status(ctx, digest); err == nil {
-				answered.Add(1)
+			if f(ctx) == nil {
+				succeeded.Add(1)
 			}
 		}
 	}

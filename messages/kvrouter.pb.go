@@ -4290,10 +4290,16 @@ func (*Barrier) Descriptor() ([]byte, []int) {
 	return file_kvrouter_proto_rawDescGZIP(), []int{59}
 }
 
-// DumpQuery asks a shard for its whole index as single-block Stored
-// events (parents first), for snapshots.
+// DumpQuery asks a shard for the next chunk of its index dump, from the
+// cursor (tier, rank) on: whole ranks, as Stored events (one per run of
+// single-child blocks, parents first), until max_entries entries (index.
+// Indexer.AppendDumpChunk). The shard serves other messages between
+// chunks, so a snapshot does not stop its lookups for the whole dump.
 type DumpQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tier          uint32                 `protobuf:"varint,1,opt,name=tier,proto3" json:"tier,omitempty"`
+	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	MaxEntries    uint32                 `protobuf:"varint,3,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4328,6 +4334,97 @@ func (*DumpQuery) Descriptor() ([]byte, []int) {
 	return file_kvrouter_proto_rawDescGZIP(), []int{60}
 }
 
+func (x *DumpQuery) GetTier() uint32 {
+	if x != nil {
+		return x.Tier
+	}
+	return 0
+}
+
+func (x *DumpQuery) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *DumpQuery) GetMaxEntries() uint32 {
+	if x != nil {
+		return x.MaxEntries
+	}
+	return 0
+}
+
+// DumpChunk answers a DumpQuery: the chunk's events and where the next
+// chunk starts, or done.
+type DumpChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*KvEvent             `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	Done          bool                   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	NextTier      uint32                 `protobuf:"varint,3,opt,name=next_tier,json=nextTier,proto3" json:"next_tier,omitempty"`
+	NextRank      uint32                 `protobuf:"varint,4,opt,name=next_rank,json=nextRank,proto3" json:"next_rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DumpChunk) Reset() {
+	*x = DumpChunk{}
+	mi := &file_kvrouter_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DumpChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DumpChunk) ProtoMessage() {}
+
+func (x *DumpChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DumpChunk.ProtoReflect.Descriptor instead.
+func (*DumpChunk) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *DumpChunk) GetEvents() []*KvEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *DumpChunk) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *DumpChunk) GetNextTier() uint32 {
+	if x != nil {
+		return x.NextTier
+	}
+	return 0
+}
+
+func (x *DumpChunk) GetNextRank() uint32 {
+	if x != nil {
+		return x.NextRank
+	}
+	return 0
+}
+
 // RankEntry is one registered worker rank as the registry publishes it:
 // pid is the local id of the rank's sequence actor.
 type RankEntry struct {
@@ -4344,7 +4441,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4356,7 +4453,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4369,7 +4466,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{61}
+	return file_kvrouter_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -4427,7 +4524,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4536,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4549,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{62}
+	return file_kvrouter_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -4473,7 +4570,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +4582,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +4595,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{63}
+	return file_kvrouter_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -4522,7 +4619,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4631,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4644,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{64}
+	return file_kvrouter_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -4581,7 +4678,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +4690,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +4703,7 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{65}
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
 }
 
 type TrackedReply struct {
@@ -4619,7 +4716,7 @@ type TrackedReply struct {
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4728,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4741,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -4673,7 +4770,7 @@ type SessionUpdates struct {
 
 func (x *SessionUpdates) Reset() {
 	*x = SessionUpdates{}
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4685,7 +4782,7 @@ func (x *SessionUpdates) String() string {
 func (*SessionUpdates) ProtoMessage() {}
 
 func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4698,7 +4795,7 @@ func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUpdates.ProtoReflect.Descriptor instead.
 func (*SessionUpdates) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SessionUpdates) GetEvents() []*SequenceEvent {
@@ -4718,7 +4815,7 @@ type EndSession struct {
 
 func (x *EndSession) Reset() {
 	*x = EndSession{}
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4730,7 +4827,7 @@ func (x *EndSession) String() string {
 func (*EndSession) ProtoMessage() {}
 
 func (x *EndSession) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4743,7 +4840,7 @@ func (x *EndSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSession.ProtoReflect.Descriptor instead.
 func (*EndSession) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{68}
+	return file_kvrouter_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EndSession) GetSessionId() string {
@@ -4763,7 +4860,7 @@ type EndSessionReply struct {
 
 func (x *EndSessionReply) Reset() {
 	*x = EndSessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4775,7 +4872,7 @@ func (x *EndSessionReply) String() string {
 func (*EndSessionReply) ProtoMessage() {}
 
 func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4788,7 +4885,7 @@ func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionReply.ProtoReflect.Descriptor instead.
 func (*EndSessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{69}
+	return file_kvrouter_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *EndSessionReply) GetFound() bool {
@@ -4815,7 +4912,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4827,7 +4924,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4840,7 +4937,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{70}
+	return file_kvrouter_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SessionQuery) GetSessionId() string {
@@ -4862,7 +4959,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4874,7 +4971,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4887,7 +4984,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{71}
+	return file_kvrouter_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SessionReply) GetFound() bool {
@@ -4927,7 +5024,7 @@ type SessionDigestQuery struct {
 
 func (x *SessionDigestQuery) Reset() {
 	*x = SessionDigestQuery{}
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +5036,7 @@ func (x *SessionDigestQuery) String() string {
 func (*SessionDigestQuery) ProtoMessage() {}
 
 func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5049,7 @@ func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
 func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{72}
+	return file_kvrouter_proto_rawDescGZIP(), []int{73}
 }
 
 type SessionDigestReply struct {
@@ -4965,7 +5062,7 @@ type SessionDigestReply struct {
 
 func (x *SessionDigestReply) Reset() {
 	*x = SessionDigestReply{}
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4977,7 +5074,7 @@ func (x *SessionDigestReply) String() string {
 func (*SessionDigestReply) ProtoMessage() {}
 
 func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4990,7 +5087,7 @@ func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
 func (*SessionDigestReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{73}
+	return file_kvrouter_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SessionDigestReply) GetCount() uint64 {
@@ -5017,7 +5114,7 @@ type SessionSnapshotQuery struct {
 
 func (x *SessionSnapshotQuery) Reset() {
 	*x = SessionSnapshotQuery{}
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5029,7 +5126,7 @@ func (x *SessionSnapshotQuery) String() string {
 func (*SessionSnapshotQuery) ProtoMessage() {}
 
 func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5042,7 +5139,7 @@ func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
 func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{74}
+	return file_kvrouter_proto_rawDescGZIP(), []int{75}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -5362,8 +5459,17 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x128\n" +
 	"\x06events\x18\x03 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"\t\n" +
-	"\aBarrier\"\v\n" +
-	"\tDumpQuery\"\x9a\x02\n" +
+	"\aBarrier\"T\n" +
+	"\tDumpQuery\x12\x12\n" +
+	"\x04tier\x18\x01 \x01(\rR\x04tier\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1f\n" +
+	"\vmax_entries\x18\x03 \x01(\rR\n" +
+	"maxEntries\"\x8d\x01\n" +
+	"\tDumpChunk\x122\n" +
+	"\x06events\x18\x01 \x03(\v2\x1a.kvrouter.internal.KvEventR\x06events\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12\x1b\n" +
+	"\tnext_tier\x18\x03 \x01(\rR\bnextTier\x12\x1b\n" +
+	"\tnext_rank\x18\x04 \x01(\rR\bnextRank\"\x9a\x02\n" +
 	"\tRankEntry\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x123\n" +
@@ -5445,7 +5551,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
@@ -5512,21 +5618,22 @@ var file_kvrouter_proto_goTypes = []any{
 	(*StateSnapshot)(nil),        // 62: kvrouter.internal.StateSnapshot
 	(*Barrier)(nil),              // 63: kvrouter.internal.Barrier
 	(*DumpQuery)(nil),            // 64: kvrouter.internal.DumpQuery
-	(*RankEntry)(nil),            // 65: kvrouter.internal.RankEntry
-	(*RankTable)(nil),            // 66: kvrouter.internal.RankTable
-	(*PeerStep)(nil),             // 67: kvrouter.internal.PeerStep
-	(*RestoreOrigin)(nil),        // 68: kvrouter.internal.RestoreOrigin
-	(*TrackedQuery)(nil),         // 69: kvrouter.internal.TrackedQuery
-	(*TrackedReply)(nil),         // 70: kvrouter.internal.TrackedReply
-	(*SessionUpdates)(nil),       // 71: kvrouter.internal.SessionUpdates
-	(*EndSession)(nil),           // 72: kvrouter.internal.EndSession
-	(*EndSessionReply)(nil),      // 73: kvrouter.internal.EndSessionReply
-	(*SessionQuery)(nil),         // 74: kvrouter.internal.SessionQuery
-	(*SessionReply)(nil),         // 75: kvrouter.internal.SessionReply
-	(*SessionDigestQuery)(nil),   // 76: kvrouter.internal.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 77: kvrouter.internal.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 78: kvrouter.internal.SessionSnapshotQuery
-	nil,                          // 79: kvrouter.internal.ShardStatsReply.CountersEntry
+	(*DumpChunk)(nil),            // 65: kvrouter.internal.DumpChunk
+	(*RankEntry)(nil),            // 66: kvrouter.internal.RankEntry
+	(*RankTable)(nil),            // 67: kvrouter.internal.RankTable
+	(*PeerStep)(nil),             // 68: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 69: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 70: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 71: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 72: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 73: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 74: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 75: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 76: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 77: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 78: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 79: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 80: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	5,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
@@ -5565,26 +5672,27 @@ var file_kvrouter_proto_depIdxs = []int32{
 	45, // 33: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
 	4,  // 34: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
 	48, // 35: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
-	79, // 36: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	80, // 36: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
 	4,  // 37: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
 	29, // 38: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
 	29, // 39: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
 	15, // 40: kvrouter.internal.OverlapScoresReply.ranks:type_name -> kvrouter.internal.RankOverlaps
 	50, // 41: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
 	29, // 42: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
-	4,  // 43: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
-	1,  // 44: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
-	2,  // 45: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
-	65, // 46: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
-	29, // 47: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
-	17, // 48: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
-	29, // 49: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
-	4,  // 50: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	9,  // 43: kvrouter.internal.DumpChunk.events:type_name -> kvrouter.internal.KvEvent
+	4,  // 44: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
+	1,  // 45: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
+	2,  // 46: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
+	66, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
+	29, // 48: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
+	17, // 49: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
+	29, // 50: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 51: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -5618,7 +5726,7 @@ func file_kvrouter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   76,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

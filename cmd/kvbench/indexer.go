@@ -26,7 +26,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var step, warmup time.Duration
 	var maxInFlight, gcPercent int
 	var warm, steady, statusDigest bool
-	var statusEvery time.Duration
+	var statusEvery, dumpEvery time.Duration
 	var memoryLimit string
 	fs := flag.NewFlagSet("kvbench indexer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -52,6 +52,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.BoolVar(&steady, "steady", false, "paced replay: fill the index once (unpaced, until the fleet's caches are 95% full) and run every step on from there without clearing it: an index at steady state, where each store follows an eviction (default: each step fills an emptied index)")
 	fs.DurationVar(&statusEvery, "status-every", 0, "paced replay: ask for the router's status at this interval during each step, as a metrics scrape does (0 = never)")
 	fs.BoolVar(&statusDigest, "status-digest", false, "paced replay: with --status-every, ask for the index digest too (GET /workers?digest=1)")
+	fs.DurationVar(&dumpEvery, "dump-every", 0, "paced replay: dump the index at this interval during each step, as the snapshot replica does (0 = never)")
 	fs.BoolVar(&warm, "warm", true, "paced replay: run the highest rate once before the measured steps and report it apart (a fresh process faults its heap in on that pass)")
 	routerDefaults := config.Default()
 	fs.IntVar(&gcPercent, "gc-percent", routerDefaults.GCPercent, "Go GC target, as kvrouter serve's --gc-percent (GOGC in the environment wins)")
@@ -125,7 +126,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Plan: cfg.Plan, TracePath: cfg.TracePath, Requests: cfg.Requests, Shards: cfg.Shards, Paces: paces,
 		LookupRate: lookupRate, Step: step, Warmup: warmup, MaxInFlight: maxInFlight, FullRoute: cfg.FullRoute, Logger: log,
 		Warm: warm, Steady: steady, GCPercent: rt.GCPercent, MemoryLimit: rt.MemoryLimit,
-		StatusEvery: statusEvery, StatusDigest: statusDigest,
+		StatusEvery: statusEvery, StatusDigest: statusDigest, DumpEvery: dumpEvery,
 		BeforeSteps: startCaptures,
 		OnPoint: func(p bench.IndexerRatePoint) {
 			fmt.Fprintf(stderr, "rate %.0f/s done: %.0f events/s, lookup p99 %.3f ms\n", p.TargetEventsPerSec, p.EventsPerSec, p.LookupMs.P99)
