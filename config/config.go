@@ -74,7 +74,7 @@ type Config struct {
 	RouterSnapshotThreshold uint64        `flag:"router-snapshot-threshold" help:"when the KV-event stream holds more messages, one replica snapshots the index to a JetStream object store and purges the stream; 0 disables"`
 	SnapshotInterval        time.Duration `flag:"snapshot-interval" help:"how often the snapshot replica checks the stream size"`
 	SnapshotBucket          string        `flag:"snapshot-bucket" help:"JetStream object store bucket for index snapshots"`
-	SnapshotMaxBytes        int64         `flag:"snapshot-max-bytes" help:"bound of the snapshot bucket in bytes (about 50 bytes per indexed worker block; old and new snapshot coexist while one is stored); a snapshot that does not fit is not stored and the stream not purged; negative = no bound"`
+	SnapshotMaxBytes        int64         `flag:"snapshot-max-bytes" help:"bound of the snapshot bucket in bytes (about 20 bytes per indexed worker block, up to 46 when chains are one block long; old and new snapshot coexist while one is stored); a snapshot that does not fit is not stored and the stream not purged; negative = no bound"`
 	HeartbeatTimeout        time.Duration `flag:"heartbeat-timeout" help:"remove a worker whose heartbeats stopped for this long"`
 	StaticWorkers           []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size][;role=prefill|decode|both] workers registered without heartbeats (role default both)"`
 	ZMQEvents               bool          `flag:"zmq-events" help:"subscribe to workers that announce a kv_events_endpoint (vLLM/SGLang ZMQ publishers)"`
