@@ -406,18 +406,12 @@ func sendPaced(ctx context.Context, router *actors.Router, evs []pacedEvent, due
 
 // sampleBacklog keeps the largest event backlog seen every 10 ms.
 func sampleBacklog(ctx context.Context, router *actors.Router, peak *atomic.Int64) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n := int64(router.EventBacklog()); n > peak.Load() {
-				peak.Store(n)
-			}
+	every(ctx, 10*time.Millisecond, nil, func(context.Context) error {
+		if n := int64(router.EventBacklog()); n > peak.Load() {
+			peak.Store(n)
 		}
-	}
+		return nil
+	})
 }
 
 type lookupResult struct {
@@ -522,9 +516,9 @@ func indexTotals(ctx context.Context, router *actors.Router) (indexState, error)
 }
 
 // every calls f at each interval until ctx ends, counting the calls that
-// succeeded: a metrics scraper, a dashboard polling GET /workers, the
-// snapshot replica. An error is a canceled step or a slow shard; the
-// lookups' latencies are what the step reports.
+// succeeded when succeeded is set: a metrics scraper, a dashboard polling
+// GET /workers, the snapshot replica. An error is a canceled step or a
+// slow shard; the lookups' latencies are what the step reports.
 func every(ctx context.Context, interval time.Duration, succeeded *atomic.Int64, f func(context.Context) error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -533,7 +527,7 @@ func every(ctx context.Context, interval time.Duration, succeeded *atomic.Int64,
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if f(ctx) == nil {
+			if f(ctx) == nil && succeeded != nil {
 				succeeded.Add(1)
 			}
 		}
