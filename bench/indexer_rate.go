@@ -514,22 +514,3 @@ func indexTotals(ctx context.Context, router *actors.Router) (indexState, error)
 	}
 	return st, nil
 }
-
-// every calls f at each interval until ctx ends, counting the calls that
-// succeeded when succeeded is set: a metrics scraper, a dashboard polling
-// GET /workers, the snapshot replica. An error is a canceled step or a
-// slow shard; the lookups' latencies are what the step reports.
-func every(ctx context.Context, interval time.Duration, succeeded *atomic.Int64, f func(context.Context) error) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if f(ctx) == nil && succeeded != nil {
-				succeeded.Add(1)
-			}
-		}
-	}
-}

@@ -26,21 +26,15 @@ func startLoadSampler(ctx context.Context, client *http.Client, workers []string
 	s := &loadSampler{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		t := time.NewTicker(loadSampleEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, loadSampleEvery, nil, func(ctx context.Context) error {
 			if spread, ok := sampleSpread(ctx, client, workers, blockSize); ok {
 				s.mu.Lock()
 				s.sum += spread
 				s.n++
 				s.mu.Unlock()
 			}
-		}
+			return nil
+		})
 	}()
 	return s
 }
