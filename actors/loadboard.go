@@ -1,8 +1,6 @@
 package actors
 
 import (
-	"time"
-
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
@@ -172,7 +170,7 @@ func (b *loadBoard) applied(w kv.WorkerWithDpRank) uint64 {
 // fill sets c's load from its rank's publication (e), for a prompt that
 // shares no active block with it (NewBlocks is the whole prompt). A rank
 // that has published nothing yet is idle.
-func (e *boardEntry) fill(c *scheduling.Candidate, promptBlocks uint64, now time.Time) {
+func (e *boardEntry) fill(c *scheduling.Candidate, promptBlocks uint64, nowUnixNano int64) {
 	c.HasLoad, c.NewBlocks = true, promptBlocks
 	if e == nil || e.load == nil {
 		return
@@ -184,6 +182,6 @@ func (e *boardEntry) fill(c *scheduling.Candidate, promptBlocks uint64, now time
 	c.PrefillTokensPerSec = l.PrefillTokensPerSec
 	if l.HeadPrefillTokens > 0 {
 		c.HeadPrefillTokens = l.HeadPrefillTokens
-		c.HeadPrefillElapsed = scheduling.SinceHeadStart(time.Unix(0, l.HeadStartedUnixNano), now)
+		c.HeadPrefillElapsed = scheduling.SinceHeadStartUnixNano(l.HeadStartedUnixNano, nowUnixNano)
 	}
 }

@@ -153,15 +153,19 @@ func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Cand
 	cands := s.candScratch[:0]
 	defer func() { s.candScratch = cands[:0] }()
 	promptBlocks := uint64(p.blocks)
+	nowUnixNano := now.UnixNano()
 	entry := s.board.entries(s.ranks, p.eligible)
 	for i, w := range p.eligible {
-		c := scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: p.shared}
+		// Filled in place: a candidate is ~150 bytes, and building it on
+		// the stack and appending copied it once more per rank.
+		cands = append(cands, scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: p.shared})
+		c := &cands[len(cands)-1]
 		if o, ok := p.overlaps.next(w); ok {
 			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.device, o.host, o.disk
 		}
 		l := p.loads[w]
 		if l == nil {
-			entry.at(i, w).fill(&c, promptBlocks, now)
+			entry.at(i, w).fill(c, promptBlocks, nowUnixNano)
 		} else {
 			c.HasLoad = true
 			c.ActivePrefillTokens = l.ActivePrefillTokens
@@ -177,7 +181,6 @@ func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Cand
 		if !s.cfg.TrackActiveBlocks {
 			c.ActiveBlocks, c.NewBlocks = 0, 0
 		}
-		cands = append(cands, c)
 	}
 	return cands
 }
@@ -200,10 +203,7 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 			}
 		}
 	}
-	for _, c := range cands {
-		_, cached := scheduling.CacheHitEstimate(cfg, s.cfg.BlockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
-		p.bestCached = max(p.bestCached, cached)
-	}
+	p.bestCached = max(p.bestCached, scheduling.BestCacheHit(&cfg, s.cfg.BlockSize, cands))
 	if p.req.UpdateStates && scheduling.AllOverloaded(cfg, cands, s.ranks.budgets) {
 		s.enqueue(ctx, p, now)
 		return

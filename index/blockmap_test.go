@@ -7,39 +7,17 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 )
 
-// checkProbeRuns verifies linear probing's invariant: no free slot lies
-// between a key's home slot and the slot holding it (a lookup would stop
-// there and miss the key), and the count matches the occupied slots.
-func checkProbeRuns(t *testing.T, m *blockMap) {
-	t.Helper()
-	mask := len(m.slots) - 1
-	used := 0
-	for j, s := range m.slots {
-		if s.node == nil {
-			continue
-		}
-		used++
-		for i := m.home(s.key); i != j; i = (i + 1) & mask {
-			if m.slots[i].node == nil {
-				t.Fatalf("key %d in slot %d: free slot %d on its probe run", s.key, j, i)
-			}
-		}
-	}
-	if used != m.n {
-		t.Fatalf("%d slots used, count says %d", used, m.n)
-	}
-}
-
 // TestBlockMapMatchesAGoMap runs random puts, overwrites and deletes over
 // small key spaces (long probe runs, wrap-around at the table's end,
-// deletes in the middle of runs) and compares every key with a Go map.
+// deletes in the middle of runs) and compares every key with a Go map
+// (hashtab's own tests check its probe runs).
 func TestBlockMapMatchesAGoMap(t *testing.T) {
 	for _, keys := range []int{3, 40, 1000} {
 		rng := rand.New(rand.NewPCG(uint64(keys), 9))
 		var m blockMap
 		ref := map[kv.ExternalBlockHash]*node{}
 		nodes := make([]node, 8)
-		for op := range 20000 {
+		for range 20000 {
 			k := kv.ExternalBlockHash(rng.IntN(keys))
 			if rng.IntN(100) < 55 {
 				n := &nodes[rng.IntN(len(nodes))]
@@ -49,11 +27,7 @@ func TestBlockMapMatchesAGoMap(t *testing.T) {
 				m.del(k)
 				delete(ref, k)
 			}
-			if op%97 == 0 {
-				checkProbeRuns(t, &m)
-			}
 		}
-		checkProbeRuns(t, &m)
 		if m.len() != len(ref) {
 			t.Fatalf("%d keys: map holds %d, reference %d", keys, m.len(), len(ref))
 		}
@@ -83,19 +57,6 @@ func TestBlockMapEmptyAndExtremeKeys(t *testing.T) {
 	m.del(0)
 	if m.get(0) != nil || m.get(^kv.ExternalBlockHash(0)) != &b || m.len() != 1 {
 		t.Fatal("delete removed the wrong key")
-	}
-}
-
-// Two maps draw different seeds, so a key set that collides in one does
-// not collide in another (a publisher cannot pick its block names to
-// overload every replica's lookup the same way).
-func TestBlockMapSeedsDiffer(t *testing.T) {
-	var a, b blockMap
-	var n node
-	a.put(1, &n)
-	b.put(1, &n)
-	if a.seed == b.seed {
-		t.Fatalf("two maps share seed %x", a.seed)
 	}
 }
 

@@ -72,11 +72,11 @@ func (t *Tree) appendRankDump(out []kv.Event, id uint32) []kv.Event {
 		hasParent bool
 	}
 	var todo []start
-	for _, s := range rs.blocks.slots {
-		if s.node != nil && s.node.parent == &t.root {
-			todo = append(todo, start{n: s.node})
+	rs.blocks.t.Each(func(_ kv.ExternalBlockHash, n **node) {
+		if (*n).parent == &t.root {
+			todo = append(todo, start{n: *n})
 		}
-	}
+	})
 	var kids []*node
 	for len(todo) > 0 {
 		st := todo[len(todo)-1]

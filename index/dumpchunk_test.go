@@ -108,11 +108,7 @@ func wellFormedEvent(rng *rand.Rand, x *Indexer, next *uint64) *kv.Event {
 	r := rank(kv.WorkerID(rng.IntN(4)), uint32(rng.IntN(2)))
 	var names []kv.ExternalBlockHash
 	if id, ok := tr.ids[r]; ok {
-		for _, s := range tr.ranks[id].blocks.slots {
-			if s.node != nil {
-				names = append(names, s.key)
-			}
-		}
+		tr.ranks[id].blocks.t.Each(func(k kv.ExternalBlockHash, _ **node) { names = append(names, k) })
 	}
 	switch p := rng.IntN(100); {
 	case p < 60 || len(names) == 0:

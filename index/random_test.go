@@ -23,16 +23,14 @@ func randomEvent(rng *rand.Rand, tr *Tree) *kv.Event {
 			return 0, false
 		}
 		k := rng.IntN(tr.ranks[id].blocks.len())
-		for _, s := range tr.ranks[id].blocks.slots {
-			if s.node == nil {
-				continue
-			}
+		var pick uint64
+		tr.ranks[id].blocks.t.Each(func(h kv.ExternalBlockHash, _ **node) {
 			if k == 0 {
-				return uint64(s.key), true
+				pick = uint64(h)
 			}
 			k--
-		}
-		return 0, false
+		})
+		return pick, true
 	}
 	switch p := rng.IntN(100); {
 	case p < 55:

@@ -19,6 +19,10 @@ var ErrInvalidInput = errors.New("invalid scheduling input")
 // to the nearest token: Dynamo's cache_hit_estimates. A non-positive
 // blockSize yields 0 cached tokens.
 func CacheHitEstimate(cfg Config, blockSize int, device, host, disk uint32) (effectiveBlocks float64, cachedTokens uint64) {
+	return cacheHit(&cfg, blockSize, device, host, disk)
+}
+
+func cacheHit(cfg *Config, blockSize int, device, host, disk uint32) (effectiveBlocks float64, cachedTokens uint64) {
 	effectiveBlocks = float64(device) +
 		cfg.HostCacheHitWeight*float64(host) +
 		cfg.DiskCacheHitWeight*float64(disk)
@@ -30,6 +34,19 @@ func CacheHitEstimate(cfg Config, blockSize int, device, host, disk uint32) (eff
 		return effectiveBlocks, 0
 	}
 	return effectiveBlocks, uint64(tokens)
+}
+
+// BestCacheHit is the largest CacheHitEstimate among cands, in tokens (0
+// for none): the cache hit the best-placed rank could give the request,
+// whichever rank is chosen.
+func BestCacheHit(cfg *Config, blockSize int, cands []Candidate) uint64 {
+	best := uint64(0)
+	for i := range cands {
+		c := &cands[i]
+		_, cached := cacheHit(cfg, blockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
+		best = max(best, cached)
+	}
+	return best
 }
 
 // Candidate is one worker rank with what the indexer and its sequence
@@ -73,14 +90,14 @@ type Candidate struct {
 	CapacityBlocks uint64
 }
 
-func (c Candidate) activePrefill() uint64 {
+func (c *Candidate) activePrefill() uint64 {
 	if c.HasLoad {
 		return c.ActivePrefillTokens
 	}
 	return 0
 }
 
-func (c Candidate) validate() error {
+func (c *Candidate) validate() error {
 	if c.HasLoad && (!(c.ActiveBlocks >= 0) || math.IsInf(c.ActiveBlocks, 1) || c.ActiveRequests < 0) {
 		return fmt.Errorf("candidate %s: active blocks %v, active requests %d: %w",
 			c.Worker, c.ActiveBlocks, c.ActiveRequests, ErrInvalidInput)
@@ -103,7 +120,7 @@ type costContext struct {
 }
 
 // cost is candidate i's cost under the configured model.
-func (cc *costContext) cost(i int, c Candidate) float64 {
+func (cc *costContext) cost(i int, c *Candidate) float64 {
 	switch cc.phase {
 	case PhaseDecode:
 		return cc.decodeLogit(c)
@@ -113,7 +130,7 @@ func (cc *costContext) cost(i int, c Candidate) float64 {
 		}
 	}
 	if cc.cfg.RouterCost == CostTTFT {
-		return TTFTCost(cc.cfg, int(cc.blockSize), int(cc.isl), c, cc.rates[i])
+		return ttftCost(&cc.cfg, int(cc.blockSize), int(cc.isl), c, cc.rates[i])
 	}
 	return cc.logit(c)
 }
@@ -144,7 +161,7 @@ func newCostContext(cfg Config, blockSize, isl, requestBlocks int) (costContext,
 // credit is the overlap's worth in prefill blocks, and the prefill
 // blocks the rank would have to compute before it (raw, with the queue
 // already there).
-func (cc *costContext) prefillTerms(c Candidate) (rawPrefill, credit float64) {
+func (cc *costContext) prefillTerms(c *Candidate) (rawPrefill, credit float64) {
 	cfg := &cc.cfg
 	active := c.activePrefill()
 	decay := 1.0
@@ -161,7 +178,7 @@ func (cc *costContext) prefillTerms(c Candidate) (rawPrefill, credit float64) {
 // credit is Dynamo's overlap_credit_blocks: the device prefix (its
 // credit decayed by decay), the host and disk continuations and the
 // shared tier beyond the device prefix, each at its weight.
-func (cc *costContext) credit(c Candidate, decay float64) float64 {
+func (cc *costContext) credit(c *Candidate, decay float64) float64 {
 	cfg := &cc.cfg
 	return cfg.OverlapScoreCredit*decay*float64(c.DeviceOverlap) +
 		cfg.HostCacheHitWeight*float64(c.HostOverlap) +
@@ -178,7 +195,7 @@ func (cc *costContext) credit(c Candidate, decay float64) float64 {
 //	adjusted      = max(raw_prefill − credit, 0)
 //	decode        = active_blocks + new_blocks
 //	cost          = prefill_load_scale·adjusted + decode + decode_active_request_weight·active_requests
-func (cc *costContext) logit(c Candidate) float64 {
+func (cc *costContext) logit(c *Candidate) float64 {
 	cfg := &cc.cfg
 	rawPrefill, credit := cc.prefillTerms(c)
 	adjusted := max(rawPrefill-credit, 0)
@@ -202,7 +219,7 @@ func Logit(cfg Config, blockSize, isl, requestBlocks int, c Candidate) float64 {
 		return math.NaN()
 	}
 	cc.minActivePrefill = c.activePrefill()
-	return cc.logit(c)
+	return cc.logit(&c)
 }
 
 // Costs scores every candidate against the others under cfg.RouterCost
@@ -216,7 +233,7 @@ func Costs(cfg Config, blockSize, isl, requestBlocks int, cands []Candidate) ([]
 	}
 	costs := make([]float64, len(cands))
 	for i := range cands {
-		costs[i] = cc.cost(i, cands[i])
+		costs[i] = cc.cost(i, &cands[i])
 	}
 	return costs, nil
 }

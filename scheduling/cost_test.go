@@ -38,6 +38,31 @@ func TestCacheHitEstimate(t *testing.T) {
 	}
 }
 
+// BestCacheHit is the largest estimate over the candidates, counting the
+// lower tiers at their weights (a host-heavy rank can beat a deeper
+// device prefix).
+func TestBestCacheHit(t *testing.T) {
+	cfg := DefaultConfig() // host 0.75, disk 0.25
+	tests := []struct {
+		name  string
+		cands []Candidate
+		want  uint64
+	}{
+		{"none", nil, 0},
+		{"nothing cached", []Candidate{{Worker: rank(1)}, {Worker: rank(2)}}, 0},
+		{"deepest device prefix", []Candidate{{Worker: rank(1), DeviceOverlap: 2}, {Worker: rank(2), DeviceOverlap: 5}, {Worker: rank(3), DeviceOverlap: 3}}, 80},
+		{"host tier outweighs device", []Candidate{{Worker: rank(1), DeviceOverlap: 3}, {Worker: rank(2), DeviceOverlap: 1, HostOverlap: 4}}, 64},
+		{"last candidate best", []Candidate{{Worker: rank(1)}, {Worker: rank(2), DiskOverlap: 6}}, 24},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := BestCacheHit(&cfg, 16, tt.cands); got != tt.want {
+				t.Fatalf("BestCacheHit = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
 // workedExample is dynamo.md §1's table: 10 prefill blocks each (isl 160,
 // block 16, idle), overlaps 2/5/8 and decode blocks 10/5/9.
 func workedExample() []Candidate {

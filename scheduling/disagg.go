@@ -27,7 +27,7 @@ const (
 )
 
 // prefillLogit is the PhasePrefill cost.
-func (cc *costContext) prefillLogit(c Candidate) float64 {
+func (cc *costContext) prefillLogit(c *Candidate) float64 {
 	rawPrefill, credit := cc.prefillTerms(c)
 	return cc.cfg.PrefillLoadScale * max(rawPrefill-credit, 0)
 }
@@ -36,7 +36,7 @@ func (cc *costContext) prefillLogit(c Candidate) float64 {
 // this request, less the blocks of its prefix it already caches (the
 // credit, as the prefill cost counts it, undecayed: the decode router
 // tracks no prefill), plus the per-request weight.
-func (cc *costContext) decodeLogit(c Candidate) float64 {
+func (cc *costContext) decodeLogit(c *Candidate) float64 {
 	decode := float64(c.NewBlocks)
 	requests := 0.0
 	if c.HasLoad {

@@ -37,7 +37,7 @@ func TestPhaseCosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := cc.cost(0, c); got != tt.want {
+		if got := cc.cost(0, &c); got != tt.want {
 			t.Errorf("phase %d: cost %v, want %v", tt.phase, got, tt.want)
 		}
 	}
@@ -50,7 +50,7 @@ func TestPhaseCosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := cc.cost(0, c); got != want {
+		if got := cc.cost(0, &c); got != want {
 			t.Errorf("phase %d with a shared tier: cost %v, want %v", phase, got, want)
 		}
 	}

@@ -60,7 +60,7 @@ func SelectPhase(phase Phase, cfg Config, blockSize, isl, requestBlocks int, can
 	} else {
 		costs := make([]float64, len(cands))
 		for i := range cands {
-			costs[i] = cc.cost(i, cands[i])
+			costs[i] = cc.cost(i, &cands[i])
 		}
 		pick = sampleSoftmax(costs, cc.cfg.RouterTemperature, rng.Float64())
 		cost = costs[pick]
@@ -83,7 +83,7 @@ func SelectPhase(phase Phase, cfg Config, blockSize, isl, requestBlocks int, can
 func argminRandomTie(cc *costContext, cands []Candidate, rng *rand.Rand) (int, float64) {
 	best, bestCost, ties := 0, math.Inf(1), 0
 	for i := range cands {
-		cost := cc.cost(i, cands[i])
+		cost := cc.cost(i, &cands[i])
 		switch {
 		case cost < bestCost:
 			best, bestCost, ties = i, cost, 1

@@ -97,7 +97,13 @@ const RateDeadband = 0.25
 // carry many decodes drains its prefill queue more slowly, and its
 // completions show it.
 func TTFTCost(cfg Config, blockSize, isl int, c Candidate, rate float64) float64 {
-	t := cfg.TTFT
+	return ttftCost(&cfg, blockSize, isl, &c, rate)
+}
+
+// ttftCost is TTFTCost without copying the config and the candidate (a
+// decision prices every candidate with one of each).
+func ttftCost(cfg *Config, blockSize, isl int, c *Candidate, rate float64) float64 {
+	t := &cfg.TTFT
 	bs := float64(blockSize)
 	credited := cfg.OverlapScoreCredit*float64(c.DeviceOverlap) +
 		cfg.HostCacheHitWeight*float64(c.HostOverlap) +
@@ -130,8 +136,8 @@ func TTFTCost(cfg Config, blockSize, isl int, c Candidate, rate float64) float64
 func effectiveRates(prior float64, cands []Candidate) []float64 {
 	rates := make([]float64, len(cands))
 	var measured []float64
-	for _, c := range cands {
-		if r, ok := c.measuredRate(); ok {
+	for i := range cands {
+		if r, ok := cands[i].measuredRate(); ok {
 			measured = append(measured, r)
 		}
 	}
@@ -140,9 +146,9 @@ func effectiveRates(prior float64, cands []Candidate) []float64 {
 		slices.Sort(measured)
 		median = measured[len(measured)/2]
 	}
-	for i, c := range cands {
+	for i := range cands {
 		rates[i] = median
-		if r, ok := c.measuredRate(); ok && math.Abs(r/median-1) > RateDeadband {
+		if r, ok := cands[i].measuredRate(); ok && math.Abs(r/median-1) > RateDeadband {
 			rates[i] = r
 		}
 	}
@@ -151,7 +157,7 @@ func effectiveRates(prior float64, cands []Candidate) []float64 {
 
 // measuredRate is the candidate's measured prefill throughput, if it has
 // one and requests in flight.
-func (c Candidate) measuredRate() (float64, bool) {
+func (c *Candidate) measuredRate() (float64, bool) {
 	r := c.PrefillTokensPerSec
 	return r, c.HasLoad && c.ActiveRequests > 0 && r > 0 && !math.IsInf(r, 1)
 }
@@ -236,6 +242,13 @@ func (p *PrefillRate) HeadElapsed(added, now time.Time) time.Duration {
 // answer (a reader holding a published load computes it when it decides).
 func SinceHeadStart(start, now time.Time) time.Duration {
 	return max(now.Sub(start), 0)
+}
+
+// SinceHeadStartUnixNano is SinceHeadStart for a start published as Unix
+// nanoseconds: the reader takes its clock once per decision and subtracts
+// integers instead of building a time per candidate.
+func SinceHeadStartUnixNano(start, now int64) time.Duration {
+	return max(time.Duration(now-start), 0)
 }
 
 // Routed is a decision recorded while another was still collecting its

@@ -245,3 +245,18 @@ func TestAddRouted(t *testing.T) {
 		t.Errorf("rank 3 (idle until now): %+v", c3)
 	}
 }
+
+// The published-nanoseconds form agrees with SinceHeadStart and clamps a
+// start in the future (another replica's clock ahead of ours) to 0.
+func TestSinceHeadStartUnixNano(t *testing.T) {
+	now := time.Unix(1_800_000_000, 500)
+	for _, start := range []time.Time{now.Add(-3 * time.Second), now, now.Add(2 * time.Millisecond)} {
+		want := SinceHeadStart(start, now)
+		if got := SinceHeadStartUnixNano(start.UnixNano(), now.UnixNano()); got != want {
+			t.Fatalf("start %v: got %v, want %v", start, got, want)
+		}
+	}
+	if got := SinceHeadStartUnixNano(now.Add(time.Second).UnixNano(), now.UnixNano()); got != 0 {
+		t.Fatalf("future start: got %v, want 0", got)
+	}
+}

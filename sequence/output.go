@@ -35,13 +35,12 @@ func (s *ActiveSequences) AddOutputBlock(id string, decayFrac float64) error {
 	if s.cfg.AssumeKVReuse {
 		stride := float64(s.cfg.EffectiveStride())
 		for _, h := range st.hashes {
-			ref, ok := s.blocks[h]
-			if !ok || ref.refs != 1 {
+			ref := s.blocks.Get(h)
+			if ref == nil || ref.refs != 1 {
 				continue
 			}
 			s.sharedWeight += stride * (decayFrac - ref.weight)
 			ref.weight = decayFrac
-			s.blocks[h] = ref
 		}
 	}
 	return nil

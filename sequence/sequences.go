@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/hashtab"
 	"github.com/kvrouter/kvrouter/kv"
 )
 
@@ -104,7 +105,7 @@ func (r *requestState) pendingPrefill() uint64 {
 type ActiveSequences struct {
 	cfg      Config
 	requests map[string]*requestState
-	blocks   map[kv.SequenceHash]blockRef
+	blocks   hashtab.Table[kv.SequenceHash, blockRef] // every add and free rewrites it: see hashtab
 
 	prefillTokens   uint64
 	sharedWeight    float64 // Σ weight over blocks
@@ -140,7 +141,6 @@ func New(cfg Config) *ActiveSequences {
 	return &ActiveSequences{
 		cfg:      cfg,
 		requests: make(map[string]*requestState),
-		blocks:   make(map[kv.SequenceHash]blockRef),
 	}
 }
 
@@ -202,7 +202,7 @@ func (s *ActiveSequences) insert(id string, st *requestState) {
 	if s.cfg.AssumeKVReuse {
 		stride := float64(s.cfg.EffectiveStride())
 		for i, h := range st.hashes {
-			ref := s.blocks[h]
+			ref, _ := s.blocks.Upsert(h)
 			if ref.refs == 0 {
 				if i == 0 {
 					s.rootChanges = append(s.rootChanges, rootChange{hash: h, present: true})
@@ -215,7 +215,6 @@ func (s *ActiveSequences) insert(id string, st *requestState) {
 			}
 			ref.refs++
 			ref.weight = 1
-			s.blocks[h] = ref
 		}
 		st.promptPrivate = int(st.promptBlocks) - len(st.hashes)*s.cfg.EffectiveStride()
 	} else {
@@ -258,26 +257,24 @@ func (s *ActiveSequences) remove(id string, st *requestState) {
 	s.prefillTokens -= st.pendingPrefill()
 	if s.cfg.AssumeKVReuse {
 		for i, h := range st.hashes {
-			ref, ok := s.blocks[h]
-			if !ok {
+			ref := s.blocks.Get(h)
+			if ref == nil {
 				continue
 			}
 			ref.refs--
 			if ref.refs <= 0 {
 				s.sharedWeight -= float64(s.cfg.EffectiveStride()) * ref.weight
-				delete(s.blocks, h)
+				s.blocks.Delete(h)
 				if i == 0 {
 					s.rootChanges = append(s.rootChanges, rootChange{hash: h, present: false})
 				}
-				continue
 			}
-			s.blocks[h] = ref
 		}
 	}
 	s.exclusiveWeight -= float64(st.exclusiveBlocks()) * st.exclusiveWeight
 	delete(s.requests, id)
 	s.compactPrefillOrder()
-	if len(s.blocks) == 0 {
+	if s.blocks.Len() == 0 {
 		s.sharedWeight = 0 // drop accumulated float rounding
 	}
 	if len(s.requests) == 0 {
@@ -309,7 +306,7 @@ func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H, promptBlocks uint
 	// instead of O(prompt) on every worker — the fan-out of one decision
 	// to N workers is the router's hottest loop.
 	for i, h := range hashes {
-		if _, ok := s.blocks[kv.SequenceHash(h)]; !ok {
+		if s.blocks.Get(kv.SequenceHash(h)) == nil {
 			return promptBlocks - uint64(i)*stride
 		}
 	}
