@@ -29,8 +29,11 @@ type pending struct {
 	deadline time.Time
 
 	shardsLeft int
-	ranksLeft  int
-	overlaps   overlapSet
+	// shardsAnswered counts the shards' replies: when it reaches the
+	// shards asked, no shard reads local any more (recycleLocal).
+	shardsAnswered int
+	ranksLeft      int
+	overlaps       overlapSet
 	// shared is the prompt's longest shared-tier prefix: the max of the
 	// shards' answers (each sees the stores it owns).
 	shared   uint32
@@ -149,6 +152,7 @@ func (s *schedulerActor) onOverlap(ctx actor.Context, m *messages.OverlapReply) 
 	p.overlaps.add(m.Ranks)
 	p.shared = max(p.shared, m.SharedBlocks)
 	p.shardsLeft--
+	p.shardsAnswered++
 	s.maybeFinish(ctx, p)
 }
 
@@ -199,6 +203,7 @@ func (s *schedulerActor) timeout(ctx actor.Context, p *pending) {
 }
 
 func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
+	defer s.recycleLocal(p)
 	switch p.kind {
 	case kindRoute:
 		s.decide(ctx, p)
@@ -215,4 +220,40 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 		s.release(p)
 		ctx.Send(p.replyTo, &messages.ActiveRequestsReply{Events: p.requests, Seq: p.seq})
 	}
+}
+
+// localFreeMax bounds the reusable block-hash slices, and
+// localReuseMaxBlocks the size of one kept (a rare huge prompt's slice is
+// left to the GC).
+const (
+	localFreeMax        = 4
+	localReuseMaxBlocks = 1 << 14
+)
+
+// recycleLocal keeps a finished decision's block hashes for the next one:
+// they were 2 kB of a 4k-token decision's 6.9 kB of allocation. Only a
+// decision that is over (not queued) and whose every shard replied gives
+// its slice back: a shard that has not answered (timeout, cancel) may
+// still read it (TestTimedOutDecisionKeepsItsHashes).
+func (s *schedulerActor) recycleLocal(p *pending) {
+	if p.local == nil || p.shardsAnswered < len(s.shards) || len(s.localFree) >= localFreeMax ||
+		cap(p.local) > localReuseMaxBlocks {
+		return
+	}
+	if _, live := s.pending[p.id]; live {
+		return
+	}
+	s.localFree = append(s.localFree, p.local[:0])
+	p.local = nil
+}
+
+// takeLocal returns an empty slice for a decision's block hashes.
+func (s *schedulerActor) takeLocal() []kv.LocalBlockHash {
+	n := len(s.localFree)
+	if n == 0 {
+		return nil
+	}
+	out := s.localFree[n-1]
+	s.localFree = s.localFree[:n-1]
+	return out
 }

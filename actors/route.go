@@ -87,7 +87,7 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 // router-active-sequence-stride blocks, in a slice of its own (messages are
 // never shared with later mutation).
 func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeReuse bool) {
-	p.local = hashing.BlockHashes(tokens, s.cfg.BlockSize, hashing.Options{LoraName: lora})
+	p.local = hashing.AppendBlockHashes(s.takeLocal(), tokens, s.cfg.BlockSize, hashing.Options{LoraName: lora})
 	p.blocks = len(p.local)
 	stride := s.cfg.Sequence.EffectiveStride()
 	p.sampled = make([]uint64, 0, sequence.SampledCount(p.blocks, stride))

@@ -505,6 +505,57 @@ func TestSlowShardDoesNotHangDecisions(t *testing.T) {
 	}
 }
 
+// A decision made without a held shard's answer does not hand its block
+// hashes to the next decision: the held shard reads them when it is let
+// go, and must read the prompt it was asked about. Recycling the slice on
+// timeout made the held shard score the later prompts' hashes.
+func TestTimedOutDecisionKeepsItsHashes(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string][][]uint64{} // by shard: its score requests' hashes when it read them
+	record := func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(ctx actor.ReceiverContext, env *actor.MessageEnvelope) {
+			if m, ok := env.Message.(*messages.ScoreRequest); ok {
+				mu.Lock()
+				seen[ctx.Self().Id] = append(seen[ctx.Self().Id], slices.Clone(m.LocalHashes))
+				mu.Unlock()
+			}
+			next(ctx, env)
+		}
+	}
+	r := startRouter(t, func(c *Config) {
+		c.Shards = 2
+		c.DecisionTimeout = 50 * time.Millisecond
+		c.shardMiddleware = append(c.shardMiddleware, record)
+	})
+	held := r.shards[0].Id
+	register(t, r, 1, 2)
+	waitWorkers(t, r, 2)
+
+	release := make(chan struct{})
+	r.system.Root.Send(r.shards[0], &holdShard{release: release})
+	prompts := make([][]uint32, 4)
+	for i := range prompts {
+		prompts[i] = prompt(8*testBlockSize, uint32(100+i))
+		if _, err := r.Route(ctxT(t), &messages.RouteRequest{TokenIds: prompts[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	testutil.Eventually(t, 5*time.Second, "the held shard read every request", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen[held]) >= len(prompts)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range prompts {
+		want := kv.LocalHashesAsUint64(hashing.BlockHashes(p, testBlockSize, hashing.Options{}))
+		if !slices.Equal(seen[held][i], want) {
+			t.Fatalf("request %d: the held shard scored other hashes than its prompt's", i)
+		}
+	}
+}
+
 // A request routed on predicted blocks still counts their prefill: the
 // engine has not stored them yet, so it computes them.
 func TestPredictedOverlapStillCountsPrefill(t *testing.T) {

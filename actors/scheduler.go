@@ -28,12 +28,15 @@ import (
 // are the replication edge's, and reach the scheduler only through the
 // ranks' published loads.
 type schedulerActor struct {
-	cfg         Config
-	log         *slog.Logger
-	obs         Observer
-	gossip      *gossiper
-	gate        *tickGate         // tells the ticker whether deadlines are pending
-	seqScratch  []kv.SequenceHash // a decision's whole sequence-hash chain (hash)
+	cfg        Config
+	log        *slog.Logger
+	obs        Observer
+	gossip     *gossiper
+	gate       *tickGate         // tells the ticker whether deadlines are pending
+	seqScratch []kv.SequenceHash // a decision's whole sequence-hash chain (hash)
+	// localFree are block-hash slices of finished decisions, reused by the
+	// next ones (recycleLocal).
+	localFree   [][]kv.LocalBlockHash
 	shards      []*actor.PID
 	replication *actor.PID
 
