@@ -131,7 +131,7 @@ func (a *Approx) RecordDecision(worker kv.WorkerWithDpRank, local []kv.LocalBloc
 	if id, ok := a.tree.ids[worker]; ok {
 		rs := &a.tree.ranks[id]
 		for i, b := range a.blocks {
-			if rs.blocks.get(b.BlockHash) == nil {
+			if rs.blocks.get(b.BlockHash) == 0 {
 				break // the chain was cut short; nothing deeper was stored
 			}
 			k := timerKey{id: id, ext: b.BlockHash}
@@ -182,7 +182,7 @@ func (a *Approx) popAndDrop() int {
 	if !ok || tm.at != e.at {
 		return 0 // refreshed or already gone
 	}
-	n := a.tree.ranks[e.id].blocks.get(e.ext)
+	n := a.tree.lookup(e.id, e.ext)
 	if n == nil {
 		delete(a.timers, e.key())
 		return 0
@@ -265,7 +265,7 @@ func (a *Approx) CheckInvariants() error {
 		}
 	}
 	for k := range a.timers {
-		if int(k.id) >= len(a.tree.ranks) || a.tree.ranks[k.id].blocks.get(k.ext) == nil {
+		if int(k.id) >= len(a.tree.ranks) || a.tree.ranks[k.id].blocks.get(k.ext) == 0 {
 			return fmt.Errorf("%w: deadline for an entry not in the tree", ErrCorrupt)
 		}
 		if _, ok := queued[k]; !ok {

@@ -2,6 +2,7 @@ package index
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -140,6 +141,23 @@ func BenchmarkDigestFullIndex(b *testing.B) {
 	}
 	b.ReportMetric(float64(tr.Len())*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 	_ = d
+}
+
+// BenchmarkGCFullIndex times one full garbage collection with the churn
+// fleet's 4M-entry index (and little else) live: what each GC cycle of a
+// router spends marking its index, on the cores its lookups need. The
+// events that built the index are dropped before the timer starts.
+func BenchmarkGCFullIndex(b *testing.B) {
+	tr := planChurn().filled(b)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/gc")
+	b.ReportMetric(float64(ms.HeapAlloc)/float64(tr.Len()), "heap-B/entry")
+	runtime.KeepAlive(tr)
 }
 
 // BenchmarkDumpFullIndex times one Dump of the churn fleet's full index

@@ -5,7 +5,8 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 )
 
-// blockMap is one rank's engine hash -> node lookup. It is a hashtab
+// blockMap is one rank's engine hash -> node lookup (a pointer-free
+// table: see arena.go). It is a hashtab
 // table rather than a Go map for two reasons measured on a full index
 // (BenchmarkApplyChurn: a thousand ranks at capacity, each step storing a
 // chain and evicting one):
@@ -18,24 +19,24 @@ import (
 //     the result, so a loop of touches over an event's blocks has many
 //     misses in flight at once, and the lookups that follow hit the cache.
 type blockMap struct {
-	t hashtab.Table[kv.ExternalBlockHash, *node]
+	t hashtab.Table[kv.ExternalBlockHash, nodeRef]
 }
 
 func (m *blockMap) len() int { return m.t.Len() }
 
-// get returns the node named k, or nil.
-func (m *blockMap) get(k kv.ExternalBlockHash) *node {
+// get returns the node named k, or 0.
+func (m *blockMap) get(k kv.ExternalBlockHash) nodeRef {
 	if p := m.t.Get(k); p != nil {
 		return *p
 	}
-	return nil
+	return 0
 }
 
 // touch reads k's home slot; see the type's comment.
 func (m *blockMap) touch(k kv.ExternalBlockHash) uint64 { return m.t.Touch(k) }
 
-// put maps k to n (not nil), replacing what k named before.
-func (m *blockMap) put(k kv.ExternalBlockHash, n *node) { m.t.Put(k, n) }
+// put maps k to n (not 0), replacing what k named before.
+func (m *blockMap) put(k kv.ExternalBlockHash, n nodeRef) { m.t.Put(k, n) }
 
 // del removes k if present.
 func (m *blockMap) del(k kv.ExternalBlockHash) { m.t.Delete(k) }
@@ -44,7 +45,7 @@ func (m *blockMap) del(k kv.ExternalBlockHash) { m.t.Delete(k) }
 func (m *blockMap) reset() { m.t.Reset() }
 
 // nodes appends every mapped node to dst.
-func (m *blockMap) nodes(dst []*node) []*node {
-	m.t.Each(func(_ kv.ExternalBlockHash, n **node) { dst = append(dst, *n) })
+func (m *blockMap) nodes(dst []nodeRef) []nodeRef {
+	m.t.Each(func(_ kv.ExternalBlockHash, n *nodeRef) { dst = append(dst, *n) })
 	return dst
 }

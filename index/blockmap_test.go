@@ -15,12 +15,11 @@ func TestBlockMapMatchesAGoMap(t *testing.T) {
 	for _, keys := range []int{3, 40, 1000} {
 		rng := rand.New(rand.NewPCG(uint64(keys), 9))
 		var m blockMap
-		ref := map[kv.ExternalBlockHash]*node{}
-		nodes := make([]node, 8)
+		ref := map[kv.ExternalBlockHash]nodeRef{}
 		for range 20000 {
 			k := kv.ExternalBlockHash(rng.IntN(keys))
 			if rng.IntN(100) < 55 {
-				n := &nodes[rng.IntN(len(nodes))]
+				n := nodeRef(1 + rng.IntN(8))
 				m.put(k, n)
 				ref[k] = n
 			} else {
@@ -33,7 +32,7 @@ func TestBlockMapMatchesAGoMap(t *testing.T) {
 		}
 		for k := range kv.ExternalBlockHash(keys) {
 			if got := m.get(k); got != ref[k] {
-				t.Fatalf("%d keys: key %d maps to %p, want %p", keys, k, got, ref[k])
+				t.Fatalf("%d keys: key %d maps to %d, want %d", keys, k, got, ref[k])
 			}
 		}
 		if got := len(m.nodes(nil)); got != len(ref) {
@@ -44,18 +43,18 @@ func TestBlockMapMatchesAGoMap(t *testing.T) {
 
 func TestBlockMapEmptyAndExtremeKeys(t *testing.T) {
 	var m blockMap
-	if m.get(0) != nil || m.touch(7) != 0 || m.len() != 0 {
+	if m.get(0) != 0 || m.touch(7) != 0 || m.len() != 0 {
 		t.Fatal("an empty map must answer nothing")
 	}
 	m.del(5) // deleting from an empty map is a no-op
-	var a, b node
-	m.put(0, &a) // zero is a key like any other
-	m.put(^kv.ExternalBlockHash(0), &b)
-	if m.get(0) != &a || m.get(^kv.ExternalBlockHash(0)) != &b || m.len() != 2 {
+	const a, b nodeRef = 3, 9
+	m.put(0, a) // zero is a key like any other
+	m.put(^kv.ExternalBlockHash(0), b)
+	if m.get(0) != a || m.get(^kv.ExternalBlockHash(0)) != b || m.len() != 2 {
 		t.Fatal("zero and max keys must be stored")
 	}
 	m.del(0)
-	if m.get(0) != nil || m.get(^kv.ExternalBlockHash(0)) != &b || m.len() != 1 {
+	if m.get(0) != 0 || m.get(^kv.ExternalBlockHash(0)) != b || m.len() != 1 {
 		t.Fatal("delete removed the wrong key")
 	}
 }
@@ -63,13 +62,13 @@ func TestBlockMapEmptyAndExtremeKeys(t *testing.T) {
 func BenchmarkBlockMapChurn(b *testing.B) {
 	const live = 4096
 	var m blockMap
-	var n node
+	const n nodeRef = 1
 	for k := range kv.ExternalBlockHash(live) {
-		m.put(k, &n)
+		m.put(k, n)
 	}
 	k := kv.ExternalBlockHash(live)
 	for b.Loop() {
-		m.put(k, &n)
+		m.put(k, n)
 		m.del(k - live)
 		k++
 	}

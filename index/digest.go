@@ -38,14 +38,14 @@ func (t *Tree) Digest() uint64 {
 		path uint64
 	}
 	var sum uint64
-	stack := []frame{{n: &t.root}}
+	stack := []frame{{n: t.root}}
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		for _, h := range f.n.holders {
+		for _, h := range t.holders(f.n) {
 			sum += entryHash(f.path, t.ranks[h.id].rank)
 		}
-		f.n.eachChild(func(c *node) {
+		t.eachChild(f.n, func(c *node) {
 			stack = append(stack, frame{n: c, path: pathStep(f.path, c.hash)})
 		})
 	}
@@ -70,31 +70,31 @@ func (t *Tree) Dump() []kv.Event {
 func (t *Tree) DumpSeq() iter.Seq[kv.Event] {
 	return func(yield func(kv.Event) bool) {
 		var eventID uint64
-		queue := []*node{&t.root}
+		queue := []*node{t.root}
 		for len(queue) > 0 {
 			n := queue[0]
 			queue = queue[1:]
-			for _, h := range n.holders {
+			for _, h := range t.holders(n) {
 				ev := kv.Event{
 					Worker:  t.ranks[h.id].rank,
 					EventID: eventID,
 					Kind:    kv.EventStored,
 					Blocks:  []kv.StoredBlock{{BlockHash: h.ext, TokensHash: n.hash}},
 				}
-				if n.parent != &t.root {
-					at, ok := n.parent.find(h.id)
+				if p := t.node(n.parent); p != t.root {
+					at, ok := t.find(p, h.id)
 					if !ok {
 						continue // impossible while holders shrink along paths; never emit an orphan
 					}
 					ev.HasParent = true
-					ev.ParentHash = n.parent.holders[at].ext
+					ev.ParentHash = t.holders(p)[at].ext
 				}
 				eventID++
 				if !yield(ev) {
 					return
 				}
 			}
-			n.eachChild(func(c *node) { queue = append(queue, c) })
+			t.eachChild(n, func(c *node) { queue = append(queue, c) })
 		}
 	}
 }

@@ -72,9 +72,9 @@ func (t *Tree) appendRankDump(out []kv.Event, id uint32) []kv.Event {
 		hasParent bool
 	}
 	var todo []start
-	rs.blocks.t.Each(func(_ kv.ExternalBlockHash, n **node) {
-		if (*n).parent == &t.root {
-			todo = append(todo, start{n: *n})
+	rs.blocks.t.Each(func(_ kv.ExternalBlockHash, r *nodeRef) {
+		if n := t.arena.at(*r); n.parent == t.root.self {
+			todo = append(todo, start{n: n})
 		}
 	})
 	var kids []*node
@@ -83,13 +83,13 @@ func (t *Tree) appendRankDump(out []kv.Event, id uint32) []kv.Event {
 		todo = todo[:len(todo)-1]
 		ev := kv.Event{Worker: rs.rank, Kind: kv.EventStored, HasParent: st.hasParent, ParentHash: st.parentExt}
 		for n := st.n; ; {
-			at, ok := n.find(id)
+			at, ok := t.find(n, id)
 			if !ok {
 				break // impossible under the invariants; never emit a block the rank does not hold
 			}
-			ext := n.holders[at].ext
+			ext := t.holders(n)[at].ext
 			ev.Blocks = append(ev.Blocks, kv.StoredBlock{BlockHash: ext, TokensHash: n.hash})
-			kids = n.appendHeldChildren(kids[:0], id)
+			kids = t.appendHeldChildren(kids[:0], n, id)
 			if len(kids) == 1 {
 				n = kids[0]
 				continue

@@ -108,7 +108,7 @@ func wellFormedEvent(rng *rand.Rand, x *Indexer, next *uint64) *kv.Event {
 	r := rank(kv.WorkerID(rng.IntN(4)), uint32(rng.IntN(2)))
 	var names []kv.ExternalBlockHash
 	if id, ok := tr.ids[r]; ok {
-		tr.ranks[id].blocks.t.Each(func(k kv.ExternalBlockHash, _ **node) { names = append(names, k) })
+		tr.ranks[id].blocks.t.Each(func(k kv.ExternalBlockHash, _ *nodeRef) { names = append(names, k) })
 	}
 	switch p := rng.IntN(100); {
 	case p < 60 || len(names) == 0:

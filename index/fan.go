@@ -22,66 +22,69 @@ const (
 // buildFan indexes every child of n by the ranks holding it. The lists are
 // held by pointer so that adding or removing a child costs one map lookup,
 // not a lookup and a store.
-func (n *node) buildFan() {
-	n.fan = make(map[uint32]*[]*node)
-	n.eachChild(func(c *node) {
-		for i := range c.holders {
-			n.fanAdd(c, i)
+func (t *Tree) buildFan(n *node) {
+	n.fan = t.fans.add(make(map[uint32]*[]nodeRef))
+	fan := t.fans.at(n.fan)
+	t.eachChild(n, func(c *node) {
+		for i := range t.holders(c) {
+			fanAdd(fan, t.holders(c), c, i)
 		}
 	})
 }
 
-// fanAdd lists child c in n's fan under the rank of c.holders[i].
-func (n *node) fanAdd(c *node, i int) {
-	id := c.holders[i].id
-	l := n.fan[id]
+// fanAdd lists child c in fan under the rank of hs[i] (c's holders).
+func fanAdd(fan map[uint32]*[]nodeRef, hs []holder, c *node, i int) {
+	id := hs[i].id
+	l := fan[id]
 	if l == nil {
-		l = new([]*node)
-		n.fan[id] = l
+		l = new([]nodeRef)
+		fan[id] = l
 	}
-	c.holders[i].pos = uint32(len(*l))
-	*l = append(*l, c)
+	hs[i].pos = uint32(len(*l))
+	*l = append(*l, c.self)
 }
 
 // fanRemove takes the child at fan[id][pos] out of n's fan: the rank's last
 // child fills the gap, and its holder entry learns its new position. A list
 // that once grew large and has mostly emptied is copied to a right-sized one.
-func (n *node) fanRemove(id, pos uint32) {
-	l := n.fan[id]
+func (t *Tree) fanRemove(n *node, id, pos uint32) {
+	fan := t.fans.at(n.fan)
+	l := fan[id]
 	s := *l
 	last := uint32(len(s) - 1)
 	if pos != last {
-		moved := s[last]
-		s[pos] = moved
-		at, _ := moved.find(id)
-		moved.holders[at].pos = pos
+		moved := t.arena.at(s[last])
+		s[pos] = s[last]
+		at, _ := t.find(moved, id)
+		t.holders(moved)[at].pos = pos
 	}
-	s[last] = nil
 	s = s[:last]
 	switch {
 	case last == 0:
-		delete(n.fan, id)
+		delete(fan, id)
 	case cap(s) >= 16 && int(last) <= cap(s)/4:
-		*l = append([]*node(nil), s...)
+		*l = append([]nodeRef(nil), s...)
 	default:
 		*l = s
 	}
 }
 
 // appendHeldChildren appends to dst the children of n that rank id holds.
-func (n *node) appendHeldChildren(dst []*node, id uint32) []*node {
+func (t *Tree) appendHeldChildren(dst []*node, n *node, id uint32) []*node {
 	switch {
-	case n.fan != nil:
-		if l := n.fan[id]; l != nil {
-			dst = append(dst, *l...)
+	case n.fan != 0:
+		if l := t.fans.at(n.fan)[id]; l != nil {
+			for _, r := range *l {
+				dst = append(dst, t.arena.at(r))
+			}
 		}
-	case n.child != nil:
-		if n.child.has(id) {
-			dst = append(dst, n.child)
+	case n.child != 0:
+		if c := t.arena.at(n.child); t.holds(c, id) {
+			dst = append(dst, c)
 		}
-	default:
-		for _, c := range n.kids {
-			if c.has(id) {
+	case n.kids != 0:
+		for _, r := range t.kids.at(n.kids) {
+			if c := t.arena.at(r); t.holds(c, id) {
 				dst = append(dst, c)
 			}
 		}
@@ -94,12 +97,21 @@ func (n *node) appendHeldChildren(dst []*node, id uint32) []*node {
 // there comes first: a node with a single child has no child map, and
 // fanBuild is at least 2.
 func (t *Tree) wantsFan(n *node) bool {
-	return n.kids != nil && n.fan == nil && len(n.kids) >= t.fanBuild && n != &t.root
+	return n.kids != 0 && n.fan == 0 && len(t.kids.at(n.kids)) >= t.fanBuild && n != t.root
 }
 
 // childRemoved drops n's fan when n has become narrow again.
 func (t *Tree) childRemoved(n *node) {
-	if n.fan != nil && n.childCount() <= t.fanDrop {
-		n.fan = nil
+	if n.fan != 0 && t.childCount(n) <= t.fanDrop {
+		t.fans.drop(n.fan)
+		n.fan = 0
+	}
+}
+
+// dropFanOf forgets rank id's list in n's fan (every child listed is being
+// dropped).
+func (t *Tree) dropFanOf(n *node, id uint32) {
+	if n.fan != 0 {
+		delete(t.fans.at(n.fan), id)
 	}
 }

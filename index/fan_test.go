@@ -9,8 +9,8 @@ import (
 
 // The fan fields must not grow the structures every entry pays for.
 func TestNodeAndHolderSizes(t *testing.T) {
-	if s := unsafe.Sizeof(node{}); s != 80 {
-		t.Fatalf("node is %d bytes, want 80 (one size class, its single holder inline)", s)
+	if s := unsafe.Sizeof(node{}); s != 56 {
+		t.Fatalf("node is %d bytes, want 56 (its single holder inline)", s)
 	}
 	if s := unsafe.Sizeof(holder{}); s != 16 {
 		t.Fatalf("holder is %d bytes, want 16", s)
@@ -28,8 +28,8 @@ func TestSharedPrefixFan(t *testing.T) {
 	for i := range evs {
 		mustApply(t, tr, &evs[i])
 	}
-	shared := tr.root.child
-	if shared == nil || shared.fan == nil || len(shared.fan) != workers {
+	shared := tr.node(tr.root.child)
+	if shared == nil || shared.fan == 0 || len(tr.fans.at(shared.fan)) != workers {
 		t.Fatalf("the shared block has no fan over %d ranks", workers)
 	}
 	chainHead := func(w int) []kv.LocalBlockHash {
@@ -65,8 +65,8 @@ func TestSharedPrefixFan(t *testing.T) {
 			t.Fatalf("after removing worker %d: %v", w, err)
 		}
 	}
-	if shared.childCount() != chains || shared.fan == nil {
-		t.Fatalf("%d children, fan %v: the fan must outlive a moderate shrink", shared.childCount(), shared.fan != nil)
+	if tr.childCount(shared) != chains || shared.fan == 0 {
+		t.Fatalf("%d children, fan %v: the fan must outlive a moderate shrink", tr.childCount(shared), shared.fan != 0)
 	}
 	if tr.Len() != perWorker {
 		t.Fatalf("len %d", tr.Len())
@@ -75,7 +75,7 @@ func TestSharedPrefixFan(t *testing.T) {
 	for c := range chains - defaultFanDrop {
 		mustApply(t, tr, removed(last, uint64(workers)<<32|uint64(c)<<16))
 	}
-	if shared.childCount() != defaultFanDrop || shared.fan != nil {
-		t.Fatalf("%d children, fan %v: want it dropped", shared.childCount(), shared.fan != nil)
+	if tr.childCount(shared) != defaultFanDrop || shared.fan != 0 {
+		t.Fatalf("%d children, fan %v: want it dropped", tr.childCount(shared), shared.fan != 0)
 	}
 }

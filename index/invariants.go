@@ -23,7 +23,9 @@ var ErrCorrupt = errors.New("index invariant violated")
 //     holder entry records;
 //   - every live rank is listed once under its worker, and nothing else is;
 //   - the entry and node totals are right;
-//   - nodes kept for reuse are unlinked and empty.
+//   - the arena's accounting holds (arena.go): every node knows its own
+//     ref, nodes kept for reuse are unlinked and empty, and every holder
+//     array, child map and fan in use belongs to exactly one node.
 //
 // It is O(size of the tree) and meant for tests and for validating an
 // index kept across a shard restart.
@@ -31,41 +33,59 @@ func (t *Tree) CheckInvariants() error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
-	if len(t.root.holders) != 0 || t.root.parent != nil {
+	if t.root.nh != 0 || t.root.parent != 0 {
 		return fail("root has holders or a parent")
 	}
-	for _, n := range t.spare {
+	for _, r := range t.arena.free {
 		// A node kept for reuse must be unlinked and empty; one still in
 		// the tree would be handed out twice.
-		if n.parent != nil || len(n.holders) != 0 || n.childCount() != 0 || n == &t.root {
-			return fail("spare node %d is still in use", n.hash)
+		n := t.arena.at(r)
+		if n.parent != 0 || n.nh != 0 || n.child != 0 || n.kids != 0 || n.fan != 0 || n == t.root {
+			return fail("free node ref %d is still in use", r)
 		}
 	}
 	perRank := make([]int, len(t.ranks))
 	nodes, entries := 0, 0
-	stack := []*node{&t.root}
+	var sets [holderClasses]int
+	kids, fans := 0, 0
+	stack := []*node{t.root}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if n != &t.root {
+		if t.arena.at(n.self) != n {
+			return fail("node %d does not know its own ref", n.hash)
+		}
+		if n != t.root {
 			nodes++
 			if err := t.checkNode(n, perRank); err != nil {
 				return fail("node %d: %v", n.hash, err)
 			}
-			entries += len(n.holders)
+			entries += int(n.nh)
 		}
-		if n.child != nil && n.kids != nil {
+		if n.nh >= 2 {
+			if holderCap(setClass(n.set)) < int(n.nh) {
+				return fail("node %d: %d holders in an array of %d", n.hash, n.nh, holderCap(setClass(n.set)))
+			}
+			sets[setClass(n.set)]++
+		}
+		if n.child != 0 && n.kids != 0 {
 			return fail("node %d has both an inline child and a child map", n.hash)
 		}
-		if n.kids != nil && len(n.kids) < 2 {
-			return fail("node %d has a child map of %d", n.hash, len(n.kids))
+		if n.kids != 0 {
+			kids++
+			if c := len(t.kids.at(n.kids)); c < 2 {
+				return fail("node %d has a child map of %d", n.hash, c)
+			}
+		}
+		if n.fan != 0 {
+			fans++
 		}
 		if err := t.checkFan(n); err != nil {
 			return fail("node %d: %v", n.hash, err)
 		}
 		var linkErr error
-		n.eachChild(func(c *node) {
-			if c.parent != n && linkErr == nil {
+		t.eachChild(n, func(c *node) {
+			if c.parent != n.self && linkErr == nil {
 				linkErr = fail("child %d of node %d points to another parent", c.hash, n.hash)
 			}
 			stack = append(stack, c)
@@ -73,13 +93,16 @@ func (t *Tree) CheckInvariants() error {
 		if linkErr != nil {
 			return linkErr
 		}
-		if n.kids != nil {
-			for h, c := range n.kids {
-				if c.hash != h {
-					return fail("child map key %d holds node %d", h, c.hash)
+		if n.kids != 0 {
+			for h, c := range t.kids.at(n.kids) {
+				if t.arena.at(c).hash != h {
+					return fail("child map key %d holds node %d", h, t.arena.at(c).hash)
 				}
 			}
 		}
+	}
+	if err := t.checkStorage(nodes, sets, kids, fans); err != nil {
+		return fail("%v", err)
 	}
 	for id := range t.ranks {
 		rs := &t.ranks[id]
@@ -109,21 +132,22 @@ func (t *Tree) CheckInvariants() error {
 }
 
 func (t *Tree) checkNode(n *node, perRank []int) error {
-	if len(n.holders) == 0 {
+	hs := t.holders(n)
+	if len(hs) == 0 {
 		return errors.New("no holders")
 	}
-	for i, h := range n.holders {
-		if i > 0 && n.holders[i-1].id >= h.id {
+	for i, h := range hs {
+		if i > 0 && hs[i-1].id >= h.id {
 			return errors.New("holders not sorted or duplicated")
 		}
 		if int(h.id) >= len(t.ranks) || !t.ranks[h.id].live {
 			return fmt.Errorf("holder id %d is not a registered rank", h.id)
 		}
 		rs := &t.ranks[h.id]
-		if rs.blocks.get(h.ext) != n {
+		if rs.blocks.get(h.ext) != n.self {
 			return fmt.Errorf("rank %s: engine hash %d does not map back to the node", rs.rank, h.ext)
 		}
-		if n.parent != &t.root && !n.parent.has(h.id) {
+		if p := t.node(n.parent); p != t.root && !t.holds(p, h.id) {
 			return fmt.Errorf("rank %s holds the node but not its parent", rs.rank)
 		}
 		perRank[h.id]++
@@ -133,21 +157,22 @@ func (t *Tree) checkNode(n *node, perRank []int) error {
 
 // checkFan verifies n's per-rank child lists against its children.
 func (t *Tree) checkFan(n *node) error {
-	count := n.childCount()
-	if n.fan == nil {
-		if n != &t.root && count >= t.fanBuild {
+	count := t.childCount(n)
+	if n.fan == 0 {
+		if n != t.root && count >= t.fanBuild {
 			return fmt.Errorf("%d children and no fan", count)
 		}
 		return nil
 	}
-	if n == &t.root {
+	if n == t.root {
 		return errors.New("the root has a fan")
 	}
 	if count <= t.fanDrop {
 		return fmt.Errorf("fan kept with %d children", count)
 	}
+	fan := t.fans.at(n.fan)
 	listed := 0
-	for id, l := range n.fan {
+	for id, l := range fan {
 		if l == nil || len(*l) == 0 {
 			return fmt.Errorf("empty fan list for rank id %d", id)
 		}
@@ -155,10 +180,10 @@ func (t *Tree) checkFan(n *node) error {
 	}
 	held := 0
 	var err error
-	n.eachChild(func(c *node) {
-		for _, h := range c.holders {
+	t.eachChild(n, func(c *node) {
+		for _, h := range t.holders(c) {
 			held++
-			if l := n.fan[h.id]; err == nil && (l == nil || int(h.pos) >= len(*l) || (*l)[h.pos] != c) {
+			if l := fan[h.id]; err == nil && (l == nil || int(h.pos) >= len(*l) || (*l)[h.pos] != c.self) {
 				err = fmt.Errorf("child %d is not at %d in the fan of rank id %d", c.hash, h.pos, h.id)
 			}
 		}
@@ -168,6 +193,25 @@ func (t *Tree) checkFan(n *node) error {
 	}
 	if listed != held {
 		return fmt.Errorf("fan lists %d children, the children have %d holders", listed, held)
+	}
+	return nil
+}
+
+// checkStorage verifies the arena's accounting against what the walk
+// found: every node handed out is in the tree or free, and every holder
+// array, child map and fan in use is a node's.
+func (t *Tree) checkStorage(nodes int, sets [holderClasses]int, kids, fans int) error {
+	if handed := max(int(t.arena.next)-1, 0); handed != nodes+1+len(t.arena.free) {
+		return fmt.Errorf("%d node refs handed out, %d in the tree (and the root), %d free", handed, nodes, len(t.arena.free))
+	}
+	for c := range sets {
+		hc := &t.sets.classes[c]
+		if live := int(hc.next) - len(hc.free); live != sets[c] {
+			return fmt.Errorf("holder class %d: %d arrays in use, %d nodes use one", c, live, sets[c])
+		}
+	}
+	if t.kids.live() != kids || t.fans.live() != fans {
+		return fmt.Errorf("%d child maps and %d fans in use, nodes use %d and %d", t.kids.live(), t.fans.live(), kids, fans)
 	}
 	return nil
 }

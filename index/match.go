@@ -47,20 +47,20 @@ func (t *Tree) FindMatches(hashes []kv.LocalBlockHash, earlyExit bool) OverlapSc
 // stop at the current depth. Both holder lists are sorted by id, so that
 // difference is one merge.
 func (t *Tree) matchDepths(hashes []kv.LocalBlockHash, dst []rankDepth) []rankDepth {
-	cur := &t.root
+	cur := t.root
 	depth := uint32(0)
 	for _, h := range hashes {
-		next := cur.childOf(h)
+		next := t.childOf(cur, h)
 		if next == nil {
 			break
 		}
-		if cur != &t.root && len(next.holders) != len(cur.holders) {
-			dst = appendDropped(dst, cur.holders, next.holders, depth)
+		if cur != t.root && next.nh != cur.nh {
+			dst = appendDropped(dst, t.holders(cur), t.holders(next), depth)
 		}
 		cur = next
 		depth++
 	}
-	for _, h := range cur.holders {
+	for _, h := range t.holders(cur) {
 		dst = append(dst, rankDepth{id: h.id, depth: depth})
 	}
 	return dst

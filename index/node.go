@@ -12,116 +12,153 @@ type holder struct {
 	pos uint32
 }
 
-// node is one block of the radix tree. It is kept at 80 bytes (the 80-byte
-// size class): a single child and a single holder are stored inline, and a
-// map or an array is only built for two or more, because most nodes below
-// the first few levels of a prompt tree have exactly one child and, in a
-// fleet whose prompts differ past a shared prefix, one holder. The inline
-// holder saves an allocation per stored block and a cache miss per visit
-// (the holder is on the node's own cache line), and halves the objects the
-// GC marks in such an index.
+// node is one block of the radix tree, 56 bytes with no pointers (see
+// arena.go). A single child and a single holder are stored inline, and a
+// child map or a holder array is only used for two or more, because most
+// nodes below the first few levels of a prompt tree have exactly one
+// child and, in a fleet whose prompts differ past a shared prefix, one
+// holder: such a node is one cache line's worth of memory and nothing
+// else.
 type node struct {
-	hash    kv.LocalBlockHash
-	parent  *node
-	child   *node                       // the only child, when there is exactly one
-	kids    map[kv.LocalBlockHash]*node // all children, when there are two or more
-	holders []holder                    // sorted by id, no duplicates; one[:1] when there is one
-	fan     map[uint32]*[]*node         // wide nodes only: rank id -> children it holds (fan.go)
-	one     [1]holder                   // the storage of a single holder (never copy a node)
+	hash kv.LocalBlockHash
+	one  [1]holder // the holder, when there is exactly one
+	self nodeRef
+	// parent is 0 for the root and for an unlinked node.
+	parent nodeRef
+	child  nodeRef // the only child, when there is exactly one
+	kids   uint32  // the tree's child map (1 + index in Tree.kids), for two or more
+	fan    uint32  // the tree's fan (1 + index in Tree.fans) of a wide node (fan.go)
+	nh     uint32  // how many ranks hold the node
+	set    holderSet
 }
 
-func (n *node) childOf(h kv.LocalBlockHash) *node {
-	if n.child != nil {
-		if n.child.hash == h {
-			return n.child
+// node resolves a ref (nil for 0).
+func (t *Tree) node(r nodeRef) *node {
+	if r == 0 {
+		return nil
+	}
+	return t.arena.at(r)
+}
+
+// holders is n's holder set, sorted by id with no duplicates. It aliases
+// the node's storage: valid until the set changes.
+func (t *Tree) holders(n *node) []holder {
+	switch n.nh {
+	case 0:
+		return nil
+	case 1:
+		return n.one[:1:1]
+	}
+	return t.sets.slice(n.set, int(n.nh))
+}
+
+func (t *Tree) childOf(n *node, h kv.LocalBlockHash) *node {
+	if n.child != 0 {
+		if c := t.arena.at(n.child); c.hash == h {
+			return c
 		}
 		return nil
 	}
-	if n.kids != nil {
-		return n.kids[h]
+	if n.kids != 0 {
+		if r, ok := t.kids.at(n.kids)[h]; ok {
+			return t.arena.at(r)
+		}
 	}
 	return nil
 }
 
-func (n *node) addChild(c *node) {
+func (t *Tree) addChild(n, c *node) {
 	switch {
-	case n.kids != nil:
-		n.kids[c.hash] = c
-	case n.child != nil:
-		n.kids = map[kv.LocalBlockHash]*node{n.child.hash: n.child, c.hash: c}
-		n.child = nil
+	case n.kids != 0:
+		t.kids.at(n.kids)[c.hash] = c.self
+	case n.child != 0:
+		only := t.arena.at(n.child)
+		n.kids = t.kids.add(map[kv.LocalBlockHash]nodeRef{only.hash: only.self, c.hash: c.self})
+		n.child = 0
 	default:
-		n.child = c
+		n.child = c.self
 	}
-	c.parent = n
+	c.parent = n.self
 }
 
-func (n *node) removeChild(c *node) {
+func (t *Tree) removeChild(n, c *node) {
 	switch {
-	case n.child == c:
-		n.child = nil
-	case n.kids != nil:
-		delete(n.kids, c.hash)
-		if len(n.kids) == 1 {
-			for _, only := range n.kids {
+	case n.child == c.self:
+		n.child = 0
+	case n.kids != 0:
+		m := t.kids.at(n.kids)
+		delete(m, c.hash)
+		if len(m) == 1 {
+			for _, only := range m {
 				n.child = only
 			}
-			n.kids = nil
+			t.kids.drop(n.kids)
+			n.kids = 0
 		}
 	}
-	c.parent = nil
+	c.parent = 0
 }
 
-func (n *node) childCount() int {
-	if n.child != nil {
+func (t *Tree) childCount(n *node) int {
+	if n.child != 0 {
 		return 1
 	}
-	return len(n.kids)
+	if n.kids != 0 {
+		return len(t.kids.at(n.kids))
+	}
+	return 0
 }
 
 // eachChild calls fn for every child; fn must not add or remove children.
-func (n *node) eachChild(fn func(*node)) {
-	if n.child != nil {
-		fn(n.child)
+func (t *Tree) eachChild(n *node, fn func(*node)) {
+	if n.child != 0 {
+		fn(t.arena.at(n.child))
 		return
 	}
-	for _, c := range n.kids {
-		fn(c)
+	if n.kids != 0 {
+		for _, c := range t.kids.at(n.kids) {
+			fn(t.arena.at(c))
+		}
 	}
 }
 
-// find returns the index of id in holders, or where it would be inserted
-// and false.
-func (n *node) find(id uint32) (int, bool) {
-	lo, hi := 0, len(n.holders)
+// find returns the index of id in n's holders, or where it would be
+// inserted and false.
+func (t *Tree) find(n *node, id uint32) (int, bool) {
+	return findHolder(t.holders(n), id)
+}
+
+// findHolder returns the index of id in hs (sorted by id), or where it
+// would be inserted and false.
+func findHolder(hs []holder, id uint32) (int, bool) {
+	lo, hi := 0, len(hs)
 	if hi > interpolateFrom {
-		lo, hi = n.window(id)
+		lo, hi = window(hs, id)
 	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if n.holders[mid].id < id {
+		if hs[mid].id < id {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	return lo, lo < len(n.holders) && n.holders[lo].id == id
+	return lo, lo < len(hs) && hs[lo].id == id
 }
 
 // interpolateFrom is the holder count above which find narrows its
 // search before bisecting. Below it the whole set spans a few cache lines.
 const interpolateFrom = 16
 
-// window returns the range [lo, hi) of holders that can hold id or its
+// window returns the range [lo, hi) of hs that can hold id or its
 // insertion point, for a set of more than interpolateFrom holders. Ids are
-// distinct and sorted, so holders[i].id is at least first+i and at most
+// distinct and sorted, so hs[i].id is at least first+i and at most
 // last-(len-1-i): that bounds where id can be from its ends alone, and a
 // fleet-wide prefix (every rank a holder, ids nearly dense) narrows to a
 // few slots. One probe where id would sit if the ids were spread evenly
 // halves what is left. A binary search of a 1,000-holder set is ten
 // dependent reads, most of them cache misses; this is about three.
-func (n *node) window(id uint32) (int, int) {
-	hs := n.holders
+func window(hs []holder, id uint32) (int, int) {
 	last := len(hs) - 1
 	first, final := hs[0].id, hs[last].id
 	switch {
@@ -147,34 +184,68 @@ func (n *node) window(id uint32) (int, int) {
 	}
 }
 
-func (n *node) has(id uint32) bool {
-	_, ok := n.find(id)
+func (t *Tree) holds(n *node, id uint32) bool {
+	_, ok := t.find(n, id)
 	return ok
 }
 
-func (n *node) insertHolder(at int, h holder) {
-	if len(n.holders) == 0 {
+// insertHolder inserts h at index at of n's holders. A second holder moves
+// the set from the node into the pool; a full array moves to the next
+// size class.
+func (t *Tree) insertHolder(n *node, at int, h holder) {
+	switch n.nh {
+	case 0:
 		n.one[0] = h
-		n.holders = n.one[:1:1] // a second holder moves the set to an array
+		n.nh = 1
+		return
+	case 1:
+		s := t.sets.alloc(0)
+		hs := t.sets.slice(s, 2)
+		hs[at], hs[1-at] = h, n.one[0]
+		n.one[0], n.set, n.nh = holder{}, s, 2
 		return
 	}
-	n.holders = append(n.holders, holder{})
-	copy(n.holders[at+1:], n.holders[at:])
-	n.holders[at] = h
+	hs := t.sets.slice(n.set, int(n.nh))
+	if len(hs) == cap(hs) {
+		bigger := t.sets.alloc(setClass(n.set) + 1)
+		copy(t.sets.slice(bigger, len(hs)), hs)
+		t.sets.release(n.set)
+		n.set = bigger
+		hs = t.sets.slice(bigger, len(hs))
+	}
+	hs = append(hs, holder{})
+	copy(hs[at+1:], hs[at:])
+	hs[at] = h
+	n.nh++
 }
 
-// deleteHolder removes holders[at]. A set left with one holder moves back
-// inline; when a set that once grew large has mostly emptied, it is copied
-// into a right-sized slice. Either way churn does not pin memory.
-func (n *node) deleteHolder(at int) {
-	n.holders = append(n.holders[:at], n.holders[at+1:]...)
-	switch l := len(n.holders); {
-	case l == 0:
-		n.holders = nil
-	case l == 1 && &n.holders[0] != &n.one[0]:
-		n.one[0] = n.holders[0]
-		n.holders = n.one[:1:1]
-	case cap(n.holders) >= 16 && l <= cap(n.holders)/4:
-		n.holders = append([]holder(nil), n.holders...)
+// deleteHolder removes holder at of n. A set left with one holder moves
+// back into the node; an array at most a quarter full moves to the class
+// half its size (at least 16 holders), so churn does not pin memory and a
+// set hovering at one size does not move back and forth.
+func (t *Tree) deleteHolder(n *node, at int) {
+	switch n.nh {
+	case 1:
+		n.one[0], n.nh = holder{}, 0
+		return
+	case 2:
+		hs := t.sets.slice(n.set, 2)
+		n.one[0] = hs[1-at]
+		clear(hs)
+		t.sets.release(n.set)
+		n.set, n.nh = 0, 1
+		return
+	}
+	hs := t.sets.slice(n.set, int(n.nh))
+	copy(hs[at:], hs[at+1:])
+	hs[len(hs)-1] = holder{}
+	hs = hs[:len(hs)-1]
+	n.nh--
+	if c := cap(hs); c >= 16 && len(hs) <= c/4 {
+		smaller := t.sets.alloc(setClass(n.set) - 1)
+		copy(t.sets.slice(smaller, len(hs)), hs)
+		clear(hs)
+		t.sets.release(n.set)
+		n.set = smaller
 	}
 }

@@ -32,9 +32,9 @@ func TestFindMatchesASortedSearch(t *testing.T) {
 	for _, shape := range shapes {
 		for _, size := range []int{1, 2, interpolateFrom, interpolateFrom + 1, 40, 1000} {
 			ids := shape.ids(size)
-			n := &node{holders: make([]holder, len(ids))}
+			hs := make([]holder, len(ids))
 			for i, id := range ids {
-				n.holders[i].id = id
+				hs[i].id = id
 			}
 			probes := []uint32{0, 1, ^uint32(0), ^uint32(0) - 1, 1 << 20, 1<<20 - 1}
 			for _, id := range ids {
@@ -46,7 +46,7 @@ func TestFindMatchesASortedSearch(t *testing.T) {
 			for _, id := range probes {
 				want := sort.Search(len(ids), func(i int) bool { return ids[i] >= id })
 				wantOK := want < len(ids) && ids[want] == id
-				got, ok := n.find(id)
+				got, ok := findHolder(hs, id)
 				if got != want || ok != wantOK {
 					t.Fatalf("%s, %d holders: find(%d) = %d, %v; want %d, %v", shape.name, size, id, got, ok, want, wantOK)
 				}

@@ -24,7 +24,7 @@ func randomEvent(rng *rand.Rand, tr *Tree) *kv.Event {
 		}
 		k := rng.IntN(tr.ranks[id].blocks.len())
 		var pick uint64
-		tr.ranks[id].blocks.t.Each(func(h kv.ExternalBlockHash, _ **node) {
+		tr.ranks[id].blocks.t.Each(func(h kv.ExternalBlockHash, _ *nodeRef) {
 			if k == 0 {
 				pick = uint64(h)
 			}

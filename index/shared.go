@@ -14,11 +14,11 @@ import (
 // a prompt), where who holds a block does not matter, only that some
 // store does.
 func (t *Tree) LongestPrefix(hashes []kv.LocalBlockHash) uint32 {
-	cur := &t.root
+	cur := t.root
 	depth := uint32(0)
 	for _, h := range hashes {
-		next := cur.childOf(h)
-		if next == nil || len(next.holders) == 0 {
+		next := t.childOf(cur, h)
+		if next == nil || next.nh == 0 {
 			break
 		}
 		cur = next

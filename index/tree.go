@@ -9,7 +9,11 @@ import (
 // Tree is the radix tree of one storage tier. It is not safe for
 // concurrent use: a shard owns it and serialises access.
 type Tree struct {
-	root    node
+	root    *node // in the arena; never removed
+	arena   nodeArena
+	sets    holderPool                          // holder arrays of nodes held twice or more
+	kids    slab[map[kv.LocalBlockHash]nodeRef] // child maps of nodes with two or more children
+	fans    slab[map[uint32]*[]nodeRef]         // fans of wide nodes (fan.go)
 	ranks   []rankState
 	ids     map[kv.WorkerWithDpRank]uint32
 	workers map[kv.WorkerID][]uint32 // rank ids of each worker, for Cleared and RemoveWorker
@@ -34,10 +38,10 @@ type Tree struct {
 	stack   []*node
 	doomed  []*node
 	targets []*node
+	refs    []nodeRef // emptyRank's list of a rank's nodes
 	// targetNames[i] is the engine name targets[i] was found by.
 	targetNames []kv.ExternalBlockHash
 	seen        blockMap // checkSelfReference's set of names
-	spare       []*node  // unlinked nodes for reuse (newNode)
 	// touched keeps what blockMap.touch reads (see there), so the loads
 	// stay in the program.
 	touched uint64
@@ -45,12 +49,14 @@ type Tree struct {
 
 // NewTree returns an empty tree.
 func NewTree() *Tree {
-	return &Tree{
+	t := &Tree{
 		ids:      make(map[kv.WorkerWithDpRank]uint32),
 		workers:  make(map[kv.WorkerID][]uint32),
 		fanBuild: defaultFanBuild,
 		fanDrop:  defaultFanDrop,
 	}
+	t.root = t.arena.alloc()
+	return t
 }
 
 // Counters returns a copy of the running totals.
@@ -106,13 +112,13 @@ func (t *Tree) applyStored(ev *kv.Event) error {
 		t.counters.InvalidSequence++
 		return err
 	}
-	parent := &t.root
+	parent := t.root
 	var id uint32
 	if ev.HasParent {
 		pid, known := t.ids[ev.Worker]
 		var p *node
 		if known {
-			p = t.ranks[pid].blocks.get(ev.ParentHash)
+			p = t.lookup(pid, ev.ParentHash)
 		}
 		if p == nil {
 			t.counters.ParentNotFound++
@@ -164,10 +170,10 @@ func (t *Tree) checkSelfReference(ev *kv.Event) error {
 	seen := &t.seen
 	defer seen.reset()
 	for _, b := range blocks {
-		if seen.get(b.BlockHash) != nil {
+		if seen.get(b.BlockHash) != 0 {
 			return bad(b.BlockHash)
 		}
-		seen.put(b.BlockHash, &t.root) // any node: the set only needs a key
+		seen.put(b.BlockHash, t.root.self) // any node: the set only needs a key
 	}
 	return nil
 }
@@ -176,8 +182,8 @@ func (t *Tree) checkSelfReference(ev *kv.Event) error {
 // the block's node. The parent is the root or a node id holds.
 func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, error) {
 	rs := &t.ranks[id]
-	child := parent.childOf(b.TokensHash)
-	named := rs.blocks.get(b.BlockHash)
+	child := t.childOf(parent, b.TokensHash)
+	named := t.node(rs.blocks.get(b.BlockHash))
 	if named != nil && named == child {
 		t.counters.DuplicateStore++
 		return child, nil
@@ -185,7 +191,7 @@ func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, err
 	if named != nil {
 		// The engine reuses a name we attribute to another block. Moving it
 		// must not pull the parent chain out from under us.
-		if isAncestorOrSelf(named, parent) {
+		if t.isAncestorOrSelf(named, parent) {
 			return nil, ErrInvalidBlockSequence
 		}
 		dropped := t.dropSubtree(named, id)
@@ -193,61 +199,53 @@ func (t *Tree) storeBlock(parent *node, id uint32, b kv.StoredBlock) (*node, err
 		t.counters.CascadeRemoved += uint64(dropped - 1)
 	}
 	if child == nil {
-		child = t.newNode(b.TokensHash)
-		parent.addChild(child)
+		child = t.arena.alloc()
+		child.hash = b.TokensHash
+		t.addChild(parent, child)
 		if t.wantsFan(parent) {
-			parent.buildFan()
+			t.buildFan(parent)
 		}
 		t.nodes++
 	}
-	at, held := child.find(id)
+	at, held := t.find(child, id)
 	if held {
 		// Same content under the same parent, new engine name: latest wins.
-		rs.blocks.del(child.holders[at].ext)
-		child.holders[at].ext = b.BlockHash
-		rs.blocks.put(b.BlockHash, child)
+		hs := t.holders(child)
+		rs.blocks.del(hs[at].ext)
+		hs[at].ext = b.BlockHash
+		rs.blocks.put(b.BlockHash, child.self)
 		t.counters.Rekeyed++
 		return child, nil
 	}
-	child.insertHolder(at, holder{ext: b.BlockHash, id: id})
-	if parent.fan != nil {
-		parent.fanAdd(child, at)
+	t.insertHolder(child, at, holder{ext: b.BlockHash, id: id})
+	if parent.fan != 0 {
+		fanAdd(t.fans.at(parent.fan), t.holders(child), child, at)
 	}
-	rs.blocks.put(b.BlockHash, child)
+	rs.blocks.put(b.BlockHash, child.self)
 	t.entries++
 	t.counters.StoredBlocks++
 	return child, nil
 }
 
-// maxSpareNodes bounds the unlinked nodes a tree keeps for reuse (80 B
-// each): enough for every eviction between two stores at steady state,
-// little enough that emptying a big worker does not pin its memory.
-const maxSpareNodes = 1 << 14
-
-// newNode returns an empty node for hash, reusing an unlinked one if it
-// can. At steady state every store follows an eviction, so a router
-// ingesting at its full rate allocates almost no nodes.
-func (t *Tree) newNode(hash kv.LocalBlockHash) *node {
-	if k := len(t.spare); k > 0 {
-		n := t.spare[k-1]
-		t.spare[k-1] = nil
-		t.spare = t.spare[:k-1]
-		n.hash = hash
-		return n
+// release returns an unlinked node (no parent, holders or children) to
+// the arena for reuse. At steady state every store follows an eviction,
+// so a router ingesting at its full rate allocates almost no nodes.
+func (t *Tree) release(n *node) {
+	if n.kids != 0 { // cannot happen for a node without children; never leak
+		t.kids.drop(n.kids)
 	}
-	return &node{hash: hash}
+	if n.fan != 0 {
+		t.fans.drop(n.fan)
+	}
+	if n.nh >= 2 {
+		t.sets.release(n.set)
+	}
+	t.arena.release(n)
 }
 
-// recycle keeps an unlinked node for newNode. The caller holds the last
-// reference the tree had to it (it has no holders, no children and no
-// parent); scratch lists that still name it check n.has before use, and
-// no node is reused before they are done (reuse happens only in stores).
-func (t *Tree) recycle(n *node) {
-	if len(t.spare) >= maxSpareNodes {
-		return
-	}
-	*n = node{}
-	t.spare = append(t.spare, n)
+// lookup returns the node rank id names h, or nil.
+func (t *Tree) lookup(id uint32, h kv.ExternalBlockHash) *node {
+	return t.node(t.ranks[id].blocks.get(h))
 }
 
 // touchAll reads the home slot of every block an event names in the
@@ -272,18 +270,18 @@ func (t *Tree) touchAll(m *blockMap, ev *kv.Event) {
 func (t *Tree) touchTargets(nodes []*node) {
 	sum := t.touched
 	for _, n := range nodes {
-		hs := n.holders
+		hs := t.holders(n)
 		sum += uint64(hs[0].id) + uint64(hs[len(hs)-1].id)
-		if p := n.parent; p != nil {
-			sum += uint64(len(p.holders))
+		if p := t.node(n.parent); p != nil {
+			sum += uint64(p.nh)
 		}
 	}
 	t.touched = sum
 }
 
 // isAncestorOrSelf reports whether a lies on the path from n to the root.
-func isAncestorOrSelf(a, n *node) bool {
-	for ; n != nil; n = n.parent {
+func (t *Tree) isAncestorOrSelf(a, n *node) bool {
+	for ; n != nil; n = t.node(n.parent) {
 		if n == a {
 			return true
 		}
@@ -305,7 +303,7 @@ func (t *Tree) applyRemoved(ev *kv.Event) error {
 	for _, h := range ev.Removed {
 		var n *node
 		if known {
-			n = t.ranks[id].blocks.get(h)
+			n = t.lookup(id, h)
 		}
 		if n == nil {
 			if missing == 0 {
@@ -323,7 +321,7 @@ func (t *Tree) applyRemoved(ev *kv.Event) error {
 		// before it. Dropping an entry deletes its name from the rank's
 		// lookup, so the lookup answers that; its slot was just read above,
 		// where the node's holder set (maybe fleet-wide) is cold.
-		if i == 0 || t.ranks[id].blocks.get(t.targetNames[i]) == n {
+		if i == 0 || t.ranks[id].blocks.get(t.targetNames[i]) == n.self {
 			dropped := t.dropSubtree(n, id)
 			t.counters.RemovedBlocks++
 			t.counters.CascadeRemoved += uint64(dropped - 1)
@@ -352,12 +350,10 @@ func (t *Tree) dropSubtree(n *node, id uint32) int {
 		top := t.stack[len(t.stack)-1]
 		t.stack = t.stack[:len(t.stack)-1]
 		t.doomed = append(t.doomed, top)
-		t.stack = top.appendHeldChildren(t.stack, id)
-		if top.fan != nil {
-			// Every child listed is dropped below: forget the list at once
-			// rather than one child at a time.
-			delete(top.fan, id)
-		}
+		t.stack = t.appendHeldChildren(t.stack, top, id)
+		// Every child listed is dropped below: forget the list at once
+		// rather than one child at a time.
+		t.dropFanOf(top, id)
 	}
 	// Pre-order reversed: every node is handled after its descendants, so
 	// a node emptied here has no children left when it is unlinked. Only n
@@ -375,22 +371,23 @@ func (t *Tree) dropSubtree(n *node, id uint32) int {
 // its parent's fan when unfan is set, and unlinks the node if nobody holds
 // it any more.
 func (t *Tree) dropEntry(n *node, id uint32, unfan bool) {
-	at, ok := n.find(id)
+	at, ok := t.find(n, id)
 	if !ok {
 		return
 	}
-	ext := n.holders[at].ext
-	if p := n.parent; unfan && p.fan != nil {
-		p.fanRemove(id, n.holders[at].pos)
+	h := t.holders(n)[at]
+	ext := h.ext
+	if p := t.node(n.parent); unfan && p.fan != 0 {
+		t.fanRemove(p, id, h.pos)
 	}
-	n.deleteHolder(at)
+	t.deleteHolder(n, at)
 	t.ranks[id].blocks.del(ext)
 	t.entries--
-	if p := n.parent; len(n.holders) == 0 && p != nil {
-		p.removeChild(n)
+	if p := t.node(n.parent); n.nh == 0 && p != nil {
+		t.removeChild(p, n)
 		t.childRemoved(p)
 		t.nodes--
-		t.recycle(n)
+		t.release(n)
 	}
 	if t.onDrop != nil {
 		t.onDrop(id, ext)
@@ -428,14 +425,16 @@ func (t *Tree) emptyRank(id uint32) int {
 	n := rs.blocks.len()
 	// The nodes are listed first: dropping a subtree deletes entries,
 	// which moves others around in the lookup.
-	t.targets = rs.blocks.nodes(t.targets[:0])
-	for _, nd := range t.targets {
-		if nd.has(id) { // not already gone with an ancestor
+	t.refs = rs.blocks.nodes(t.refs[:0])
+	for _, r := range t.refs {
+		// The ref may have been released with an ancestor, and even
+		// reused by now: it is this rank's node only if the rank still
+		// holds it.
+		if nd := t.arena.at(r); nd.parent != 0 && t.holds(nd, id) {
 			t.dropSubtree(nd, id)
 		}
 	}
-	clear(t.targets) // do not keep unlinked nodes reachable
-	t.targets = t.targets[:0]
+	t.refs = t.refs[:0]
 	t.ranks[id].blocks = blockMap{}
 	return n
 }
@@ -443,7 +442,7 @@ func (t *Tree) emptyRank(id uint32) int {
 // has reports whether rank r holds engine block h (for approximate mode).
 func (t *Tree) has(r kv.WorkerWithDpRank, h kv.ExternalBlockHash) bool {
 	id, ok := t.ids[r]
-	return ok && t.ranks[id].blocks.get(h) != nil
+	return ok && t.ranks[id].blocks.get(h) != 0
 }
 
 // removeBlock drops one block and the rank's blocks below it, returning
@@ -453,7 +452,7 @@ func (t *Tree) removeBlock(r kv.WorkerWithDpRank, h kv.ExternalBlockHash) int {
 	if !ok {
 		return 0
 	}
-	n := t.ranks[id].blocks.get(h)
+	n := t.lookup(id, h)
 	if n == nil {
 		return 0
 	}

@@ -411,27 +411,53 @@ func TestErrorReason(t *testing.T) {
 	}
 }
 
-// A node's first holder lives inline; a second moves the set to an array,
-// and removing down to one moves it back, with every holder (and its fan
-// position) intact throughout.
+// A node's first holder lives inline; a second moves the set to a pooled
+// array, which moves up the size classes as it grows and down as it
+// empties, and removing down to one moves it back, with every holder (and
+// its fan position) intact throughout and every array returned.
 func TestHolderInlineAndBack(t *testing.T) {
-	var n node
-	n.insertHolder(0, holder{ext: 10, id: 5, pos: 7})
-	if len(n.holders) != 1 || &n.holders[0] != &n.one[0] {
+	tr := NewTree()
+	n := tr.arena.alloc()
+	inline := func() bool { hs := tr.holders(n); return len(hs) == 1 && &hs[0] == &n.one[0] }
+	tr.insertHolder(n, 0, holder{ext: 10, id: 5, pos: 7})
+	if !inline() {
 		t.Fatal("the first holder is not inline")
 	}
-	at, _ := n.find(2)
-	n.insertHolder(at, holder{ext: 20, id: 2, pos: 3})
-	if len(n.holders) != 2 || &n.holders[0] == &n.one[0] || n.holders[0].id != 2 || n.holders[1].id != 5 {
-		t.Fatalf("two holders: %+v", n.holders)
+	at, _ := tr.find(n, 2)
+	tr.insertHolder(n, at, holder{ext: 20, id: 2, pos: 3})
+	if hs := tr.holders(n); len(hs) != 2 || &hs[0] == &n.one[0] || hs[0].id != 2 || hs[1].id != 5 {
+		t.Fatalf("two holders: %+v", hs)
 	}
-	at, _ = n.find(2)
-	n.deleteHolder(at)
-	if len(n.holders) != 1 || &n.holders[0] != &n.one[0] || n.holders[0] != (holder{ext: 10, id: 5, pos: 7}) {
-		t.Fatalf("back to one: %+v (inline %v)", n.holders, len(n.holders) == 1 && &n.holders[0] == &n.one[0])
+	// Grow through several size classes, then shrink back.
+	for id := uint32(100); id < 200; id++ {
+		at, _ := tr.find(n, id)
+		tr.insertHolder(n, at, holder{ext: kv.ExternalBlockHash(id), id: id, pos: id})
 	}
-	n.deleteHolder(0)
-	if n.holders != nil {
-		t.Fatalf("emptied: %+v", n.holders)
+	if got := tr.holders(n); len(got) != 102 || got[0].id != 2 || got[1].id != 5 || got[101].id != 199 || got[50].pos != 148 {
+		t.Fatalf("after 100 more holders: %d, first %+v", len(got), got[:2])
+	}
+	for id := uint32(100); id < 200; id++ {
+		at, ok := tr.find(n, id)
+		if !ok {
+			t.Fatalf("holder %d lost", id)
+		}
+		tr.deleteHolder(n, at)
+	}
+	if hs := tr.holders(n); len(hs) != 2 || hs[0] != (holder{ext: 20, id: 2, pos: 3}) || hs[1] != (holder{ext: 10, id: 5, pos: 7}) {
+		t.Fatalf("shrunk back to two: %+v", hs)
+	}
+	at, _ = tr.find(n, 2)
+	tr.deleteHolder(n, at)
+	if !inline() || tr.holders(n)[0] != (holder{ext: 10, id: 5, pos: 7}) {
+		t.Fatalf("back to one: %+v (inline %v)", tr.holders(n), inline())
+	}
+	tr.deleteHolder(n, 0)
+	if tr.holders(n) != nil {
+		t.Fatalf("emptied: %+v", tr.holders(n))
+	}
+	for c := range tr.sets.classes {
+		if hc := &tr.sets.classes[c]; int(hc.next) != len(hc.free) {
+			t.Fatalf("class %d: %d arrays handed out, %d returned", c, hc.next, len(hc.free))
+		}
 	}
 }
