@@ -31,7 +31,7 @@ func BenchmarkApplyMooncakeSteady(b *testing.B) {
 		Step:   10 * time.Second,
 		Steady: true,
 	}
-	evs, fill, err := planLooped(recs, cfg)
+	store, evs, fill, err := planLooped(recs, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,13 +41,15 @@ func BenchmarkApplyMooncakeSteady(b *testing.B) {
 		for s := range idx {
 			idx[s] = index.New()
 		}
+		var scratch kv.Event
 		for _, e := range evs[:fill] {
-			applyTo(b, idx[:], e.ev)
+			applyTo(b, idx[:], store.load(e.ev, &scratch))
 		}
 	}
 	refill()
 	b.ResetTimer()
 	i, blocks := fill, 0
+	var scratch kv.Event
 	for b.Loop() {
 		if i == len(evs) {
 			b.StopTimer()
@@ -55,7 +57,7 @@ func BenchmarkApplyMooncakeSteady(b *testing.B) {
 			i = fill
 			b.StartTimer()
 		}
-		ev := evs[i].ev
+		ev := store.load(evs[i].ev, &scratch)
 		blocks += len(ev.Blocks) + len(ev.Removed)
 		applyTo(b, idx[:], ev)
 		i++

@@ -7,14 +7,12 @@ import (
 	"math"
 	"slices"
 	"time"
-
-	"github.com/kvrouter/kvrouter/kv"
 )
 
 // pacedEvent is one planned KV event with the trace request it belongs
 // to and that request's time in the (looped) trace.
 type pacedEvent struct {
-	ev      *kv.Event
+	ev      int           // index in the plan's eventStore
 	req     int           // index into the trace records
 	traceAt time.Duration // pass × trace span + the record's timestamp
 }

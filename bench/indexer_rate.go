@@ -122,7 +122,7 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 	if err != nil {
 		return rep, err
 	}
-	evs, fill, err := planLooped(recs, cfg)
+	store, evs, fill, err := planLooped(recs, cfg)
 	if err != nil {
 		return rep, err
 	}
@@ -143,7 +143,7 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 	offset := 0 // where a steady run's next step starts in evs
 	step := func(pace EventPace) (IndexerRatePoint, error) {
 		if cfg.Steady {
-			pt, err := runPacedStep(ctx, cfg, router, obs, recs, evs[offset:], pace)
+			pt, err := runPacedStep(ctx, cfg, router, obs, recs, store, evs[offset:], pace)
 			offset += pt.Events
 			return pt, err
 		}
@@ -151,10 +151,10 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 			return IndexerRatePoint{}, err
 		}
 		runtime.GC() // the step starts without the last one's garbage
-		return runPacedStep(ctx, cfg, router, obs, recs, evs, pace)
+		return runPacedStep(ctx, cfg, router, obs, recs, store, evs, pace)
 	}
 	if cfg.Steady {
-		if err := fillIndex(ctx, router, evs[:fill], &rep); err != nil {
+		if err := fillIndex(ctx, router, store, evs[:fill], &rep); err != nil {
 			return rep, err
 		}
 		offset = fill
@@ -189,11 +189,12 @@ func RunIndexerRates(ctx context.Context, cfg IndexerRateConfig) (IndexerRateRep
 // the most demanding pace has enough for a whole step. A steady run needs
 // the fill first (fill is its length: the events until the caches are
 // SteadyFill full) and then every step's events one after another.
-func planLooped(recs []TraceRecord, cfg IndexerRateConfig) (evs []pacedEvent, fill int, err error) {
+func planLooped(recs []TraceRecord, cfg IndexerRateConfig) (store *eventStore, evs []pacedEvent, fill int, err error) {
 	planner, err := NewIndexerPlanner(cfg.Plan)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
+	store = &eventStore{}
 	span := time.Duration(recs[len(recs)-1].TimestampMs-recs[0].TimestampMs)*time.Millisecond + time.Second
 	full := int(SteadyFill * float64(cfg.Plan.Workers) * float64(cfg.Plan.CapacityBlocks))
 	need := -1
@@ -202,11 +203,11 @@ func planLooped(recs []TraceRecord, cfg IndexerRateConfig) (evs []pacedEvent, fi
 		for i, r := range recs {
 			st, err := planner.Step(r)
 			if err != nil {
-				return nil, 0, fmt.Errorf("trace request %d: %w", i, err)
+				return nil, nil, 0, fmt.Errorf("trace request %d: %w", i, err)
 			}
 			at := time.Duration(pass)*span + time.Duration(r.TimestampMs-recs[0].TimestampMs)*time.Millisecond
 			for _, ev := range st.Events {
-				evs = append(evs, pacedEvent{ev: ev, req: i, traceAt: at})
+				evs = append(evs, pacedEvent{ev: store.add(ev), req: i, traceAt: at})
 			}
 			if cfg.Steady && fill == 0 && planner.CachedBlocks() >= full {
 				fill = len(evs)
@@ -222,22 +223,22 @@ func planLooped(recs []TraceRecord, cfg IndexerRateConfig) (evs []pacedEvent, fi
 				}
 			}
 			if need > maxPlannedEvents {
-				return nil, 0, fmt.Errorf("%w: the steps need %d events, more than %d: shorten the step or lower the rate",
+				return nil, nil, 0, fmt.Errorf("%w: the steps need %d events, more than %d: shorten the step or lower the rate",
 					ErrBadIndexerPlan, need, maxPlannedEvents)
 			}
 		}
 		switch {
 		case !cfg.Steady && len(evs) >= need:
-			return evs, 0, nil
+			return store, evs, 0, nil
 		case cfg.Steady && fill > 0 && len(evs) >= fill+need:
-			return evs, fill, nil
+			return store, evs, fill, nil
 		case len(evs) > maxPlannedEvents+need:
-			return nil, 0, fmt.Errorf("%w: %d planned events fill the caches to %d of %d blocks, short of %.0f%%: lower --capacity-blocks or --workers",
+			return nil, nil, 0, fmt.Errorf("%w: %d planned events fill the caches to %d of %d blocks, short of %.0f%%: lower --capacity-blocks or --workers",
 				ErrBadIndexerPlan, len(evs), planner.CachedBlocks(), cfg.Plan.Workers*cfg.Plan.CapacityBlocks, 100*SteadyFill)
 		case len(evs) == before:
 			// Every request lands where its blocks already are (requests
 			// a multiple of workers, caches that hold everything).
-			return nil, 0, fmt.Errorf("%w: looping the trace adds no events (%d requests over %d workers): change --requests or --workers",
+			return nil, nil, 0, fmt.Errorf("%w: looping the trace adds no events (%d requests over %d workers): change --requests or --workers",
 				ErrBadIndexerPlan, len(recs), cfg.Plan.Workers)
 		}
 	}
@@ -245,10 +246,11 @@ func planLooped(recs []TraceRecord, cfg IndexerRateConfig) (evs []pacedEvent, fi
 
 // fillIndex applies a steady run's fill events as fast as the shards
 // take them and records how long that took and what the index holds.
-func fillIndex(ctx context.Context, router *actors.Router, evs []pacedEvent, rep *IndexerRateReport) error {
+func fillIndex(ctx context.Context, router *actors.Router, store *eventStore, evs []pacedEvent, rep *IndexerRateReport) error {
 	start := time.Now()
+	var scratch kv.Event
 	for k, e := range evs {
-		router.ApplyEvent(e.ev)
+		router.ApplyEvent(store.load(e.ev, &scratch))
 		if (k+1)%fillChunk == 0 || k == len(evs)-1 {
 			if err := router.Barrier(ctx); err != nil {
 				return fmt.Errorf("fill the index: %w", err)
@@ -298,7 +300,7 @@ func clearIndex(ctx context.Context, router *actors.Router, workers int) error {
 // runPacedStep sends the step's events to router as they come due and
 // times lookups from their scheduled times.
 func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Router, obs *stepCounter,
-	recs []TraceRecord, evs []pacedEvent, pace EventPace) (IndexerRatePoint, error) {
+	recs []TraceRecord, store *eventStore, evs []pacedEvent, pace EventPace) (IndexerRatePoint, error) {
 	due := pace.dueTimes(evs, cfg.Step)
 	pt := IndexerRatePoint{Speedup: pace.Speedup, Events: len(due), TargetEventsPerSec: pace.Rate}
 	if pace.Speedup > 0 {
@@ -352,7 +354,7 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 		return pt, err
 	}
 	schedBefore, gcBefore := schedLatency(), readGC()
-	lastSent, err := sendPaced(stepCtx, router, evs[:len(due)], due, start)
+	lastSent, err := sendPaced(stepCtx, router, store, evs[:len(due)], due, start)
 	if err == nil {
 		err = router.Barrier(ctx)
 	}
@@ -388,7 +390,8 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 // events at each wake-up), never waiting for the index: the events
 // arrive open loop, as a bus delivers them. It returns when the last
 // was sent.
-func sendPaced(ctx context.Context, router *actors.Router, evs []pacedEvent, due []time.Duration, start time.Time) (time.Time, error) {
+func sendPaced(ctx context.Context, router *actors.Router, store *eventStore, evs []pacedEvent, due []time.Duration, start time.Time) (time.Time, error) {
+	var scratch kv.Event // the router copies what it is handed
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for k := 0; k < len(evs); {
@@ -398,7 +401,7 @@ func sendPaced(ctx context.Context, router *actors.Router, evs []pacedEvent, due
 		waitUntil(ctx, timer, start.Add(due[k]))
 		now := time.Since(start)
 		for ; k < len(evs) && due[k] <= now; k++ {
-			router.ApplyEvent(evs[k].ev)
+			router.ApplyEvent(store.load(evs[k].ev, &scratch))
 		}
 	}
 	return time.Now(), nil
