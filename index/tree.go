@@ -436,7 +436,25 @@ func (t *Tree) emptyRank(id uint32) int {
 	}
 	t.refs = t.refs[:0]
 	t.ranks[id].blocks = blockMap{}
+	if t.nodes == 0 {
+		t.resetStorage()
+	}
 	return n
+}
+
+// resetStorage gives an emptied tree's storage back (arena.go: the arena
+// otherwise keeps its chunks for reuse): every node chunk but the root's,
+// the holder arrays, child maps and fans. A fleet that drains or restarts
+// every worker thus returns its index's memory.
+func (t *Tree) resetStorage() {
+	a := &t.arena
+	clear(a.chunks[1:])
+	a.chunks = a.chunks[:1]
+	a.next = t.root.self + 1 // the root is the first node handed out
+	a.free = nil
+	t.sets = holderPool{}
+	t.kids = slab[map[kv.LocalBlockHash]nodeRef]{}
+	t.fans = slab[map[uint32]*[]nodeRef]{}
 }
 
 // has reports whether rank r holds engine block h (for approximate mode).

@@ -461,3 +461,53 @@ func TestHolderInlineAndBack(t *testing.T) {
 		}
 	}
 }
+
+// A tree emptied by worker removals and clears gives its storage back
+// (all node chunks but the root's, the holder arrays, child maps and
+// fans) and then works as new.
+func TestEmptiedTreeReturnsItsStorage(t *testing.T) {
+	tr := NewTree()
+	fill := func() {
+		for w := range 8 {
+			var prev uint64
+			for c := range 40 { // 40 chains of 64 under a shared first block
+				ev := &kv.Event{Worker: rank(kv.WorkerID(w), 0), Kind: kv.EventStored}
+				if c > 0 {
+					ev.HasParent, ev.ParentHash = true, kv.ExternalBlockHash(uint64(w)<<32)
+				}
+				for i := range 64 {
+					if c == 0 && i == 0 {
+						ev.Blocks = append(ev.Blocks, kv.StoredBlock{BlockHash: kv.ExternalBlockHash(uint64(w) << 32), TokensHash: 1})
+						continue
+					}
+					prev++
+					ev.Blocks = append(ev.Blocks, kv.StoredBlock{BlockHash: kv.ExternalBlockHash(uint64(w)<<32 | prev), TokensHash: kv.LocalBlockHash(mix64(uint64(w)<<20 | uint64(c)<<8 | uint64(i)))})
+				}
+				mustApply(t, tr, ev)
+			}
+		}
+		if err := tr.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill()
+	if len(tr.arena.chunks) < 2 || tr.kids.live() == 0 {
+		t.Fatalf("the fill used %d chunks and %d child maps; the test needs more", len(tr.arena.chunks), tr.kids.live())
+	}
+	want := tr.Digest()
+	for w := range 7 {
+		tr.RemoveWorker(kv.WorkerID(w))
+	}
+	mustApply(t, tr, cleared(7))
+	if tr.Len() != 0 || tr.Nodes() != 0 || len(tr.arena.chunks) != 1 || tr.kids.live() != 0 || len(tr.kids.items) != 0 {
+		t.Fatalf("emptied tree keeps %d entries, %d nodes, %d chunks, %d child maps", tr.Len(), tr.Nodes(), len(tr.arena.chunks), len(tr.kids.items))
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	tr.RemoveWorker(7)
+	fill()
+	if got := tr.Digest(); got != want {
+		t.Fatalf("refilled tree's digest %x, want %x", got, want)
+	}
+}
