@@ -163,7 +163,14 @@ type IndexerRatePoint struct {
 	StatusCalls int `json:"status_calls,omitempty"`
 	// Dumps is how many index dumps (DumpEvery) completed during the step.
 	Dumps int `json:"dumps,omitempty"`
+	// WindowP99Ms is the lookup p99 of each LookupWindow of a step at
+	// least three windows long, by scheduled time: whether a step's tail
+	// is spread over it or comes from a few bad seconds.
+	WindowP99Ms []float64 `json:"window_p99_ms,omitempty"`
 }
+
+// LookupWindow is the span of one WindowP99Ms entry.
+const LookupWindow = 10 * time.Second
 
 // IndexerRateReport is a paced indexer run: one point per event rate.
 type IndexerRateReport struct {
@@ -248,6 +255,16 @@ func (r IndexerRateReport) WriteText(w io.Writer) {
 	}
 	for _, p := range r.Points {
 		row(p, "")
+	}
+	for _, p := range r.Points {
+		if len(p.WindowP99Ms) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%.0f events/s: lookup p99 (ms) by %v window:", p.TargetEventsPerSec, LookupWindow)
+		for _, v := range p.WindowP99Ms {
+			fmt.Fprintf(w, " %.2f", v)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "Dynamo's branch-sharded indexer: lookup p99 3.2 ms at 30k+ events/s (7,000 workers)")
 }

@@ -310,3 +310,32 @@ func TestGCInterval(t *testing.T) {
 		t.Fatalf("nothing allocated: %v, %v", rate, every)
 	}
 }
+
+// Lookups are grouped by scheduled time into LookupWindow windows after
+// the warm-up; a slow second shows in its own window only, and a step
+// shorter than three windows reports none.
+func TestWindowP99(t *testing.T) {
+	var rs []lookupResult
+	for i := range 300 {
+		at := time.Second + time.Duration(i)*100*time.Millisecond // 30 s of lookups after a 1 s warm-up
+		lat := time.Millisecond
+		if i >= 150 && i < 160 { // one slow second in the second half of window 1
+			lat = 50 * time.Millisecond
+		}
+		rs = append(rs, lookupResult{at: at, latency: lat})
+	}
+	rs = append(rs, lookupResult{at: 0, latency: time.Second}) // warm-up: not counted
+	got := windowP99(rs, time.Second)
+	want := []float64{1, 50, 1}
+	if len(got) != len(want) {
+		t.Fatalf("windows %v, want %v", got, want)
+	}
+	for k := range want {
+		if got[k] != want[k] {
+			t.Fatalf("windows %v, want %v", got, want)
+		}
+	}
+	if w := windowP99(rs[:150], time.Second); w != nil {
+		t.Fatalf("a 15 s step has no window breakdown, got %v", w)
+	}
+}

@@ -493,6 +493,34 @@ func summarizeLookups(pt *IndexerRatePoint, rs []lookupResult, warmup time.Durat
 	}
 	slices.Sort(lat)
 	pt.LookupMs = SummarizeLatency(lat)
+	pt.WindowP99Ms = windowP99(rs, warmup)
+}
+
+// windowP99 is the lookup p99 of each LookupWindow from warmup on (nil for
+// fewer than three windows of lookups).
+func windowP99(rs []lookupResult, warmup time.Duration) []float64 {
+	var windows [][]time.Duration
+	for _, r := range rs {
+		if r.at < warmup {
+			continue
+		}
+		k := int((r.at - warmup) / LookupWindow)
+		for len(windows) <= k {
+			windows = append(windows, nil)
+		}
+		windows[k] = append(windows[k], r.latency)
+	}
+	if len(windows) < 3 {
+		return nil
+	}
+	out := make([]float64, len(windows))
+	for k, lat := range windows {
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			out[k] = float64(DurationPercentile(lat, 99)) / float64(time.Millisecond)
+		}
+	}
+	return out
 }
 
 // indexState is what the shards hold and have refused so far.
