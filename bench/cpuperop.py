@@ -26,7 +26,13 @@ for r in range(rounds):
     for s in spec:
         bench, n1, n2 = s.split(':'); n1, n2 = int(n1), int(n2)
         per = (cpu(bench, n2) - cpu(bench, n1)) / (n2 - n1)
+        if per <= 0:
+            # The shorter run cost more than the longer one (its setup or a
+            # GC cycle swung): the difference says nothing, so the round
+            # is dropped rather than averaged in.
+            print(f'round {r} {bench}: invalid ({per*1e6:.1f} us CPU/op), dropped', flush=True)
+            continue
         res.setdefault(bench, []).append(per)
         print(f'round {r} {bench}: {per*1e6:.1f} us CPU/op', flush=True)
 for b, v in res.items():
-    print(f'{b}: median {statistics.median(v)*1e6:.1f} us CPU/op over {len(v)} rounds (min {min(v)*1e6:.1f}, max {max(v)*1e6:.1f})')
+    print(f'{b}: median {statistics.median(v)*1e6:.1f} us CPU/op over {len(v)} valid rounds (min {min(v)*1e6:.1f}, max {max(v)*1e6:.1f})')
