@@ -26,8 +26,9 @@ func (t *Tree) buildFan(n *node) {
 	n.fan = t.fans.add(make(map[uint32]*[]nodeRef))
 	fan := t.fans.at(n.fan)
 	t.eachChild(n, func(c *node) {
-		for i := range t.holders(c) {
-			fanAdd(fan, t.holders(c), c, i)
+		hs := t.holders(c)
+		for i := range hs {
+			fanAdd(fan, hs, c, i)
 		}
 	})
 }
