@@ -327,7 +327,6 @@ func (t *Tree) applyRemoved(ev *kv.Event) error {
 			t.counters.CascadeRemoved += uint64(dropped - 1)
 		}
 	}
-	clear(t.targets) // do not keep unlinked nodes reachable
 	t.targets = t.targets[:0]
 	if missing > 0 {
 		t.counters.RemoveUnknown += uint64(missing)
@@ -362,7 +361,6 @@ func (t *Tree) dropSubtree(n *node, id uint32) int {
 	for i := dropped - 1; i >= 0; i-- {
 		t.dropEntry(t.doomed[i], id, i == 0)
 	}
-	clear(t.doomed) // do not keep unlinked nodes reachable
 	t.doomed = t.doomed[:0]
 	return dropped
 }
