@@ -1,7 +1,6 @@
 package grpcapi
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -11,14 +10,16 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvrouter/kvrouter/internal/tokenwire"
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 )
 
 // routeCodec is the server's codec: protobuf, with a RouteRequest's
-// packed token ids decoded by a tight loop into a recycled buffer
-// (protobuf-go's generic packed decoding cost as much per prompt as the
-// JSON API's hand-written token parser). Everything else, including a
-// RouteRequest's other fields, goes through protobuf-go.
+// packed token ids, alone or in a Lifecycle stream's route call, decoded
+// by tokenwire into a recycled buffer (protobuf-go's generic packed
+// decoding cost as much per prompt as the JSON API's hand-written token
+// parser). Everything else, including a RouteRequest's other fields, goes
+// through protobuf-go.
 type routeCodec struct{ proto encoding.CodecV2 }
 
 func newRouteCodec() routeCodec { return routeCodec{proto: encoding.GetCodecV2("proto")} }
@@ -28,10 +29,6 @@ func (c routeCodec) Name() string { return "proto" }
 func (c routeCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
 
 func (c routeCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*pb.RouteRequest)
-	if !ok {
-		return c.proto.Unmarshal(data, v)
-	}
 	var b []byte
 	if len(data) == 1 {
 		b = data[0].ReadOnlyData()
@@ -40,7 +37,13 @@ func (c routeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		defer buf.Free()
 		b = buf.ReadOnlyData()
 	}
-	return DecodeRouteRequest(b, m)
+	switch m := v.(type) {
+	case *pb.RouteRequest:
+		return DecodeRouteRequest(b, m)
+	case *pb.LifecycleRequest:
+		return DecodeLifecycleRequest(b, m)
+	}
+	return c.proto.Unmarshal(data, v)
 }
 
 // tokenPool recycles token buffers between route calls (handed back by
@@ -57,8 +60,6 @@ func recycleTokens(t []uint32) {
 	t = t[:0]
 	tokenPool.Put(&t)
 }
-
-var errTokenVarint = errors.New("token_ids: malformed varint")
 
 // DecodeRouteRequest decodes b into m as proto.Unmarshal does (fields
 // merge, repeated token ids append, packed or not, a varint wider than
@@ -79,7 +80,7 @@ func DecodeRouteRequest(b []byte, m *pb.RouteRequest) error {
 				return fmt.Errorf("route request: token_ids: %w", protowire.ParseError(k))
 			}
 			var err error
-			if tokens, err = appendPacked(tokens, packed); err != nil {
+			if tokens, err = tokenwire.AppendDecoded(tokens, packed); err != nil {
 				return err
 			}
 			b = b[n+k:]
@@ -88,7 +89,7 @@ func DecodeRouteRequest(b []byte, m *pb.RouteRequest) error {
 		if num == 2 && typ == protowire.VarintType {
 			v, k := protowire.ConsumeVarint(b[n:])
 			if k < 0 {
-				return errTokenVarint
+				return tokenwire.ErrMalformed
 			}
 			tokens = append(tokens, uint32(v))
 			b = b[n+k:]
@@ -114,33 +115,56 @@ func DecodeRouteRequest(b []byte, m *pb.RouteRequest) error {
 	return nil
 }
 
-// appendPacked appends packed varints; the count of bytes without the
-// continuation bit is the count of values, so the slice grows once.
-func appendPacked(dst []uint32, b []byte) ([]uint32, error) {
-	count := 0
-	for _, c := range b {
-		if c < 0x80 {
-			count++
+// DecodeLifecycleRequest decodes b into m as proto.Unmarshal does. The
+// shape a client sends for a route call (an id and a route, each once)
+// decodes the route with DecodeRouteRequest; any other message (free,
+// prefill done, repeated or unknown fields) goes to protobuf-go whole.
+func DecodeLifecycleRequest(b []byte, m *pb.LifecycleRequest) error {
+	var (
+		id          uint64
+		route       []byte
+		seenID, has bool
+	)
+	for rest := b; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return unmarshalLifecycle(b, m)
+		}
+		switch {
+		case num == 1 && typ == protowire.VarintType && !seenID:
+			v, k := protowire.ConsumeVarint(rest[n:])
+			if k < 0 {
+				return unmarshalLifecycle(b, m)
+			}
+			id, seenID = v, true
+			rest = rest[n+k:]
+		case num == 2 && typ == protowire.BytesType && !has:
+			v, k := protowire.ConsumeBytes(rest[n:])
+			if k < 0 {
+				return unmarshalLifecycle(b, m)
+			}
+			route, has = v, true
+			rest = rest[n+k:]
+		default:
+			return unmarshalLifecycle(b, m)
 		}
 	}
-	if need := len(dst) + count; cap(dst) < need {
-		grown := make([]uint32, len(dst), need)
-		copy(grown, dst)
-		dst = grown
+	if !has {
+		return unmarshalLifecycle(b, m)
 	}
-	for i := 0; i < len(b); {
-		c := b[i]
-		if c < 0x80 { // one byte: most token ids below 128 and every continuation's end
-			dst = append(dst, uint32(c))
-			i++
-			continue
-		}
-		v, k := protowire.ConsumeVarint(b[i:])
-		if k < 0 {
-			return nil, errTokenVarint
-		}
-		i += k
-		dst = append(dst, uint32(v))
+	r := new(pb.RouteRequest)
+	if err := DecodeRouteRequest(route, r); err != nil {
+		return fmt.Errorf("lifecycle request: %w", err)
 	}
-	return dst, nil
+	m.Reset()
+	m.Id = id
+	m.Call = &pb.LifecycleRequest_Route{Route: r}
+	return nil
+}
+
+func unmarshalLifecycle(b []byte, m *pb.LifecycleRequest) error {
+	if err := proto.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("lifecycle request: %w", err)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -26,6 +27,35 @@ func FuzzDecodeRouteRequest(f *testing.F) {
 		var want, got pb.RouteRequest
 		werr := proto.Unmarshal(b, &want)
 		gerr := DecodeRouteRequest(b, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%x: protobuf-go %v, ours %v", b, werr, gerr)
+		}
+		if werr == nil && !proto.Equal(&want, &got) {
+			t.Fatalf("%x: protobuf-go %v, ours %v", b, &want, &got)
+		}
+	})
+}
+
+// FuzzDecodeLifecycleRequest checks the stream's decoder against
+// protobuf-go the same way, seeded with each call and with the shapes
+// that must leave the fast path (a repeated route merges, a later call
+// of the oneof wins, unknown fields are kept).
+func FuzzDecodeLifecycleRequest(f *testing.F) {
+	route := &pb.RouteRequest{RequestId: "r", TokenIds: []uint32{1, 300, 100000}, UpdateStates: new(false)}
+	routeCall, _ := proto.Marshal(&pb.LifecycleRequest{Id: 7, Call: &pb.LifecycleRequest_Route{Route: route}})
+	freeCall, _ := proto.Marshal(&pb.LifecycleRequest{Id: 8, Call: &pb.LifecycleRequest_Free{Free: &pb.RequestRef{RequestId: "r"}}})
+	f.Add(routeCall)
+	f.Add(freeCall)
+	f.Add(append(slices.Clone(routeCall), routeCall...)) // route twice: merged
+	f.Add(append(slices.Clone(routeCall), freeCall...))  // the free wins
+	f.Add(append(slices.Clone(freeCall), routeCall...))  // the route wins
+	f.Add(protowire.AppendVarint(protowire.AppendTag(slices.Clone(routeCall), 99, protowire.VarintType), 1))
+	f.Add([]byte{0x12, 0x00})             // an empty route
+	f.Add([]byte{0x08, 0x01, 0x12, 0x05}) // a truncated route
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got pb.LifecycleRequest
+		werr := proto.Unmarshal(b, &want)
+		gerr := DecodeLifecycleRequest(b, &got)
 		if (werr == nil) != (gerr == nil) {
 			t.Fatalf("%x: protobuf-go %v, ours %v", b, werr, gerr)
 		}

@@ -60,7 +60,7 @@ func Dial(target string, opts Options) (*Client, error) {
 	}
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxRecvBytes)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxRecvBytes), grpc.ForceCodecV2(newClientCodec())),
 	}
 	if opts.Token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken{token: opts.Token, secure: opts.TLS != nil}))
