@@ -14,8 +14,9 @@ import (
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 )
 
-// routeCodec is the server's codec: protobuf, with a RouteRequest's
-// packed token ids, alone or in a Lifecycle stream's route call, decoded
+// routeCodec is the server's codec: protobuf, with the packed token ids
+// of a RouteRequest (alone or in a Lifecycle stream's route call) and of a
+// TokensRequest (OverlapScores, PotentialLoads) decoded
 // by tokenwire into a recycled buffer (protobuf-go's generic packed
 // decoding cost as much per prompt as the JSON API's hand-written token
 // parser). Everything else, including a RouteRequest's other fields, goes
@@ -40,6 +41,8 @@ func (c routeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *pb.RouteRequest:
 		return DecodeRouteRequest(b, m)
+	case *pb.TokensRequest:
+		return DecodeTokensRequest(b, m)
 	case *pb.LifecycleRequest:
 		return DecodeLifecycleRequest(b, m)
 	}
@@ -66,51 +69,72 @@ func recycleTokens(t []uint32) {
 // 32 bits is truncated as protobuf does for uint32), with the token ids
 // in a buffer from tokenPool.
 func DecodeRouteRequest(b []byte, m *pb.RouteRequest) error {
+	return decodeWithTokens(b, m, routeTokensField, "route request",
+		func() []uint32 { return m.TokenIds }, func(t []uint32) { m.TokenIds = t })
+}
+
+// DecodeTokensRequest is DecodeRouteRequest for OverlapScores' and
+// PotentialLoads' TokensRequest.
+func DecodeTokensRequest(b []byte, m *pb.TokensRequest) error {
+	return decodeWithTokens(b, m, queryTokensField, "tokens request",
+		func() []uint32 { return m.TokenIds }, func(t []uint32) { m.TokenIds = t })
+}
+
+// Field numbers of token_ids (messages/kvrouterv1/router.proto).
+const (
+	routeTokensField protowire.Number = 2 // RouteRequest.token_ids
+	queryTokensField protowire.Number = 1 // TokensRequest.token_ids
+)
+
+// decodeWithTokens decodes b into m as proto.Unmarshal does, with field
+// num (m's token ids: get and set read and write it) gathered by
+// tokenwire into a pooled buffer and every other field by protobuf-go.
+func decodeWithTokens(b []byte, m proto.Message, num protowire.Number, what string, get func() []uint32, set func([]uint32)) error {
 	var rest []byte // the other fields, for protobuf-go
 	tp := tokenPool.Get().(*[]uint32)
 	tokens := (*tp)[:0]
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("route request: %w", protowire.ParseError(n))
+		n, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return fmt.Errorf("%s: %w", what, protowire.ParseError(k))
 		}
-		if num == 2 && typ == protowire.BytesType {
-			packed, k := protowire.ConsumeBytes(b[n:])
-			if k < 0 {
-				return fmt.Errorf("route request: token_ids: %w", protowire.ParseError(k))
+		if n == num && typ == protowire.BytesType {
+			packed, l := protowire.ConsumeBytes(b[k:])
+			if l < 0 {
+				return fmt.Errorf("%s: token_ids: %w", what, protowire.ParseError(l))
 			}
 			var err error
 			if tokens, err = tokenwire.AppendDecoded(tokens, packed); err != nil {
 				return err
 			}
-			b = b[n+k:]
+			b = b[k+l:]
 			continue
 		}
-		if num == 2 && typ == protowire.VarintType {
-			v, k := protowire.ConsumeVarint(b[n:])
-			if k < 0 {
+		if n == num && typ == protowire.VarintType {
+			v, l := protowire.ConsumeVarint(b[k:])
+			if l < 0 {
 				return tokenwire.ErrMalformed
 			}
 			tokens = append(tokens, uint32(v))
-			b = b[n+k:]
+			b = b[k+l:]
 			continue
 		}
-		k := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if k < 0 {
-			return fmt.Errorf("route request: field %d: %w", num, protowire.ParseError(k))
+		l := protowire.ConsumeFieldValue(n, typ, b[k:])
+		if l < 0 {
+			return fmt.Errorf("%s: field %d: %w", what, n, protowire.ParseError(l))
 		}
-		rest = append(rest, b[:n+k]...)
-		b = b[n+k:]
+		rest = append(rest, b[:k+l]...)
+		b = b[k+l:]
 	}
 	if len(rest) > 0 {
 		if err := proto.Unmarshal(rest, m); err != nil {
-			return fmt.Errorf("route request: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	if len(m.TokenIds) == 0 {
-		m.TokenIds = tokens
+	if had := get(); len(had) > 0 {
+		set(append(had, tokens...)) // merged into a message that had ids
 	} else {
-		m.TokenIds = append(m.TokenIds, tokens...) // merged into a message that had ids
+		set(tokens)
 	}
 	return nil
 }

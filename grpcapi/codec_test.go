@@ -64,3 +64,25 @@ func FuzzDecodeLifecycleRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeTokensRequest checks OverlapScores' and PotentialLoads'
+// decoder against protobuf-go.
+func FuzzDecodeTokensRequest(f *testing.F) {
+	full, _ := proto.Marshal(&pb.TokensRequest{TokenIds: []uint32{0, 1, 127, 128, 300, 1<<32 - 1}, LoraName: "l"})
+	f.Add(full)
+	f.Add(append(slices.Clone(full), full...)) // ids append, the name is the last one
+	f.Add(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1<<40+5))
+	f.Add([]byte{0x0a, 0x02, 0x80, 0x80}) // truncated varint
+	f.Add([]byte{0x12, 0x02, 0xff, 0xfe}) // invalid UTF-8 name
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got pb.TokensRequest
+		werr := proto.Unmarshal(b, &want)
+		gerr := DecodeTokensRequest(b, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%x: protobuf-go %v, ours %v", b, werr, gerr)
+		}
+		if werr == nil && !proto.Equal(&want, &got) {
+			t.Fatalf("%x: protobuf-go %v, ours %v", b, &want, &got)
+		}
+	})
+}

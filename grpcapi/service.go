@@ -135,8 +135,10 @@ func (v *service) OverlapScores(ctx context.Context, r *pb.TokensRequest) (*pb.O
 	}
 	reply, err := v.s.opts.Router.OverlapScores(ctx, r.GetTokenIds(), r.GetLoraName())
 	if err != nil {
-		return nil, v.s.routerError(err)
+		return nil, v.s.routerError(err) // a query that timed out may still read the tokens
 	}
+	recycleTokens(r.TokenIds) // answered: the scheduler is done with them
+	r.TokenIds = nil
 	cfg := v.s.opts.Router.Config().Scheduling
 	ranks := reply.GetRanks()
 	n := len(ranks.GetWorkerIds())
@@ -165,6 +167,8 @@ func (v *service) PotentialLoads(ctx context.Context, r *pb.TokensRequest) (*pb.
 	if err != nil {
 		return nil, v.s.routerError(err)
 	}
+	recycleTokens(r.TokenIds)
+	r.TokenIds = nil
 	res := &pb.PotentialLoadsResponse{Loads: make([]*pb.LoadRow, 0, len(reply.Loads))}
 	for _, l := range reply.Loads {
 		res.Loads = append(res.Loads, &pb.LoadRow{

@@ -14,17 +14,19 @@ import (
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 )
 
-// Field numbers of the prompt in RouteRequest and of the route call in
-// LifecycleRequest (messages/kvrouterv1/router.proto).
+// Field numbers of the prompt in RouteRequest and TokensRequest and of
+// the route call in LifecycleRequest (messages/kvrouterv1/router.proto).
 const (
-	tokenIDsField       protowire.Number = 2
+	routeTokensField    protowire.Number = 2
+	queryTokensField    protowire.Number = 1
 	lifecycleIDField    protowire.Number = 1
 	lifecycleRouteField protowire.Number = 2
 )
 
-// clientCodec is protobuf, with a route call's token ids (unary or on a
-// Lifecycle stream) encoded by tokenwire: protobuf-go's generic packed
-// encoding was most of a client's CPU per 4k-token route. The bytes are
+// clientCodec is protobuf, with a prompt's token ids (a route call, unary
+// or on a Lifecycle stream, and the OverlapScores and PotentialLoads
+// queries) encoded by tokenwire: protobuf-go's generic packed encoding
+// was most of a client's CPU per 4k-token route. The bytes are
 // what protobuf-go writes, with token_ids last instead of in field order
 // (which protobuf readers accept: fields may come in any order).
 type clientCodec struct{ proto encoding.CodecV2 }
@@ -38,23 +40,25 @@ func (c clientCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.pro
 func (c clientCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *pb.RouteRequest:
-		return encodeRoute(m, false, 0)
+		return encodeWithTokens(m, routeTokensField, m.GetTokenIds(), false, 0)
+	case *pb.TokensRequest:
+		return encodeWithTokens(m, queryTokensField, m.GetTokenIds(), false, 0)
 	case *pb.LifecycleRequest:
 		if r := m.GetRoute(); r != nil && len(m.ProtoReflect().GetUnknown()) == 0 {
-			return encodeRoute(r, true, m.GetId())
+			return encodeWithTokens(r, routeTokensField, r.GetTokenIds(), true, m.GetId())
 		}
 	}
 	return c.proto.Marshal(v)
 }
 
-// encodeRoute encodes r, alone or as LifecycleRequest{id, route: r}, into
-// one buffer of grpc's pool (freed once sent): r's other fields by
-// protobuf-go, then its token ids by tokenwire.
-func encodeRoute(r *pb.RouteRequest, inLifecycle bool, id uint64) (mem.BufferSlice, error) {
-	rest := withoutTokens(r)
-	ids := r.GetTokenIds()
+// encodeWithTokens encodes m, whose token ids ids are field num, alone or
+// (a route) as LifecycleRequest{id, route: m}, into one buffer of grpc's
+// pool (freed once sent): m's other fields by protobuf-go, then ids by
+// tokenwire.
+func encodeWithTokens(m proto.Message, num protowire.Number, ids []uint32, inLifecycle bool, id uint64) (mem.BufferSlice, error) {
+	rest := without(m, num)
 	payload := tokenwire.Size(ids)
-	inner := proto.Size(rest) + tokenwire.FieldSize(tokenIDsField, payload)
+	inner := proto.Size(rest) + tokenwire.FieldSize(num, payload)
 	size := inner
 	if inLifecycle {
 		size = protowire.SizeTag(lifecycleRouteField) + protowire.SizeBytes(inner)
@@ -76,22 +80,21 @@ func encodeRoute(r *pb.RouteRequest, inLifecycle bool, id uint64) (mem.BufferSli
 	b, err := proto.MarshalOptions{}.MarshalAppend(b, rest)
 	if err != nil {
 		pool.Put(buf)
-		return nil, fmt.Errorf("kvclient: route request: %w", err)
+		return nil, fmt.Errorf("kvclient: %s: %w", m.ProtoReflect().Descriptor().Name(), err)
 	}
-	*buf = tokenwire.AppendFieldSized(b, tokenIDsField, ids, payload)
+	*buf = tokenwire.AppendFieldSized(b, num, ids, payload)
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// withoutTokens is r without token_ids: every other field (sharing r's
-// values, which marshalling only reads) and r's unknown fields. It is
-// built by reflection so that a field added to RouteRequest is sent
-// without a change here.
-func withoutTokens(r *pb.RouteRequest) *pb.RouteRequest {
-	out := new(pb.RouteRequest)
-	dst := out.ProtoReflect()
-	src := r.ProtoReflect()
+// without is m without field num: every other field (sharing m's values,
+// which marshalling only reads) and m's unknown fields. It is built by
+// reflection so that a field added to the message is sent without a
+// change here.
+func without(m proto.Message, num protowire.Number) proto.Message {
+	src := m.ProtoReflect()
+	dst := src.New()
 	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Number() != tokenIDsField {
+		if fd.Number() != num {
 			dst.Set(fd, v)
 		}
 		return true
@@ -99,5 +102,5 @@ func withoutTokens(r *pb.RouteRequest) *pb.RouteRequest {
 	if u := src.GetUnknown(); len(u) > 0 {
 		dst.SetUnknown(u)
 	}
-	return out
+	return dst.Interface()
 }

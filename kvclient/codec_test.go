@@ -53,6 +53,7 @@ func TestClientCodecMatchesProtobuf(t *testing.T) {
 			{"lifecycle route", &pb.LifecycleRequest{Id: 9, Call: &pb.LifecycleRequest_Route{Route: full}}, new(pb.LifecycleRequest)},
 			{"lifecycle route, id 0", &pb.LifecycleRequest{Call: &pb.LifecycleRequest_Route{Route: bare}}, new(pb.LifecycleRequest)},
 			{"lifecycle free", &pb.LifecycleRequest{Id: 2, Call: &pb.LifecycleRequest_Free{Free: &pb.RequestRef{RequestId: "x"}}}, new(pb.LifecycleRequest)},
+			{"tokens query", &pb.TokensRequest{TokenIds: ids, LoraName: "l"}, new(pb.TokensRequest)},
 		} {
 			bufs, err := c.Marshal(tc.msg)
 			if err != nil {
