@@ -23,17 +23,7 @@ func FuzzDecodeRouteRequest(f *testing.F) {
 	f.Add([]byte{0x12, 0x02, 0x80, 0x80})                                                 // truncated varint
 	f.Add([]byte{0x12, 0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // overflowing varint
 	f.Add([]byte{0x0a, 0x02, 0xff, 0xfe})                                                 // invalid UTF-8 request id
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var want, got pb.RouteRequest
-		werr := proto.Unmarshal(b, &want)
-		gerr := DecodeRouteRequest(b, &got)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("%x: protobuf-go %v, ours %v", b, werr, gerr)
-		}
-		if werr == nil && !proto.Equal(&want, &got) {
-			t.Fatalf("%x: protobuf-go %v, ours %v", b, &want, &got)
-		}
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { matchesProtobuf(t, b, DecodeRouteRequest) })
 }
 
 // FuzzDecodeLifecycleRequest checks the stream's decoder against
@@ -52,17 +42,7 @@ func FuzzDecodeLifecycleRequest(f *testing.F) {
 	f.Add(protowire.AppendVarint(protowire.AppendTag(slices.Clone(routeCall), 99, protowire.VarintType), 1))
 	f.Add([]byte{0x12, 0x00})             // an empty route
 	f.Add([]byte{0x08, 0x01, 0x12, 0x05}) // a truncated route
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var want, got pb.LifecycleRequest
-		werr := proto.Unmarshal(b, &want)
-		gerr := DecodeLifecycleRequest(b, &got)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("%x: protobuf-go %v, ours %v", b, werr, gerr)
-		}
-		if werr == nil && !proto.Equal(&want, &got) {
-			t.Fatalf("%x: protobuf-go %v, ours %v", b, &want, &got)
-		}
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { matchesProtobuf(t, b, DecodeLifecycleRequest) })
 }
 
 // FuzzDecodeTokensRequest checks OverlapScores' and PotentialLoads'
@@ -74,15 +54,22 @@ func FuzzDecodeTokensRequest(f *testing.F) {
 	f.Add(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1<<40+5))
 	f.Add([]byte{0x0a, 0x02, 0x80, 0x80}) // truncated varint
 	f.Add([]byte{0x12, 0x02, 0xff, 0xfe}) // invalid UTF-8 name
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var want, got pb.TokensRequest
-		werr := proto.Unmarshal(b, &want)
-		gerr := DecodeTokensRequest(b, &got)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("%x: protobuf-go %v, ours %v", b, werr, gerr)
-		}
-		if werr == nil && !proto.Equal(&want, &got) {
-			t.Fatalf("%x: protobuf-go %v, ours %v", b, &want, &got)
-		}
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { matchesProtobuf(t, b, DecodeTokensRequest) })
+}
+
+// matchesProtobuf fails unless decode reads b as proto.Unmarshal does:
+// the same message, or an error from both.
+func matchesProtobuf[M any, P interface {
+	*M
+	proto.Message
+}](t *testing.T, b []byte, decode func([]byte, P) error) {
+	want, got := P(new(M)), P(new(M))
+	werr := proto.Unmarshal(b, want)
+	gerr := decode(b, got)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("%x: protobuf-go %v, ours %v", b, werr, gerr)
+	}
+	if werr == nil && !proto.Equal(want, got) {
+		t.Fatalf("%x: protobuf-go %v, ours %v", b, want, got)
+	}
 }
