@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kvrouter/kvrouter/internal/tokenwire"
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
@@ -80,11 +81,19 @@ func DecodeTokensRequest(b []byte, m *pb.TokensRequest) error {
 		func() []uint32 { return m.TokenIds }, func(t []uint32) { m.TokenIds = t })
 }
 
-// Field numbers of token_ids (messages/kvrouterv1/router.proto).
-const (
-	routeTokensField protowire.Number = 2 // RouteRequest.token_ids
-	queryTokensField protowire.Number = 1 // TokensRequest.token_ids
+// Field numbers of token_ids and of a Lifecycle call, read from the
+// generated descriptors.
+var (
+	routeTokensField = fieldNumber(&pb.RouteRequest{}, "token_ids")
+	queryTokensField = fieldNumber(&pb.TokensRequest{}, "token_ids")
+
+	lifecycleIDField    = fieldNumber(&pb.LifecycleRequest{}, "id")
+	lifecycleRouteField = fieldNumber(&pb.LifecycleRequest{}, "route")
 )
+
+func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
+	return m.ProtoReflect().Descriptor().Fields().ByName(name).Number()
+}
 
 // decodeWithTokens decodes b into m as proto.Unmarshal does, with field
 // num (m's token ids: get and set read and write it) gathered by
@@ -155,14 +164,14 @@ func DecodeLifecycleRequest(b []byte, m *pb.LifecycleRequest) error {
 			return unmarshalLifecycle(b, m)
 		}
 		switch {
-		case num == 1 && typ == protowire.VarintType && !seenID:
+		case num == lifecycleIDField && typ == protowire.VarintType && !seenID:
 			v, k := protowire.ConsumeVarint(rest[n:])
 			if k < 0 {
 				return unmarshalLifecycle(b, m)
 			}
 			id, seenID = v, true
 			rest = rest[n+k:]
-		case num == 2 && typ == protowire.BytesType && !has:
+		case num == lifecycleRouteField && typ == protowire.BytesType && !has:
 			v, k := protowire.ConsumeBytes(rest[n:])
 			if k < 0 {
 				return unmarshalLifecycle(b, m)

@@ -15,13 +15,17 @@ import (
 )
 
 // Field numbers of the prompt in RouteRequest and TokensRequest and of
-// the route call in LifecycleRequest (messages/kvrouterv1/router.proto).
-const (
-	routeTokensField    protowire.Number = 2
-	queryTokensField    protowire.Number = 1
-	lifecycleIDField    protowire.Number = 1
-	lifecycleRouteField protowire.Number = 2
+// the call in LifecycleRequest, read from the generated descriptors.
+var (
+	routeTokensField    = fieldNumber(&pb.RouteRequest{}, "token_ids")
+	queryTokensField    = fieldNumber(&pb.TokensRequest{}, "token_ids")
+	lifecycleIDField    = fieldNumber(&pb.LifecycleRequest{}, "id")
+	lifecycleRouteField = fieldNumber(&pb.LifecycleRequest{}, "route")
 )
+
+func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
+	return m.ProtoReflect().Descriptor().Fields().ByName(name).Number()
+}
 
 // clientCodec is protobuf, with a prompt's token ids (a route call, unary
 // or on a Lifecycle stream, and the OverlapScores and PotentialLoads
