@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kvrouter/kvrouter/internal/tokenwire"
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
@@ -70,29 +69,15 @@ func recycleTokens(t []uint32) {
 // 32 bits is truncated as protobuf does for uint32), with the token ids
 // in a buffer from tokenPool.
 func DecodeRouteRequest(b []byte, m *pb.RouteRequest) error {
-	return decodeWithTokens(b, m, routeTokensField, "route request",
+	return decodeWithTokens(b, m, pb.RouteRequestTokenIDsField, "route request",
 		func() []uint32 { return m.TokenIds }, func(t []uint32) { m.TokenIds = t })
 }
 
 // DecodeTokensRequest is DecodeRouteRequest for OverlapScores' and
 // PotentialLoads' TokensRequest.
 func DecodeTokensRequest(b []byte, m *pb.TokensRequest) error {
-	return decodeWithTokens(b, m, queryTokensField, "tokens request",
+	return decodeWithTokens(b, m, pb.TokensRequestTokenIDsField, "tokens request",
 		func() []uint32 { return m.TokenIds }, func(t []uint32) { m.TokenIds = t })
-}
-
-// Field numbers of token_ids and of a Lifecycle call, read from the
-// generated descriptors.
-var (
-	routeTokensField = fieldNumber(&pb.RouteRequest{}, "token_ids")
-	queryTokensField = fieldNumber(&pb.TokensRequest{}, "token_ids")
-
-	lifecycleIDField    = fieldNumber(&pb.LifecycleRequest{}, "id")
-	lifecycleRouteField = fieldNumber(&pb.LifecycleRequest{}, "route")
-)
-
-func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
-	return m.ProtoReflect().Descriptor().Fields().ByName(name).Number()
 }
 
 // decodeWithTokens decodes b into m as proto.Unmarshal does, with field
@@ -164,14 +149,14 @@ func DecodeLifecycleRequest(b []byte, m *pb.LifecycleRequest) error {
 			return unmarshalLifecycle(b, m)
 		}
 		switch {
-		case num == lifecycleIDField && typ == protowire.VarintType && !seenID:
+		case num == pb.LifecycleRequestIDField && typ == protowire.VarintType && !seenID:
 			v, k := protowire.ConsumeVarint(rest[n:])
 			if k < 0 {
 				return unmarshalLifecycle(b, m)
 			}
 			id, seenID = v, true
 			rest = rest[n+k:]
-		case num == lifecycleRouteField && typ == protowire.BytesType && !has:
+		case num == pb.LifecycleRequestRouteField && typ == protowire.BytesType && !has:
 			v, k := protowire.ConsumeBytes(rest[n:])
 			if k < 0 {
 				return unmarshalLifecycle(b, m)

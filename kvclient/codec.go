@@ -14,19 +14,6 @@ import (
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 )
 
-// Field numbers of the prompt in RouteRequest and TokensRequest and of
-// the call in LifecycleRequest, read from the generated descriptors.
-var (
-	routeTokensField    = fieldNumber(&pb.RouteRequest{}, "token_ids")
-	queryTokensField    = fieldNumber(&pb.TokensRequest{}, "token_ids")
-	lifecycleIDField    = fieldNumber(&pb.LifecycleRequest{}, "id")
-	lifecycleRouteField = fieldNumber(&pb.LifecycleRequest{}, "route")
-)
-
-func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
-	return m.ProtoReflect().Descriptor().Fields().ByName(name).Number()
-}
-
 // clientCodec is protobuf, with a prompt's token ids (a route call, unary
 // or on a Lifecycle stream, and the OverlapScores and PotentialLoads
 // queries) encoded by tokenwire: protobuf-go's generic packed encoding
@@ -44,12 +31,12 @@ func (c clientCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.pro
 func (c clientCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *pb.RouteRequest:
-		return encodeWithTokens(m, routeTokensField, m.GetTokenIds(), false, 0)
+		return encodeWithTokens(m, pb.RouteRequestTokenIDsField, m.GetTokenIds(), false, 0)
 	case *pb.TokensRequest:
-		return encodeWithTokens(m, queryTokensField, m.GetTokenIds(), false, 0)
+		return encodeWithTokens(m, pb.TokensRequestTokenIDsField, m.GetTokenIds(), false, 0)
 	case *pb.LifecycleRequest:
 		if r := m.GetRoute(); r != nil && len(m.ProtoReflect().GetUnknown()) == 0 {
-			return encodeWithTokens(r, routeTokensField, r.GetTokenIds(), true, m.GetId())
+			return encodeWithTokens(r, pb.RouteRequestTokenIDsField, r.GetTokenIds(), true, m.GetId())
 		}
 	}
 	return c.proto.Marshal(v)
@@ -65,9 +52,9 @@ func encodeWithTokens(m proto.Message, num protowire.Number, ids []uint32, inLif
 	inner := proto.Size(rest) + tokenwire.FieldSize(num, payload)
 	size := inner
 	if inLifecycle {
-		size = protowire.SizeTag(lifecycleRouteField) + protowire.SizeBytes(inner)
+		size = protowire.SizeTag(pb.LifecycleRequestRouteField) + protowire.SizeBytes(inner)
 		if id != 0 {
-			size += protowire.SizeTag(lifecycleIDField) + protowire.SizeVarint(id)
+			size += protowire.SizeTag(pb.LifecycleRequestIDField) + protowire.SizeVarint(id)
 		}
 	}
 	pool := mem.DefaultBufferPool()
@@ -75,10 +62,10 @@ func encodeWithTokens(m proto.Message, num protowire.Number, ids []uint32, inLif
 	b := (*buf)[:0]
 	if inLifecycle {
 		if id != 0 {
-			b = protowire.AppendTag(b, lifecycleIDField, protowire.VarintType)
+			b = protowire.AppendTag(b, pb.LifecycleRequestIDField, protowire.VarintType)
 			b = protowire.AppendVarint(b, id)
 		}
-		b = protowire.AppendTag(b, lifecycleRouteField, protowire.BytesType)
+		b = protowire.AppendTag(b, pb.LifecycleRequestRouteField, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(inner))
 	}
 	b, err := proto.MarshalOptions{}.MarshalAppend(b, rest)
