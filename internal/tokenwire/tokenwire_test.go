@@ -130,8 +130,43 @@ func TestRoundTripMatchesProtobuf(t *testing.T) {
 	}
 }
 
+// TestDecodeBlockEdges puts a varint the block path does not take (4, 5
+// or 10 bytes long, or 11 and malformed) at every position of payloads of
+// 1–3-byte ids long enough for several 64-byte blocks, so it falls at
+// every offset in a block, on block boundaries and in the tail.
+func TestDecodeBlockEdges(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	ids := make([]uint32, 120)
+	for i := range ids {
+		ids[i] = uint32(r.IntN(1 << (7 * (1 + r.IntN(3)))))
+	}
+	inserts := map[string][]byte{
+		"4 bytes":  protowire.AppendVarint(nil, 1<<21+3),
+		"5 bytes":  protowire.AppendVarint(nil, math.MaxUint32),
+		"10 bytes": protowire.AppendVarint(nil, math.MaxUint64),
+		"11 bytes": append(bytes.Repeat([]byte{0xff}, 10), 0x01),
+	}
+	for name, odd := range inserts {
+		for at := 0; at <= len(ids); at++ {
+			wire := AppendEncoded(nil, ids[:at])
+			wire = append(wire, odd...)
+			wire = AppendEncoded(wire, ids[at:])
+			want, werr := referenceDecode(wire)
+			got, gerr := AppendDecoded(nil, wire)
+			if (werr == nil) != (gerr == nil) || !slices.Equal(got, want) {
+				t.Fatalf("%s at id %d: got %v, %v; want %v, %v", name, at, got, gerr, want, werr)
+			}
+		}
+	}
+}
+
 func FuzzAppendDecoded(f *testing.F) {
 	f.Add([]byte{0xac, 0x02, 0x01})
+	// Long enough for the 64-byte block path, lengths mixed, with a
+	// 5-byte varint inside a block.
+	mixed := AppendEncoded(nil, []uint32{1, 300, 20000, 5, 70000, 128, 16383, 16384, 2, 3})
+	mixed = slices.Concat(mixed, mixed, protowire.AppendVarint(nil, math.MaxUint32), mixed, mixed, mixed, mixed)
+	f.Add(mixed)
 	f.Add(protowire.AppendVarint(nil, math.MaxUint64))
 	f.Add([]byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
