@@ -46,6 +46,16 @@ func locals(hs ...uint64) []kv.LocalBlockHash {
 
 // chain stores local hashes 1..n style chains: ext = 1000*tag + local so
 // tests can name engine hashes predictably.
+// longChain is the local hashes 1..n, for chains past checkSelfReference's
+// pairwise limit.
+func longChain(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = uint64(i + 1)
+	}
+	return out
+}
+
 func chain(tag uint64, local ...uint64) []kv.StoredBlock {
 	out := make([]kv.StoredBlock, len(local))
 	for i, l := range local {

@@ -41,7 +41,8 @@ type Tree struct {
 	refs    []nodeRef // emptyRank's list of a rank's nodes
 	// targetNames[i] is the engine name targets[i] was found by.
 	targetNames []kv.ExternalBlockHash
-	seen        blockMap // checkSelfReference's set of names
+	names       nameFilter // checkSelfReference's screen of a long event
+	seen        blockMap   // its exact set of names, when the screen fails
 	// touched keeps what blockMap.touch reads (see there), so the loads
 	// stay in the program.
 	touched uint64
@@ -165,6 +166,9 @@ func (t *Tree) checkSelfReference(ev *kv.Event) error {
 				}
 			}
 		}
+		return nil
+	}
+	if t.names.distinct(blocks) {
 		return nil
 	}
 	seen := &t.seen

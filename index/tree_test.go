@@ -172,6 +172,24 @@ func TestTreeApply(t *testing.T) {
 			wantLen: 0,
 		},
 		{
+			// Past 32 blocks the repeat is found by the name filter and
+			// the exact check behind it (namefilter.go).
+			name:    "engine hash repeated inside a long chain is rejected whole",
+			ev:      storedRoot(w1, append(chain(1, longChain(40)...), blk(1007, 41))...),
+			wantErr: ErrInvalidBlockSequence,
+			query:   []uint64{1, 2, 3},
+			want:    scores{},
+			wantLen: 0,
+			counter: func(c Counters) (uint64, uint64) { return c.InvalidSequence, 1 },
+		},
+		{
+			name:    "a long chain of distinct names is stored",
+			ev:      storedRoot(w1, chain(1, longChain(40)...)...),
+			query:   []uint64{1, 2, 3},
+			want:    scores{w1: 3},
+			wantLen: 40,
+		},
+		{
 			name:    "chain naming an ancestor stops there",
 			setup:   []*kv.Event{storedRoot(w1, chain(1, 1, 2)...)},
 			ev:      storedUnder(w1, 1002, blk(50, 3), blk(1001, 4)),
