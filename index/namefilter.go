@@ -2,20 +2,22 @@ package index
 
 import "github.com/kvrouter/kvrouter/kv"
 
-// nameFilter screens a long Stored event for an engine hash it names
-// twice (checkSelfReference) with one bit per name in a 64 Kbit set
-// before any exact check. An event names ~90 blocks on average in the
-// Mooncake replay (block size 64), and putting each in a hash table to
-// find the rare repeat took 14% of applying the event
-// (BenchmarkApplyMooncakeSteady's profile). Distinct names almost always
-// set distinct bits: for 100 names two share a bit in 7% of events, and
-// only those events (and the ones that do repeat a name) pay for the
-// exact check. Names an adversary chose to share bits cost that check,
-// which is what every event cost before, and nothing more.
+// nameFilter narrows the search for an engine hash a long Stored event
+// names twice (checkSelfReference) to the names that share a bit with
+// another in a 64 Kbit set. An event names ~90 blocks on average in the
+// Mooncake replay (block size 64) and some name thousands; putting every
+// name in a hash table to find the rare repeat took 14% of applying an
+// event (BenchmarkApplyMooncakeSteady's profile), mostly in growing the
+// table for the long events. Distinct names almost always set distinct
+// bits: for 100 names two share one in 7% of events, and then those two
+// are what is compared. Names an adversary chose to share bits all end
+// up compared by the exact check, which is what every name cost before.
 type nameFilter struct {
-	// bits is allocated on the first long event (8 KB); it is all zero
-	// between calls.
-	bits *[filterBits / 64]uint64
+	// once and twice are allocated on the first long event (8 KB each):
+	// a name's bit in once, and in twice when a second name has it. Both
+	// are all zero between calls.
+	once, twice *[filterBits / 64]uint64
+	sharing     []kv.ExternalBlockHash
 }
 
 const (
@@ -25,29 +27,40 @@ const (
 
 // filterSlot spreads a name over the set (Fibonacci hashing: engines may
 // name blocks by consecutive ids).
-func filterSlot(h kv.ExternalBlockHash) uint64 {
-	return uint64(h) * 0x9e3779b97f4a7c15 >> (64 - filterLog)
+func filterSlot(h kv.ExternalBlockHash) (word uint64, bit uint64) {
+	s := uint64(h) * 0x9e3779b97f4a7c15 >> (64 - filterLog)
+	return s / 64, 1 << (s % 64)
 }
 
-// distinct reports true when no two blocks share a bit, which proves
-// their names distinct; false means they may repeat one.
-func (f *nameFilter) distinct(blocks []kv.StoredBlock) bool {
-	if f.bits == nil {
-		f.bits = new([filterBits / 64]uint64)
+// sharingNames returns the names of blocks whose bit another block's name
+// has too, in order: every name blocks repeats is among them. The slice
+// is reused by the next call.
+func (f *nameFilter) sharingNames(blocks []kv.StoredBlock) []kv.ExternalBlockHash {
+	if f.once == nil {
+		f.once, f.twice = new([filterBits / 64]uint64), new([filterBits / 64]uint64)
 	}
-	set := len(blocks)
-	for i, b := range blocks {
-		s := filterSlot(b.BlockHash)
-		w, bit := s/64, uint64(1)<<(s%64)
-		if f.bits[w]&bit != 0 {
-			set = i
-			break
+	shared := false
+	for _, b := range blocks {
+		w, bit := filterSlot(b.BlockHash)
+		if f.once[w]&bit != 0 {
+			f.twice[w] |= bit
+			shared = true
 		}
-		f.bits[w] |= bit
+		f.once[w] |= bit
 	}
-	for _, b := range blocks[:set] {
-		s := filterSlot(b.BlockHash)
-		f.bits[s/64] &^= 1 << (s % 64)
+	f.sharing = f.sharing[:0]
+	for _, b := range blocks {
+		w, bit := filterSlot(b.BlockHash)
+		f.once[w] &^= bit
+		if shared && f.twice[w]&bit != 0 {
+			f.sharing = append(f.sharing, b.BlockHash)
+		}
 	}
-	return set == len(blocks)
+	if shared {
+		for _, h := range f.sharing {
+			w, bit := filterSlot(h)
+			f.twice[w] &^= bit
+		}
+	}
+	return f.sharing
 }

@@ -168,16 +168,25 @@ func (t *Tree) checkSelfReference(ev *kv.Event) error {
 		}
 		return nil
 	}
-	if t.names.distinct(blocks) {
+	// Past 32 blocks only names that share a bit of the filter can repeat.
+	names := t.names.sharingNames(blocks)
+	if len(names) <= 32 {
+		for i := 1; i < len(names); i++ {
+			for j := 0; j < i; j++ {
+				if names[i] == names[j] {
+					return bad(names[i])
+				}
+			}
+		}
 		return nil
 	}
 	seen := &t.seen
 	defer seen.reset()
-	for _, b := range blocks {
-		if seen.get(b.BlockHash) != 0 {
-			return bad(b.BlockHash)
+	for _, h := range names {
+		if seen.get(h) != 0 {
+			return bad(h)
 		}
-		seen.put(b.BlockHash, t.root.self) // any node: the set only needs a key
+		seen.put(h, t.root.self) // any node: the set only needs a key
 	}
 	return nil
 }
