@@ -54,10 +54,11 @@ func AppendDecoded(dst []uint32, b []byte) ([]uint32, error) {
 	n := Count(b)
 	dst = slices.Grow(dst, n)
 	out := dst[len(dst) : len(dst)+n]
-	// Token ids take 1–3 bytes (vocabularies stay below 2^21 ids): whole
-	// words of them go through decodeWords (decodetable.go). What it
+	// Token ids take 1–3 bytes (vocabularies stay below 2^21 ids): 64-byte
+	// blocks of them go through decodeBlocks (decodetable.go). What it
 	// leaves, a longer varint or the last few bytes, goes through
-	// protowire one varint at a time.
+	// protowire one varint at a time, and decodeBlocks takes over again
+	// after each.
 	i, j := decodeBlocks(out, b)
 	for i < len(b) {
 		v, k := protowire.ConsumeVarint(b[i:])
@@ -97,9 +98,11 @@ func AppendEncoded(dst []byte, ids []uint32) []byte {
 func appendEncoded(dst []byte, ids []uint32, size int) []byte {
 	dst = slices.Grow(dst, size)
 	out := dst[len(dst) : len(dst)+size]
+	// What encodeShort leaves, a longer id or the last few, is written one
+	// id at a time, and encodeShort takes over again after each.
 	p, i := encodeShort(out, ids)
-	for _, v := range ids[i:] {
-		switch {
+	for i < len(ids) {
+		switch v := ids[i]; {
 		case v < 1<<7 && p < len(out):
 			out[p] = byte(v)
 			p++
@@ -115,6 +118,10 @@ func appendEncoded(dst []byte, ids []uint32, size int) []byte {
 		default:
 			p += len(protowire.AppendVarint(out[p:p], uint64(v)))
 		}
+		i++
+		dp, di := encodeShort(out[p:], ids[i:])
+		p += dp
+		i += di
 	}
 	return dst[:len(dst)+size]
 }
