@@ -158,25 +158,17 @@ func (t *Tree) checkSelfReference(ev *kv.Event) error {
 			}
 		}
 	}
-	if len(blocks) <= 32 {
-		for i := 1; i < len(blocks); i++ {
-			for j := 0; j < i; j++ {
-				if blocks[i].BlockHash == blocks[j].BlockHash {
-					return bad(blocks[i].BlockHash)
-				}
-			}
+	if len(blocks) <= pairwiseNames {
+		if h, ok := repeatedName(blocks, storedName); ok {
+			return bad(h)
 		}
 		return nil
 	}
-	// Past 32 blocks only names that share a bit of the filter can repeat.
+	// Past that only names that share a bit of the filter can repeat.
 	names := t.names.sharingNames(blocks)
-	if len(names) <= 32 {
-		for i := 1; i < len(names); i++ {
-			for j := 0; j < i; j++ {
-				if names[i] == names[j] {
-					return bad(names[i])
-				}
-			}
+	if len(names) <= pairwiseNames {
+		if h, ok := repeatedName(names, sameName); ok {
+			return bad(h)
 		}
 		return nil
 	}
@@ -190,6 +182,25 @@ func (t *Tree) checkSelfReference(ev *kv.Event) error {
 	}
 	return nil
 }
+
+// pairwiseNames is how many names checkSelfReference compares pair by
+// pair; past it, a set is cheaper.
+const pairwiseNames = 32
+
+// repeatedName returns a name two of xs carry, comparing every pair.
+func repeatedName[T any](xs []T, name func(T) kv.ExternalBlockHash) (kv.ExternalBlockHash, bool) {
+	for i := 1; i < len(xs); i++ {
+		for j := 0; j < i; j++ {
+			if name(xs[i]) == name(xs[j]) {
+				return name(xs[i]), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func storedName(b kv.StoredBlock) kv.ExternalBlockHash     { return b.BlockHash }
+func sameName(h kv.ExternalBlockHash) kv.ExternalBlockHash { return h }
 
 // storeBlock records that rank id holds block b under parent, and returns
 // the block's node. The parent is the root or a node id holds.
