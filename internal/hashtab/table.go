@@ -54,6 +54,15 @@ const (
 	// gives its memory back, and a steady add/delete cycle never resizes.
 	growNum, growDen = 3, 4
 	shrinkDen        = 8
+	// A delete never shrinks a table to fewer than shrinkFloor slots. A
+	// rank's active blocks go from empty to one request's hashes and back
+	// with every request on an idle rank (32 at the default stride): with
+	// no floor each such cycle grew the table three times and shrank it
+	// three times, two-thirds of an idle rank's add and free
+	// (BenchmarkAddFree/idle), on the replica that routes and on every
+	// peer applying its gossip. Below the floor a table keeps what it
+	// grew to, at most 256 slots (6 KB for a rank's active blocks).
+	shrinkFloor = 256
 	// Reset keeps a table of up to this many slots for reuse.
 	keepOnReset = 1024
 )
@@ -166,7 +175,7 @@ func (t *Table[K, V]) Delete(k K) {
 	}
 	t.slots[i] = slot[K, V]{}
 	t.used--
-	if len(t.slots) > minSlots && t.used*shrinkDen < len(t.slots) {
+	if len(t.slots) > shrinkFloor && t.used*shrinkDen < len(t.slots) {
 		t.resize(len(t.slots) / 2)
 	}
 }

@@ -114,8 +114,32 @@ func TestTableMatchesAMap(t *testing.T) {
 	}
 }
 
-// A table emptied after a burst gives its slots back; Reset empties it
-// and keeps a small table.
+// A table that fills with a few dozen keys and empties again, as a rank's
+// active blocks do with each request on an idle rank, resizes only on the
+// first fill: later cycles reuse its slots.
+func TestFillAndEmptyCyclesKeepTheirSlots(t *testing.T) {
+	for _, keys := range []uint64{32, 100, 3 * shrinkFloor / 4} {
+		var tab Table[uint64, int]
+		var first *slot[uint64, int]
+		for cycle := range uint64(5) {
+			for k := range keys {
+				tab.Put(cycle<<32|k+1, 1)
+			}
+			if cycle == 0 {
+				first = &tab.slots[0]
+			}
+			for k := range keys {
+				tab.Delete(cycle<<32 | k + 1)
+			}
+			if tab.Len() != 0 || &tab.slots[0] != first {
+				t.Fatalf("%d keys, cycle %d: %d keys left, slots reallocated: %v", keys, cycle, tab.Len(), &tab.slots[0] != first)
+			}
+		}
+	}
+}
+
+// A table emptied after a burst gives its slots back, down to the
+// floor; Reset empties it and keeps a small table.
 func TestTableShrinksAndResets(t *testing.T) {
 	var tab Table[uint64, int]
 	for k := uint64(1); k <= 10000; k++ {
@@ -125,7 +149,7 @@ func TestTableShrinksAndResets(t *testing.T) {
 	for k := uint64(1); k <= 10000; k++ {
 		tab.Delete(k)
 	}
-	if tab.Len() != 0 || len(tab.slots) > minSlots || grown < 10000 {
+	if tab.Len() != 0 || len(tab.slots) != shrinkFloor || grown < 10000 {
 		t.Fatalf("after 10,000 puts (%d slots) and their deletes: %d keys in %d slots", grown, tab.Len(), len(tab.slots))
 	}
 	for k := uint64(0); k < 100; k++ {
