@@ -15,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
+	"google.golang.org/protobuf/proto"
 )
 
 // scheduleFixture is a router with 64 workers, each holding a 2k-token
@@ -103,6 +104,32 @@ func BenchmarkScheduleActor(b *testing.B) { benchmarkScheduleActor(b, 1) }
 // hashes instead of 256.
 func BenchmarkScheduleActorStride8(b *testing.B) { benchmarkScheduleActor(b, 8) }
 
+// BenchmarkScheduleActorStride8NoPeer is BenchmarkScheduleActorStride8
+// with no peer applying the gossip: each gossiped event is marshalled as
+// the cluster's sender marshals a batch (into a reused buffer) and
+// dropped, so the CPU is the deciding replica's alone. The difference
+// from BenchmarkScheduleActorStride8 is what one peer pays to apply a
+// decision's gossip.
+func BenchmarkScheduleActorStride8NoPeer(b *testing.B) {
+	var mu sync.Mutex
+	var buf []byte
+	batch := &messages.SequenceEventBatch{Events: make([]*messages.SequenceEvent, 1)}
+	r, prompts := scheduleFixture(b, func(c *Config) {
+		c.ReplicaID = "local"
+		c.Sequence.Stride = 8
+		c.Publish = func(ev *messages.SequenceEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			batch.Events[0] = ev
+			var err error
+			if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf[:0], batch); err != nil {
+				b.Error(err)
+			}
+		}
+	})
+	runDecisions(b, routeAndFree(r, prompts))
+}
+
 func benchmarkScheduleActor(b *testing.B, stride int) {
 	peer := startRouter(b, func(c *Config) { c.ReplicaID = "peer"; c.Shards = 1; c.Sequence.Stride = stride })
 	for id := uint64(1); id <= 64; id++ {
@@ -114,13 +141,19 @@ func benchmarkScheduleActor(b *testing.B, stride int) {
 		c.Publish = peer.ApplyRemote
 		c.Sequence.Stride = stride
 	})
-	runDecisions(b, func(ctx context.Context, n int64) error {
+	runDecisions(b, routeAndFree(r, prompts))
+}
+
+// routeAndFree is one decision with state updates as the proxy makes it:
+// a Route that records the request on its rank, then its Free.
+func routeAndFree(r *Router, prompts [][]uint32) func(context.Context, int64) error {
+	return func(ctx context.Context, n int64) error {
 		id := "d-" + strconv.FormatInt(n, 10)
 		if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: id, TokenIds: prompts[n%8], UpdateStates: true}); err != nil {
 			return err
 		}
 		return r.Free(ctx, id)
-	})
+	}
 }
 
 // BenchmarkScheduleActorSticky is BenchmarkScheduleActor with every

@@ -102,6 +102,30 @@ func (t *TokenIDs) UnmarshalJSON(b []byte) error {
 // ids against 29-33 us for ids of one length (BenchmarkTokenIDs4kDistinct
 // has both, and the byte loop beside this one).
 func swarIDs(out []uint32, body []byte) ([]uint32, int) {
+	i := 0
+	for {
+		// Ids go straight into the spare capacity, which grows when it
+		// runs out; an id takes at least two bytes, so half the rest of
+		// body is room for all.
+		room := out[len(out):cap(out)]
+		if len(room) == 0 {
+			out = slices.Grow(out, min((len(body)-i)/2+1, 4096))
+			room = out[len(out):cap(out)]
+		}
+		var j int
+		j, i = swarRun(room, body, i)
+		out = out[:len(out)+j]
+		if j < len(room) {
+			return out, i
+		}
+	}
+}
+
+// swarRun is swarIDs' loop, from body[i] into room until room is full or
+// an id is not the common case. It is a function of its own so that the
+// loop holds nothing else in registers: with the caller's values live,
+// the compiler reloaded five of them from the stack on every id.
+func swarRun(room []uint32, body []byte, i int) (int, int) {
 	const (
 		zeros    = 0x3030303030303030 // '0' in every byte
 		low7     = 0x7f7f7f7f7f7f7f7f
@@ -111,44 +135,29 @@ func swarIDs(out []uint32, body []byte) ([]uint32, int) {
 		mulPairs = 100 + 1000000<<32 // digit pairs to 4-digit groups (Lemire's eight-digit parse)
 		mulQuads = 1 + 10000<<32
 	)
-	i := 0
-	for {
-		// Ids go straight into the spare capacity (no call in the loop,
-		// so nothing spills), which grows when it runs out; an id takes
-		// at least two bytes, so half the rest of body is room for all.
-		room := out[len(out):cap(out)]
-		if len(room) == 0 {
-			out = slices.Grow(out, min((len(body)-i)/2+1, 4096))
-			room = out[len(out):cap(out)]
+	j := 0
+	// i+8 < len(body): the load, the comma within it and the space check
+	// after it stay inside body.
+	for ; j < len(room) && i+8 < len(body); j++ {
+		w := binary.LittleEndian.Uint64(body[i : i+8])
+		d := w ^ zeros // a digit byte becomes its value, 0-9; any other byte is 10 or more
+		nonDigit := ((d & low7) + tenUp | d) & high
+		n := bits.TrailingZeros64(nonDigit) >> 3 // leading digits, 0-8
+		if uint(n-1) > 6 || d&0xff == 0 && n > 1 || byte(w>>(8*n)) != ',' {
+			break
 		}
-		j := 0
-		// i+8 < len(body): the load, the comma within it and the space
-		// check after it stay inside body.
-		for ; j < len(room) && i+8 < len(body); j++ {
-			w := binary.LittleEndian.Uint64(body[i:])
-			d := w ^ zeros // a digit byte becomes its value, 0-9; any other byte is 10 or more
-			nonDigit := ((d & low7) + tenUp | d) & high
-			n := bits.TrailingZeros64(nonDigit) >> 3 // leading digits, 0-8
-			if uint(n-1) > 6 || d&0xff == 0 && n > 1 || byte(w>>(8*n)) != ',' {
-				break
-			}
-			// The n digits to the top bytes, zeros below them: an
-			// eight-digit number with leading zeros, read in three
-			// multiplies.
-			x := d << (64 - 8*n)
-			x = x*10 + x>>8
-			x = ((x&oneByte)*mulPairs + (x>>16&oneByte)*mulQuads) >> 32
-			room[j] = uint32(x)
-			i += n + 1
-			if body[i] == ' ' {
-				i++
-			}
-		}
-		out = out[:len(out)+j]
-		if j < len(room) {
-			return out, i
+		// The n digits to the top bytes, zeros below them: an eight-digit
+		// number with leading zeros, read in three multiplies.
+		x := d << (64 - 8*n)
+		x = x*10 + x>>8
+		x = ((x&oneByte)*mulPairs + (x>>16&oneByte)*mulQuads) >> 32
+		room[j] = uint32(x)
+		i += n + 1
+		if body[i] == ' ' {
+			i++
 		}
 	}
+	return j, i
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
