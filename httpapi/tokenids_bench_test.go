@@ -2,40 +2,27 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
-// tokenArrays are 64 distinct 4k-token JSON arrays for each of two id
-// distributions, kvbench's (uniform over a 50,000-id vocabulary: mostly 5
-// digits, some 4) and a Zipf law over Qwen's 151,936-id vocabulary
-// (frequent words have small ids: 1 to 6 digits, mixed), each written
-// compact (`1,2,3`, JavaScript's JSON.stringify, Go's encoding/json) and
-// as Python's json.dumps writes it by default (`1, 2, 3`). The benchmark
-// goes round the 64: parsing one array over and over, the branch
-// predictor learns its pattern of lengths, which a router serving
-// distinct prompts never sees.
+// tokenArrays are testutil.TokenPrompts' 64 distinct 4k-token prompts of
+// kvbench's ids (uniform: mostly 5 digits, some 4) and of Zipf ids (1 to
+// 6 digits, mixed) as JSON arrays, each written compact (`1,2,3`:
+// JavaScript's JSON.stringify, Go's encoding/json) and as Python's
+// json.dumps writes them by default (`1, 2, 3`).
 func tokenArrays() map[string][][]byte {
-	const n, distinct = 4096, 64
 	out := map[string][][]byte{}
-	z := rand.NewZipf(rand.New(rand.NewPCG(3, 4)), 1.1, 1, 151935)
-	r := rand.New(rand.NewPCG(5, 6))
-	for range distinct {
-		uniform, zipf := make([]uint32, n), make([]uint32, n)
-		for i := range n {
-			uniform[i] = 1 + uint32(r.IntN(50_000-1))
-			zipf[i] = uint32(z.Uint64())
+	for dist, prompts := range testutil.TokenPrompts(4096, 64) {
+		if dist == "bench" {
+			continue
 		}
-		for _, sep := range []string{",", ", "} {
-			style := "compact"
-			if sep != "," {
-				style = "python"
-			}
-			out["uniform/"+style] = append(out["uniform/"+style], tokenArray(uniform, sep))
-			out["zipf/"+style] = append(out["zipf/"+style], tokenArray(zipf, sep))
+		for _, ids := range prompts {
+			out[dist+"/compact"] = append(out[dist+"/compact"], tokenArray(ids, ","))
+			out[dist+"/python"] = append(out[dist+"/python"], tokenArray(ids, ", "))
 		}
 	}
 	return out
@@ -52,8 +39,10 @@ func tokenArray(ids []uint32, sep string) []byte {
 	return append(b, ']')
 }
 
-// BenchmarkTokenIDs4kDistinct reports the parser and the one it replaced
-// (a loop over every byte; bytewiseTokenIDs below) side by side.
+// BenchmarkTokenIDs4kDistinct reports the parser and the byte loop alone
+// (the parser before the eight-byte path) side by side. Parsing one array
+// over and over, the branch predictor learns its pattern of id lengths,
+// which a router serving distinct prompts never sees: it goes round 64.
 func BenchmarkTokenIDs4kDistinct(b *testing.B) {
 	parsers := []struct {
 		name  string
@@ -103,59 +92,9 @@ func TestTokenIDsAgreeWithBytewise(t *testing.T) {
 	}
 }
 
-// bytewiseTokenIDs is the parser before the SWAR fast path (stop 24's
-// one pass with one branch per byte), kept to compare against.
-func bytewiseTokenIDs(t *TokenIDs, b []byte) error {
-	b = trimJSONSpace(b)
-	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
-		return errors.New("token_ids must be an array of integers")
-	}
-	body := b[1 : len(b)-1]
-	out := (*t)[:0]
-	if want := len(body)/5 + 1; cap(out) < want {
-		out = make([]uint32, 0, want)
-	}
-	expectValue := true
-	for i := 0; i < len(body); {
-		c := body[i]
-		switch {
-		case c-'0' <= 9:
-			if !expectValue {
-				return errors.New("want a non-negative integer")
-			}
-			start := i
-			v := uint64(c - '0')
-			for i++; i < len(body); i++ {
-				d := body[i] - '0'
-				if d > 9 {
-					break
-				}
-				v = v*10 + uint64(d)
-			}
-			digits := i - start
-			if c == '0' && digits > 1 || digits > 10 || v > 1<<32-1 {
-				return errors.New("want a uint32")
-			}
-			out = append(out, uint32(v))
-			expectValue = false
-		case c == ',':
-			if expectValue {
-				return errors.New("want a non-negative integer")
-			}
-			expectValue = true
-			i++
-		case isSpace(c):
-			i++
-		default:
-			return errors.New("want a non-negative integer")
-		}
-	}
-	if expectValue && len(out) > 0 {
-		return errors.New("token_ids: trailing comma")
-	}
-	*t = out
-	return nil
-}
+// bytewiseTokenIDs is the parser with every byte through the byte loop,
+// as it was before the eight-byte path.
+func bytewiseTokenIDs(t *TokenIDs, b []byte) error { return t.parse(b, false) }
 
 // Every case the eight-byte path hands back to the byte loop (a number of
 // eight or more digits, a leading zero, a value past uint32, a space

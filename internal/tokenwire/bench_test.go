@@ -1,37 +1,17 @@
 package tokenwire
 
 import (
-	"math/rand/v2"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
 // prompts are 64 distinct 4k-token prompts for each of three id
-// distributions: the route benchmarks' (consecutive ids from 100,000 up:
-// 3-byte varints), kvbench's (uniform over a 50,000-id vocabulary: 2- and
-// 3-byte varints in random order) and a Zipf law over Qwen's 151,936-id
-// vocabulary (frequent words have small ids: mostly 1–2-byte varints, a
-// few 3-byte ones, mixed). The benchmarks go round the 64: decoding one
-// prompt over and over, the branch predictor learns its pattern of
-// lengths, which a router serving distinct prompts never sees (the old
-// decoder took 9 µs on one uniform prompt and 17 µs on distinct ones).
-func prompts() map[string][][]uint32 {
-	const n, distinct = 4096, 64
-	out := map[string][][]uint32{}
-	z := rand.NewZipf(rand.New(rand.NewPCG(3, 4)), 1.1, 1, 151935)
-	r := rand.New(rand.NewPCG(5, 6))
-	for p := range distinct {
-		bench, uniform, zipf := make([]uint32, n), make([]uint32, n), make([]uint32, n)
-		for i := range n {
-			bench[i] = 100000 + uint32(p*n+i)
-			uniform[i] = 1 + uint32(r.IntN(50_000-1))
-			zipf[i] = uint32(z.Uint64())
-		}
-		out["bench"] = append(out["bench"], bench)
-		out["uniform"] = append(out["uniform"], uniform)
-		out["zipf"] = append(out["zipf"], zipf)
-	}
-	return out
-}
+// distributions (testutil.TokenPrompts): the route benchmarks' 3-byte
+// varints, kvbench's 2- and 3-byte varints in random order, and a Zipf
+// law's mostly 1-2-byte ones, mixed. The old decoder took 9 us on one
+// uniform prompt decoded over and over and 17 us on distinct ones.
+func prompts() map[string][][]uint32 { return testutil.TokenPrompts(4096, 64) }
 
 // BenchmarkDecode4k reports this package's decoder, the one it replaced
 // (a branch per id on its length) and protowire's per-varint loop on the
