@@ -51,8 +51,9 @@ func BenchmarkTokenIDs4kDistinct(b *testing.B) {
 		{"swar", (*TokenIDs).UnmarshalJSON},
 		{"bytewise", bytewiseTokenIDs},
 	}
+	all := tokenArrays()
 	for _, dist := range []string{"uniform/compact", "uniform/python", "zipf/compact", "zipf/python"} {
-		arrays := tokenArrays()[dist]
+		arrays := all[dist]
 		for _, p := range parsers {
 			b.Run(dist+"/"+p.name, func(b *testing.B) {
 				var bytes int64
