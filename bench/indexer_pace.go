@@ -167,6 +167,14 @@ type IndexerRatePoint struct {
 	// least three windows long, by scheduled time: whether a step's tail
 	// is spread over it or comes from a few bad seconds.
 	WindowP99Ms []float64 `json:"window_p99_ms,omitempty"`
+	// SlowLookups took longer than DynamoLookupP99 (from warmup on), and
+	// SlowNearGC of them came within GCNeighbourhood of the end of one of
+	// the LookupGCCycles GC cycles that ran while the step's lookups did:
+	// a step whose tail is its GC cycles has most of its slow lookups
+	// near one.
+	SlowLookups    int `json:"slow_lookups"`
+	SlowNearGC     int `json:"slow_near_gc"`
+	LookupGCCycles int `json:"lookup_gc_cycles"`
 }
 
 // LookupWindow is the span of one WindowP99Ms entry.
@@ -265,6 +273,10 @@ func (r IndexerRateReport) WriteText(w io.Writer) {
 			fmt.Fprintf(w, " %.2f", v)
 		}
 		fmt.Fprintln(w)
+	}
+	for _, p := range r.Points {
+		fmt.Fprintf(w, "%.0f events/s: %d of %d lookups over %v, %d of them within %v of one of the %d GC cycles that ran meanwhile\n",
+			p.TargetEventsPerSec, p.SlowLookups, p.Lookups, DynamoLookupP99, p.SlowNearGC, GCNeighbourhood, p.LookupGCCycles)
 	}
 	fmt.Fprintln(w, "Dynamo's branch-sharded indexer: lookup p99 3.2 ms at 30k+ events/s (7,000 workers)")
 }

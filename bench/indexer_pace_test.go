@@ -179,14 +179,18 @@ func TestIndexerRateReportText(t *testing.T) {
 		StepSeconds: 6, WarmupSeconds: 1, Points: []IndexerRatePoint{
 			{TargetEventsPerSec: 10000, EventsPerSec: 9990, KeptUp: true, Lookups: 5000, LookupMs: LatencyMs{P50: 0.4, P99: 1.25, P999: 2}},
 			{TargetEventsPerSec: 30000, EventsPerSec: 21000, MaxBacklog: 9000, Lookups: 5000, LookupMs: LatencyMs{P99: 40},
-				IndexedBlocks: 123456, RejectedEvents: 7, GCCycles: 3, GCShare: 0.125, AllocMBPerSec: 42.5, GCEverySec: 96.25},
+				IndexedBlocks: 123456, RejectedEvents: 7, GCCycles: 3, GCShare: 0.125, AllocMBPerSec: 42.5, GCEverySec: 96.25,
+				SlowLookups: 120, SlowNearGC: 90, LookupGCCycles: 2},
 		},
 		GCPercent: 400, MemoryLimit: 9 << 30, Warm: &IndexerRatePoint{TargetEventsPerSec: 30000, EventsPerSec: 17000}}
 	var buf bytes.Buffer
 	rep.WriteText(&buf)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 8 || !strings.Contains(lines[1], "GC target 400, memory limit 9216 MiB") || !strings.Contains(lines[2], "emptied index") {
-		t.Fatalf("want header, GC line, mode line, columns, warm-up row, 2 rows, footer; got:\n%s", buf.String())
+	if len(lines) != 10 || !strings.Contains(lines[1], "GC target 400, memory limit 9216 MiB") || !strings.Contains(lines[2], "emptied index") {
+		t.Fatalf("want header, GC line, mode line, columns, warm-up row, 2 rows, 2 slow-lookup lines, footer; got:\n%s", buf.String())
+	}
+	if want := "30000 events/s: 120 of 5000 lookups over 3.2ms, 90 of them within 250ms of one of the 2 GC cycles"; !strings.HasPrefix(lines[8], want) {
+		t.Fatalf("slow-lookup line %q, want it to start %q", lines[8], want)
 	}
 	for i, want := range [][]string{{"30000", "17000", "(warm-up"}, {"10000", "9990", "yes", "1.250"}, {"30000", "21000", "NO", "9000", "40.000", "123456", "7", "3", "12.5", "42.5", "96.2"}} {
 		fields := strings.Fields(lines[4+i])
@@ -337,5 +341,47 @@ func TestWindowP99(t *testing.T) {
 	}
 	if w := windowP99(rs[:150], time.Second); w != nil {
 		t.Fatalf("a 15 s step has no window breakdown, got %v", w)
+	}
+}
+
+func TestSlowLookupsNearGC(t *testing.T) {
+	start := time.Unix(1000, 0)
+	gcAt := []time.Time{start.Add(5 * time.Second), start.Add(9 * time.Second)}
+	ms := time.Millisecond
+	rs := []lookupResult{
+		{at: 500 * ms, latency: time.Second},                    // warm-up: not counted, though slow
+		{at: 2 * time.Second, latency: 3200 * time.Microsecond}, // at the limit: not slow
+		{at: 2 * time.Second, latency: 4 * ms},                  // slow, 3 s from any cycle
+		{at: 5*time.Second - 260*ms, latency: 5 * ms},           // ends 255 ms before a cycle: not near
+		{at: 5*time.Second - 250*ms, latency: 5 * ms},           // ends 245 ms before it: near
+		{at: 4 * time.Second, latency: 2 * time.Second},         // spans a cycle: near
+		{at: 9*time.Second + 250*ms, latency: 4 * ms},           // starts 250 ms after one: near
+		{at: 9*time.Second + 251*ms, latency: 4 * ms},           // 251 ms after: not near
+		{at: 9 * time.Second, latency: time.Millisecond},        // at a cycle but fast
+	}
+	slow, near := slowLookups(rs, start, time.Second, DynamoLookupP99, GCNeighbourhood, gcAt)
+	if slow != 6 || near != 3 {
+		t.Fatalf("slow %d near a GC %d, want 6 and 3", slow, near)
+	}
+	if slow, near := slowLookups(rs, start, time.Second, DynamoLookupP99, GCNeighbourhood, nil); slow != 6 || near != 0 {
+		t.Fatalf("with no cycles: slow %d near %d, want 6 and 0", slow, near)
+	}
+}
+
+func TestGCPausesSince(t *testing.T) {
+	before := time.Now()
+	runtime.GC()
+	runtime.GC()
+	got := gcPausesSince(before)
+	if len(got) < 2 {
+		t.Fatalf("two forced cycles after %v, got %d pause ends: %v", before, len(got), got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Before(got[i-1]) {
+			t.Fatalf("pause ends not oldest first: %v", got)
+		}
+	}
+	if after := gcPausesSince(time.Now().Add(time.Hour)); len(after) != 0 {
+		t.Fatalf("no cycle ends in the future, got %v", after)
 	}
 }

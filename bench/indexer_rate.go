@@ -383,6 +383,9 @@ func runPacedStep(ctx context.Context, cfg IndexerRateConfig, router *actors.Rou
 	pt.DrainMs = float64(applied.Sub(lastSent)) / float64(time.Millisecond)
 	pt.KeptUp = ingestKeptUp(pt.TargetEventsPerSec, pt.EventsPerSec, pt.DroppedEvents)
 	summarizeLookups(&pt, collected, cfg.Warmup)
+	gcAt := gcPausesSince(start)
+	pt.LookupGCCycles = len(gcAt)
+	pt.SlowLookups, pt.SlowNearGC = slowLookups(collected, start, cfg.Warmup, DynamoLookupP99, GCNeighbourhood, gcAt)
 	return pt, nil
 }
 
