@@ -278,7 +278,7 @@ func (r IndexerRateReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "%.0f events/s: %d of %d lookups over %v, %d of them within %v of one of the %d GC cycles that ran meanwhile\n",
 			p.TargetEventsPerSec, p.SlowLookups, p.Lookups, DynamoLookupP99, p.SlowNearGC, GCNeighbourhood, p.LookupGCCycles)
 	}
-	fmt.Fprintln(w, "Dynamo's branch-sharded indexer: lookup p99 3.2 ms at 30k+ events/s (7,000 workers)")
+	fmt.Fprintf(w, "Dynamo's branch-sharded indexer: lookup p99 %v at 30k+ events/s (7,000 workers)\n", DynamoLookupP99)
 }
 
 func yesNo(b bool) string {
