@@ -2,6 +2,7 @@ package zmqevents
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/zeebo/xxh3"
 
@@ -30,14 +31,23 @@ type Batch struct {
 // RawEvent is one engine event as it was on the wire, before the router
 // hashes its tokens. Fields a kind does not have stay zero.
 type RawEvent struct {
-	Kind kv.EventKind
+	// Kind is zero for an event of a type this decoder does not know;
+	// UnknownType then holds its tag (at most 40 bytes).
+	Kind        kv.EventKind
+	UnknownType string
 	// BlockHashes are the engine's block hashes as 64-bit keys (ints as
 	// their two's-complement bits, bytes as their last 8 bytes).
 	BlockHashes []uint64
 	HasParent   bool
 	ParentHash  uint64
 	TokenIDs    []uint32
-	BlockSize   int
+	// Bigram is set when token_ids came as (token, next token) pairs
+	// (SGLang with EAGLE speculative decoding): TokenIDs holds each pair's
+	// first token, the block's own tokens, and NextToken the second token
+	// of the last pair, the one after the stored blocks.
+	Bigram    bool
+	NextToken uint32
+	BlockSize int
 	HasLoraID   bool
 	LoraID      int64
 	Medium      string
@@ -45,6 +55,14 @@ type RawEvent struct {
 	// ExtraKeys holds one entry per block: nil when the block has none,
 	// else a fingerprint of the block's extra-keys tuple as encoded.
 	ExtraKeys [][]uint64
+	// ExtraLead and ExtraRest split each block's tuple (same indexes as
+	// ExtraKeys) into its first element, when that is a string, and a
+	// fingerprint of the elements after it (nil when there are none).
+	// vLLM puts a LoRA request's adapter name first in every block's
+	// tuple; the converter folds that into the LoRA salt instead.
+	// Both are nil when no block's tuple starts with a string.
+	ExtraLead []string
+	ExtraRest [][]uint64
 	HasGroup  bool
 	GroupIdx  int64
 }
@@ -241,7 +259,15 @@ func decodeEventArray(r *reader, ev *RawEvent) error {
 		return wrapField("type tag", err)
 	}
 	if ev.Kind, err = parseTag(tag); err != nil {
-		return err
+		// A type added after this decoder was written: skip its fields
+		// so the rest of the batch still decodes.
+		ev.UnknownType = clipTag(tag)
+		for i := 1; i < n; i++ {
+			if err := r.skip(1); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	names := eventFields[ev.Kind]
 	for i := 1; i < n; i++ {
@@ -274,7 +300,7 @@ func decodeEventMap(r *reader, ev *RawEvent) error {
 				return wrapField("type", err)
 			}
 			if ev.Kind, err = parseTag(tag); err != nil {
-				return err
+				ev.Kind, ev.UnknownType = 0, clipTag(tag)
 			}
 			continue
 		}
@@ -282,10 +308,13 @@ func decodeEventMap(r *reader, ev *RawEvent) error {
 			return err
 		}
 	}
+	end := r.pos
+	if ev.UnknownType != "" {
+		return nil // every field was skipped above
+	}
 	if ev.Kind == 0 {
 		return malformed("event map has no type")
 	}
-	end := r.pos
 	r.pos = start
 	for range n {
 		key, _ := r.rawBytes() // the first pass read every key without error
@@ -351,7 +380,7 @@ func decodeEventField(r *reader, ev *RawEvent, name string) error {
 			ev.HasParent = err == nil
 		}
 	case "token_ids":
-		ev.TokenIDs, err = decodeTokens(r)
+		ev.TokenIDs, ev.Bigram, ev.NextToken, err = decodeTokens(r)
 	case "block_size":
 		var v uint64
 		var neg bool
@@ -371,7 +400,7 @@ func decodeEventField(r *reader, ev *RawEvent, name string) error {
 	case "lora_name":
 		ev.LoraName, err = optionalString(r)
 	case "extra_keys":
-		ev.ExtraKeys, err = decodeExtraKeys(r)
+		err = decodeExtraKeys(r, ev)
 	case "group_idx":
 		if !r.tryNil() {
 			var v uint64
@@ -441,52 +470,180 @@ func decodeHash(r *reader) (uint64, error) {
 	return 0, malformed("block hash is a %s, want an integer or bytes", kindName(k))
 }
 
-func decodeTokens(r *reader) ([]uint32, error) {
+// decodeTokens reads token_ids: a list of token ids, or SGLang's EAGLE
+// form, a list of (token, next token) pairs that must chain (each pair's
+// second token is the next pair's first). Pairs decode to their first
+// tokens plus the last pair's second, returned apart as next.
+func decodeTokens(r *reader) (ids []uint32, bigram bool, next uint32, err error) {
 	n, err := r.containerLen(kindArray)
 	if err != nil {
-		return nil, err
+		return nil, false, 0, err
 	}
-	out := make([]uint32, n)
-	for i := range out {
-		v, neg, err := r.integer()
+	ids = make([]uint32, n)
+	for i := range ids {
+		k, err := r.peekKind()
 		if err != nil {
-			return nil, err
+			return nil, false, 0, err
 		}
-		if neg || v > 0xffffffff {
-			return nil, malformed("token id %d out of range", int64(v))
+		isPair := k == kindArray
+		if i == 0 {
+			bigram = isPair
+		} else if isPair != bigram {
+			return nil, false, 0, fmt.Errorf("%w: element %d mixes token ids and (token, next token) pairs", ErrBadTokenIDs, i)
 		}
-		out[i] = uint32(v)
+		if !bigram {
+			if ids[i], err = tokenID(r); err != nil {
+				return nil, false, 0, err
+			}
+			continue
+		}
+		first, second, err := tokenPair(r)
+		if err != nil {
+			return nil, false, 0, fmt.Errorf("element %d: %w", i, err)
+		}
+		if i > 0 && first != next {
+			return nil, false, 0, fmt.Errorf("%w: pair %d starts with %d, the previous pair ended with %d", ErrBadTokenIDs, i, first, next)
+		}
+		ids[i], next = first, second
 	}
-	return out, nil
+	return ids, bigram, next, nil
+}
+
+func tokenID(r *reader) (uint32, error) {
+	v, neg, err := r.integer()
+	if err != nil {
+		return 0, err
+	}
+	if neg || v > 0xffffffff {
+		return 0, malformed("token id %d out of range", int64(v))
+	}
+	return uint32(v), nil
+}
+
+func tokenPair(r *reader) (first, second uint32, err error) {
+	n, err := r.containerLen(kindArray)
+	if err != nil {
+		return 0, 0, err
+	}
+	if n != 2 {
+		return 0, 0, fmt.Errorf("%w: a (token, next token) pair of %d elements", ErrBadTokenIDs, n)
+	}
+	if first, err = tokenID(r); err != nil {
+		return 0, 0, err
+	}
+	second, err = tokenID(r)
+	return first, second, err
 }
 
 // decodeExtraKeys reads extra_keys: nil, or one entry per block, each nil
-// or a tuple (MM identifiers and offsets, LoRA name, cache salt, prompt
-// embedding hashes). The router cannot interpret every kind, so each
-// tuple becomes one fingerprint of its encoded bytes: equal keys give
-// equal fingerprints, which is all the block hash needs.
-func decodeExtraKeys(r *reader) ([][]uint64, error) {
+// or a tuple (LoRA name first, then MM identifiers and offsets, cache
+// salt on block 0, prompt embedding hashes: vLLM's
+// generate_block_hash_extra_keys). The router cannot interpret every
+// kind, so each tuple becomes one fingerprint of its encoded bytes: equal
+// keys give equal fingerprints, which is all the block hash needs. A
+// tuple that starts with a string is also split into that string and a
+// fingerprint of the rest, so the converter can take the LoRA name out.
+func decodeExtraKeys(r *reader, ev *RawEvent) error {
+	ev.ExtraKeys, ev.ExtraLead, ev.ExtraRest = nil, nil, nil
 	if r.tryNil() {
-		return nil, nil
+		return nil
 	}
 	n, err := r.containerLen(kindArray)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([][]uint64, n)
-	for i := range out {
+	keys := make([][]uint64, n)
+	lead := make([]string, n)
+	rest := make([][]uint64, n)
+	anyLead := false
+	for i := range keys {
 		if r.tryNil() {
 			continue
 		}
 		start := r.pos
-		if err := r.skip(1); err != nil {
-			return nil, err
+		k, err := r.peekKind()
+		if err != nil {
+			return err
+		}
+		if k == kindArray {
+			if lead[i], rest[i], err = splitLead(r); err != nil {
+				return err
+			}
+			anyLead = anyLead || lead[i] != ""
+		} else if err := r.skip(1); err != nil {
+			return err
 		}
 		raw := r.buf[start:r.pos]
 		if len(raw) == 1 && (raw[0] == 0x90 || raw[0] == 0x80) {
 			continue // an empty tuple is no key
 		}
-		out[i] = []uint64{xxh3.Hash(raw)}
+		keys[i] = []uint64{xxh3.Hash(raw)}
 	}
-	return out, nil
+	ev.ExtraKeys = keys
+	if anyLead {
+		ev.ExtraLead, ev.ExtraRest = lead, rest
+	}
+	return nil
+}
+
+// splitLead reads one extra-keys tuple and returns its first element when
+// it is a string, with a fingerprint of the elements after it encoded as
+// a tuple of their own (nil when there are none). The fingerprint equals
+// the one a tuple without the lead gets, so a block keyed by a LoRA name
+// and a cache salt hashes like the same block keyed by the salt alone
+// under that LoRA's seed.
+func splitLead(r *reader) (string, []uint64, error) {
+	n, err := r.containerLen(kindArray)
+	if err != nil {
+		return "", nil, err
+	}
+	if n == 0 {
+		return "", nil, nil
+	}
+	if k, err := r.peekKind(); err != nil {
+		return "", nil, err
+	} else if k != kindStr {
+		for range n {
+			if err := r.skip(1); err != nil {
+				return "", nil, err
+			}
+		}
+		return "", nil, nil
+	}
+	b, err := r.rawBytes()
+	if err != nil {
+		return "", nil, err
+	}
+	if len(b) == 0 {
+		// An empty string is a key like any other, but no LoRA name.
+		for range n - 1 {
+			if err := r.skip(1); err != nil {
+				return "", nil, err
+			}
+		}
+		return "", nil, nil
+	}
+	start := r.pos
+	for range n - 1 {
+		if err := r.skip(1); err != nil {
+			return "", nil, err
+		}
+	}
+	if n == 1 {
+		return string(b), nil, nil
+	}
+	tuple := appendArrayHeader(nil, n-1)
+	tuple = append(tuple, r.buf[start:r.pos]...)
+	return string(b), []uint64{xxh3.Hash(tuple)}, nil
+}
+
+// appendArrayHeader appends msgpack's header of an n-element array.
+func appendArrayHeader(dst []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(dst, 0x90|byte(n))
+	case n < 1<<16:
+		return append(dst, 0xdc, byte(n>>8), byte(n))
+	}
+	return append(dst, 0xdd, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }

@@ -9,18 +9,28 @@ import (
 )
 
 func TestTierOfMedium(t *testing.T) {
+	// Dynamo's table (dynamo-kv-router protocols.rs, StorageTier::
+	// from_kv_medium): GPU|DEVICE device; CPU|CPU_PINNED|CPU_TIER1 host
+	// pinned; CPU_TIER2|DISK|NVME|STORAGE disk; EXTERNAL|NETWORK|REMOTE
+	// external, which Dynamo scores exactly as disk.
 	tests := []struct {
 		medium string
 		want   kv.StorageTier
+		ok     bool
 	}{
-		{"", kv.TierDevice}, {"GPU", kv.TierDevice}, {"cuda", kv.TierDevice},
-		{"CPU", kv.TierHostPinned}, {"host_pinned", kv.TierHostPinned},
-		{"SHARED", kv.TierShared}, {"shared", kv.TierShared}, {"Shared", kv.TierShared},
-		{"DISK", kv.TierDisk}, {"LocalDiskBackend", kv.TierDisk}, {"shared ", kv.TierDisk}, {"\xff", kv.TierDisk},
+		{"", kv.TierDevice, true}, {"GPU", kv.TierDevice, true}, {"cuda", kv.TierDevice, true}, {"DEVICE", kv.TierDevice, true},
+		{"CPU", kv.TierHostPinned, true}, {"host_pinned", kv.TierHostPinned, true},
+		{"CPU_PINNED", kv.TierHostPinned, true}, {"CPU_TIER1", kv.TierHostPinned, true},
+		{"CPU_TIER2", kv.TierDisk, true}, {"NVME", kv.TierDisk, true}, {"STORAGE", kv.TierDisk, true},
+		{"EXTERNAL", kv.TierDisk, true}, {"NETWORK", kv.TierDisk, true}, {"REMOTE", kv.TierDisk, true},
+		{"SHARED", kv.TierShared, true}, {"shared", kv.TierShared, true}, {"Shared", kv.TierShared, true},
+		{"DISK", kv.TierDisk, true},
+		{"LocalDiskBackend", 0, false}, {"shared ", 0, false}, {"\xff", 0, false}, {"CPU_TIER3", 0, false},
 	}
 	for _, tt := range tests {
-		if got := TierOfMedium(tt.medium); got != tt.want {
-			t.Errorf("medium %q: tier %s, want %s", tt.medium, got, tt.want)
+		got, ok := TierOfMedium(tt.medium)
+		if ok != tt.ok || (ok && got != tt.want) {
+			t.Errorf("medium %q: tier %s %v, want %s %v", tt.medium, got, ok, tt.want, tt.ok)
 		}
 	}
 }
@@ -32,7 +42,8 @@ func storedWithMedium(medium string) *Batch {
 }
 
 // Any medium string survives both encodings and converts to a valid tier
-// (shared exactly for "shared" in any case); nothing panics.
+// (shared exactly for "shared" in any case) or is refused as unknown;
+// nothing panics.
 func FuzzMedium(f *testing.F) {
 	for _, m := range []string{"", "GPU", "CPU", "DISK", "SHARED", "shared", "LocalCPUBackend", "\x00", "\xff\xfe"} {
 		f.Add(m)
@@ -52,11 +63,14 @@ func FuzzMedium(f *testing.F) {
 				t.Fatalf("%s: decoded %+v, want medium %q", enc, b.Events, medium)
 			}
 			ev, err := conv.Convert(&b.Events[0], kv.WorkerWithDpRank{WorkerID: 1}, 0)
-			if err != nil {
-				if !errors.Is(err, ErrMalformed) {
-					t.Fatalf("convert error %v does not wrap ErrMalformed", err)
+			if _, known := TierOfMedium(medium); !known {
+				if !errors.Is(err, ErrUnknownMedium) || ReasonOf(err) != ReasonUnknownMedium {
+					t.Fatalf("medium %q: convert error %v, want ErrUnknownMedium", medium, err)
 				}
 				continue
+			}
+			if err != nil {
+				t.Fatalf("medium %q: %v", medium, err)
 			}
 			if err := ev.Validate(); err != nil {
 				t.Fatalf("converted event invalid: %v", err)

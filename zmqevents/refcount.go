@@ -42,7 +42,7 @@ func (c *RefCounter) Filter(ev *kv.Event, out []kv.Event) []kv.Event {
 	case kv.EventRemoved:
 		return c.removed(ev, out)
 	case kv.EventCleared:
-		c.Forget(ev.Worker.WorkerID, ev.Tier)
+		c.Forget(ev.Worker, ev.Tier)
 	}
 	return append(out, *ev)
 }
@@ -103,10 +103,10 @@ func (c *RefCounter) removed(ev *kv.Event, out []kv.Event) []kv.Event {
 	return append(out, rm)
 }
 
-// Forget drops every count of the worker (all ranks) on one tier, as the
-// index does on Cleared.
-func (c *RefCounter) Forget(w kv.WorkerID, tier kv.StorageTier) {
-	maps.DeleteFunc(c.refs, func(k refKey, _ uint32) bool { return k.worker.WorkerID == w && k.tier == tier })
+// Forget drops every count of one rank on one tier, as the index does on
+// that rank's Cleared; the worker's other ranks keep theirs.
+func (c *RefCounter) Forget(w kv.WorkerWithDpRank, tier kv.StorageTier) {
+	maps.DeleteFunc(c.refs, func(k refKey, _ uint32) bool { return k.worker == w && k.tier == tier })
 }
 
 // Len is the number of distinct (rank, tier, hash) copies held.

@@ -52,11 +52,13 @@ func TestRefCounter(t *testing.T) {
 			want: []kv.Event{removed(w, 9)},
 		},
 		{
-			name: "cleared forgets every rank of the worker on that tier",
+			// A rank's Cleared forgets that rank only: rank 1 still
+			// holds its copy, so its second store is a duplicate.
+			name: "cleared forgets only its own rank on that tier",
 			in: []kv.Event{stored(w, 1), stored(w2, 1), {Worker: w, Kind: kv.EventCleared},
 				stored(w, 1), stored(w2, 1)},
 			want: []kv.Event{stored(w, 1), stored(w2, 1), {Worker: w, Kind: kv.EventCleared},
-				stored(w, 1), stored(w2, 1)},
+				stored(w, 1)},
 		},
 	}
 	for _, tt := range tests {

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/zeebo/xxh3"
 
+	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
 )
 
@@ -63,6 +64,9 @@ type Stats struct {
 	Restarts      uint64 // sequence went backwards (or jumped past MaxSeqGap), or a verifying replay showed a different batch: the engine restarted
 	Connections   uint64 // SUB connections established (handshakes); more than the ranks means reconnects
 	RefSuppressed uint64 // duplicate stores/removals absorbed by RefCounter
+	// Reasons counts skipped events (and frames) by reason; Malformed is
+	// the sum of the reasons that are input errors (Reason.IsError).
+	Reasons [NumReasons]uint64
 }
 
 func (s *Stats) add(o Stats) {
@@ -78,12 +82,16 @@ func (s *Stats) add(o Stats) {
 	s.Restarts += o.Restarts
 	s.Connections += o.Connections
 	s.RefSuppressed += o.RefSuppressed
+	for i := range s.Reasons {
+		s.Reasons[i] += o.Reasons[i]
+	}
 }
 
 type counters struct {
 	messages, events, storedBlocks, malformed, duplicates   atomic.Uint64
 	replays, replayErrors, replayed, lost, restarts, refSup atomic.Uint64
 	connections                                             atomic.Uint64
+	reasons                                                 [NumReasons]atomic.Uint64
 }
 
 // MaxSeqGap is the largest forward jump of a rank's sequence number that
@@ -112,6 +120,14 @@ type Subscriber struct {
 	mu   sync.Mutex // serialises RefCounter and Handler across ranks
 	refs *RefCounter
 	out  []kv.Event
+	// fullBlocks records the ranks that have stored a block of the
+	// router's size: a short single page from such a rank is SGLang's
+	// short last page; from a rank that never sent one it is a block size
+	// mismatch (an engine whose blocks are all smaller than the router's).
+	fullBlocks map[uint32]bool
+
+	// skipLogs rate-limits the WARN line of each reason.
+	skipLogs [NumReasons]loglimit.Limiter
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -131,7 +147,11 @@ func StartSubscriber(ctx context.Context, cfg WorkerEndpoint, opts Options) (*Su
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Subscriber{
 		cfg: cfg, opts: opts, conv: Converter{BlockSize: opts.BlockSize}, refs: NewRefCounter(), cancel: cancel,
-		log: opts.Logger.With("component", "zmqevents", "worker_id", uint64(cfg.WorkerID)),
+		log:        opts.Logger.With("component", "zmqevents", "worker_id", uint64(cfg.WorkerID)),
+		fullBlocks: map[uint32]bool{},
+	}
+	for i := range s.skipLogs {
+		s.skipLogs[i].Every = skipLogInterval
 	}
 	streams := make([]*rankStream, cfg.ranks())
 	for i := range streams {
@@ -169,16 +189,21 @@ func (s *Subscriber) Endpoint() WorkerEndpoint { return s.cfg }
 // Stats returns the subscriber's counters.
 func (s *Subscriber) Stats() Stats {
 	c := &s.c
-	return Stats{
+	st := Stats{
 		Messages: c.messages.Load(), Events: c.events.Load(), StoredBlocks: c.storedBlocks.Load(),
 		Malformed: c.malformed.Load(), Duplicates: c.duplicates.Load(), Replays: c.replays.Load(),
 		ReplayErrors: c.replayErrors.Load(), Replayed: c.replayed.Load(), Lost: c.lost.Load(),
 		Restarts: c.restarts.Load(), RefSuppressed: c.refSup.Load(), Connections: c.connections.Load(),
 	}
+	for i := range st.Reasons {
+		st.Reasons[i] = c.reasons[i].Load()
+	}
+	return st
 }
 
 // deliver converts a batch's events and passes what the RefCounter lets
-// through to the handler.
+// through to the handler. An event that cannot be indexed is skipped,
+// counted and logged; the rest of the batch is applied.
 func (s *Subscriber) deliver(m *Message, defaultRank uint32) {
 	w := kv.WorkerWithDpRank{WorkerID: s.cfg.WorkerID, DpRank: defaultRank}
 	if m.Batch.HasDPRank {
@@ -188,21 +213,76 @@ func (s *Subscriber) deliver(m *Message, defaultRank uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range m.Batch.Events {
-		ev, err := s.conv.Convert(&m.Batch.Events[i], w, m.Seq)
+		raw := &m.Batch.Events[i]
+		conv, err := s.conv.ConvertNoted(raw, w, m.Seq)
 		if err != nil {
-			s.c.malformed.Add(1)
-			s.log.Debug("dropped malformed kv event", "seq", m.Seq, "err", err)
+			reason := ReasonOf(err)
+			if reason == ReasonShortLastPage && !s.fullBlocks[w.DpRank] {
+				reason = ReasonBlockSizeMismatch
+			}
+			s.skip(reason, w.DpRank, m.Seq, err, skipDetails(reason, raw, s.opts.BlockSize)...)
 			continue
 		}
-		s.emitLocked(&ev)
+		if conv.LoraIDWithoutName {
+			s.skip(ReasonLoraIDWithoutName, w.DpRank, m.Seq, nil, "lora_id", raw.LoraID)
+		}
+		if raw.Kind == kv.EventStored && raw.BlockSize == s.opts.BlockSize {
+			s.fullBlocks[w.DpRank] = true
+		}
+		s.emitLocked(&conv.Event)
 	}
 }
 
-// clearWorker tells the index the worker's caches are empty on every
-// tier (the index clears all ranks of a worker on Cleared).
+// skipLogInterval bounds each reason's WARN line to one per interval per
+// worker; the counters count every occurrence.
+const skipLogInterval = 10 * time.Second
+
+// skip counts one skipped (or, for ReasonLoraIDWithoutName, specially
+// indexed) event and logs it at WARN, rate-limited per reason.
+func (s *Subscriber) skip(reason Reason, rank uint32, seq uint64, err error, details ...any) {
+	s.c.reasons[reason].Add(1)
+	if reason.IsError() {
+		s.c.malformed.Add(1)
+	}
+	ok, suppressed := s.skipLogs[reason].Allow(time.Now())
+	if !ok {
+		return
+	}
+	msg := "skipped a kv event"
+	if !reason.Dropped() {
+		msg = "indexed a LoRA kv event under its lora_id: no query will match it"
+	}
+	attrs := append([]any{"dp_rank", rank, "reason", reason.String(), "seq", seq}, details...)
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	s.log.Warn(msg, attrs...)
+}
+
+// skipDetails names what the operator needs to fix a reason's cause.
+func skipDetails(reason Reason, raw *RawEvent, blockSize int) []any {
+	switch reason {
+	case ReasonUnknownEventType:
+		return []any{"type", raw.UnknownType}
+	case ReasonBlockSizeMismatch, ReasonShortLastPage:
+		return []any{"expected_block_size", blockSize, "seen_block_size", raw.BlockSize}
+	case ReasonUnknownMedium:
+		return []any{"medium", raw.Medium}
+	}
+	return nil
+}
+
+// clearWorker tells the index that one rank's caches are empty on every
+// tier: a Cleared event names the (worker, dp_rank) it clears, and only
+// that rank restarted. The other ranks' blocks, sequences and replay
+// state are untouched.
 func (s *Subscriber) clearWorker(rank uint32, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.fullBlocks, rank)
 	for tier := range kv.NumTiers {
 		ev := kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: s.cfg.WorkerID, DpRank: rank}, EventID: seq,
 			Kind: kv.EventCleared, Tier: tier}
@@ -304,12 +384,12 @@ func (rs *rankStream) run(ctx context.Context) {
 func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
 	c := &rs.s.c
 	if len(frames) != 3 {
-		c.malformed.Add(1)
+		rs.s.skip(ReasonMalformed, rs.rank, 0, malformed("%d frames, want 3 (topic, seq, payload)", len(frames)))
 		return
 	}
 	seq, err := DecodeSeq(frames[1])
 	if err != nil {
-		c.malformed.Add(1)
+		rs.s.skip(ReasonMalformed, rs.rank, 0, err)
 		return
 	}
 	c.messages.Add(1)
@@ -358,8 +438,7 @@ func (rs *rankStream) apply(seq uint64, topic, payload []byte) {
 	rs.lastPayload = xxh3.Hash(payload)
 	b, err := DecodeBatch(payload)
 	if err != nil {
-		rs.s.c.malformed.Add(1)
-		rs.s.log.Debug("dropped malformed kv event batch", "dp_rank", rs.rank, "seq", seq, "err", err)
+		rs.s.skip(ReasonOf(err), rs.rank, seq, fmt.Errorf("whole batch: %w", err))
 		return
 	}
 	rs.s.deliver(&Message{Topic: string(topic), Seq: seq, Batch: b}, rs.rank)
