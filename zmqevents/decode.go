@@ -48,10 +48,10 @@ type RawEvent struct {
 	Bigram    bool
 	NextToken uint32
 	BlockSize int
-	HasLoraID   bool
-	LoraID      int64
-	Medium      string
-	LoraName    string
+	HasLoraID bool
+	LoraID    int64
+	Medium    string
+	LoraName  string
 	// ExtraKeys holds one entry per block: nil when the block has none,
 	// else a fingerprint of the block's extra-keys tuple as encoded.
 	ExtraKeys [][]uint64
