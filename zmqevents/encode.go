@@ -141,6 +141,12 @@ func (w *writer) hashes(hs []uint64) {
 	}
 }
 
+// event writes one event. ExtraKeys (decoded fingerprints) cannot be
+// encoded; ExtraLead without ExtraKeys writes vLLM's LoRA block-pool
+// extra_keys, one (name,) tuple per block ("" writes nil). Bigram writes
+// token_ids as SGLang's EAGLE (token, next token) pairs, NextToken ending
+// the last one. A zero Kind with UnknownType writes an event of that type
+// with no fields, as a newer engine's would look to this decoder.
 func (w *writer) event(ev *RawEvent) error {
 	if ev.ExtraKeys != nil {
 		return fmt.Errorf("%w: extra keys are decoded fingerprints", ErrUnencodable)
@@ -154,19 +160,31 @@ func (w *writer) event(ev *RawEvent) error {
 		tag, fields = "BlockRemoved", 2
 	case kv.EventCleared:
 		tag, fields = "AllBlocksCleared", 0
+	case 0:
+		if ev.UnknownType == "" {
+			return fmt.Errorf("%w: kind 0 without a type", ErrUnencodable)
+		}
+		tag = ev.UnknownType
 	default:
 		return fmt.Errorf("%w: kind %d", ErrUnencodable, ev.Kind)
+	}
+	extra := ev.Kind == kv.EventStored && ev.ExtraLead != nil
+	if extra {
+		fields++ // extra_keys, positionally right after lora_name
 	}
 	if ev.HasGroup {
 		switch ev.Kind {
 		case kv.EventStored:
-			fields += 2 // extra_keys (nil) precedes group_idx positionally
+			fields++
+			if !extra {
+				fields++ // a nil extra_keys precedes group_idx positionally
+			}
 		case kv.EventRemoved:
 			fields++
 		}
 	}
 	if w.enc == EncodingMap {
-		if ev.Kind == kv.EventStored && ev.HasGroup {
+		if ev.Kind == kv.EventStored && ev.HasGroup && !extra {
 			fields-- // by name, the nil extra_keys is simply omitted
 		}
 		w.mapLen(fields + 1)
@@ -186,10 +204,7 @@ func (w *writer) event(ev *RawEvent) error {
 			w.nilValue()
 		}
 		w.key("token_ids")
-		w.arrayLen(len(ev.TokenIDs))
-		for _, t := range ev.TokenIDs {
-			w.uint(uint64(t))
-		}
+		w.tokens(ev)
 		w.key("block_size")
 		w.uint(uint64(ev.BlockSize))
 		w.key("lora_id")
@@ -202,8 +217,20 @@ func (w *writer) event(ev *RawEvent) error {
 		w.optString(ev.Medium)
 		w.key("lora_name")
 		w.optString(ev.LoraName)
+		if extra {
+			w.key("extra_keys")
+			w.arrayLen(len(ev.ExtraLead))
+			for _, lead := range ev.ExtraLead {
+				if lead == "" {
+					w.nilValue()
+					continue
+				}
+				w.arrayLen(1)
+				w.str(lead)
+			}
+		}
 		if ev.HasGroup {
-			if w.enc == EncodingArray {
+			if w.enc == EncodingArray && !extra {
 				w.nilValue() // extra_keys
 			}
 			w.key("group_idx")
@@ -220,4 +247,21 @@ func (w *writer) event(ev *RawEvent) error {
 		}
 	}
 	return nil
+}
+
+func (w *writer) tokens(ev *RawEvent) {
+	w.arrayLen(len(ev.TokenIDs))
+	for i, t := range ev.TokenIDs {
+		if !ev.Bigram {
+			w.uint(uint64(t))
+			continue
+		}
+		next := ev.NextToken
+		if i+1 < len(ev.TokenIDs) {
+			next = ev.TokenIDs[i+1]
+		}
+		w.arrayLen(2)
+		w.uint(uint64(t))
+		w.uint(uint64(next))
+	}
 }

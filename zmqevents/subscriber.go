@@ -226,7 +226,10 @@ func (s *Subscriber) deliver(m *Message, defaultRank uint32) {
 		if conv.LoraIDWithoutName {
 			s.skip(ReasonLoraIDWithoutName, w.DpRank, m.Seq, nil, "lora_id", raw.LoraID)
 		}
-		if raw.Kind == kv.EventStored && raw.BlockSize == s.opts.BlockSize {
+		if raw.Kind == kv.EventStored && raw.BlockSize == s.opts.BlockSize && !s.fullBlocks[w.DpRank] {
+			if s.fullBlocks == nil {
+				s.fullBlocks = map[uint32]bool{}
+			}
 			s.fullBlocks[w.DpRank] = true
 		}
 		s.emitLocked(&conv.Event)
