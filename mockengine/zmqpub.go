@@ -47,6 +47,10 @@ type ZMQPublisherConfig struct {
 	// Heartbeats, when set, carries heartbeats (NATS); the ZMQ endpoints
 	// are added to them.
 	Heartbeats Publisher
+	// Wire selects the engine form of the events (vLLM's plain form by
+	// default): LoRA block pool, EAGLE pairs, SGLang pages, an unknown
+	// event type, a block size mismatch.
+	Wire ZMQWire
 	// DropSeq is a test hook: a batch it selects is numbered and kept for
 	// replay but not sent, as if the PUB socket dropped it.
 	DropSeq func(rank uint32, seq uint64) bool
@@ -98,6 +102,9 @@ func NewZMQPublisher(cfg ZMQPublisherConfig) (*ZMQPublisher, error) {
 	}
 	if cfg.BlockSize <= 0 {
 		return nil, fmt.Errorf("%w: zmq publisher block size %d must be positive", ErrInvalidConfig, cfg.BlockSize)
+	}
+	if err := cfg.Wire.validate(cfg.BlockSize); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -228,8 +235,15 @@ func (p *ZMQPublisher) PublishEvent(ctx context.Context, ev *kv.Event) error {
 	if err != nil {
 		return fmt.Errorf("kv event %d of rank %d: %w", ev.EventID, ev.Worker.DpRank, err)
 	}
+	events := []zmqevents.RawEvent{raw}
+	if ev.Kind == kv.EventStored {
+		events = p.cfg.Wire.stored(raw)
+	}
+	if t := p.cfg.Wire.UnknownEventType; t != "" {
+		events = append([]zmqevents.RawEvent{{UnknownType: t}}, events...)
+	}
 	batch := zmqevents.Batch{
-		Timestamp: float64(time.Now().UnixNano()) / 1e9, Events: []zmqevents.RawEvent{raw},
+		Timestamp: float64(time.Now().UnixNano()) / 1e9, Events: events,
 		HasDPRank: true, DPRank: ev.Worker.DpRank,
 	}
 	payload, err := zmqevents.EncodeBatch(&batch, p.cfg.Encoding)
@@ -279,8 +293,10 @@ func mediumOfTier(t kv.StorageTier) string {
 	switch t {
 	case kv.TierHostPinned:
 		return "CPU"
-	case kv.TierDisk, kv.TierExternal:
+	case kv.TierDisk:
 		return "DISK"
+	case kv.TierExternal:
+		return "EXTERNAL"
 	case kv.TierShared:
 		return "SHARED"
 	}

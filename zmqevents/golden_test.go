@@ -321,12 +321,33 @@ func FuzzDecodeBatch(f *testing.F) {
 	for _, fx := range []string{fixtureArray, fixtureLegacy, fixtureMap, fixtureV026} {
 		f.Add(unhex(f, fx))
 	}
+	// The engine forms with their own rules: vLLM's LoRA block pool,
+	// lora_id alone, an unknown type between known ones, SGLang's EAGLE
+	// pairs and short last page, a block size mismatch.
+	toks := []any{1, 2, 3, 4, 5, 6, 7, 8}
+	for _, events := range [][]any{
+		{[]any{"BlockStored", []any{1, 2}, nil, toks, 4, 3, "GPU", "sql", []any{[]any{"sql", "salt"}, []any{"sql"}}, 0}},
+		{map[string]any{"type": "BlockStored", "block_hashes": []any{1}, "token_ids": toks[:4], "block_size": 4, "lora_id": 3}},
+		{[]any{"AllBlocksCleared"}, []any{"BlockMoved", []any{1}, "CPU"}, map[string]any{"type": "Future"}},
+		{[]any{"BlockStored", []any{1}, nil, []any{[]any{1, 2}, []any{2, 3}, []any{3, 4}, []any{4, 5}}, 4, nil, "GPU"}},
+		{[]any{"BlockStored", []any{1}, nil, toks[:4], 4, nil, "CPU_PINNED"}, []any{"BlockStored", []any{2}, 1, toks[:2], 2, nil, "EXTERNAL"}},
+		{[]any{"BlockStored", []any{1}, nil, toks, 8, nil, "TAPE"}},
+	} {
+		b, err := msgpack.Marshal([]any{1.0, events, 0})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	conv := Converter{BlockSize: 4}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b, err := DecodeBatch(data)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			if r := ReasonOf(err); r != ReasonMalformed && r != ReasonBadTokenIDs {
+				t.Fatalf("decode error %v classified %s", err, r)
 			}
 			return
 		}

@@ -39,6 +39,7 @@ func connectZMQPublisher(ctx context.Context, o options, log *slog.Logger) (mock
 	zp, err := mockengine.NewZMQPublisher(mockengine.ZMQPublisherConfig{
 		Endpoint: o.zmqEndpoint, ReplayEndpoint: o.zmqReplayEndpoint, DPSize: o.server.Engine.DPSize,
 		Encoding: o.zmqEncoding, BlockSize: o.server.Engine.BlockSize, Heartbeats: heartbeats, Logger: log,
+		Wire: o.zmqWire,
 	})
 	if err != nil {
 		closeNATS()

@@ -37,6 +37,7 @@ type options struct {
 	zmqEndpoint       string
 	zmqReplayEndpoint string
 	zmqEncoding       zmqevents.Encoding
+	zmqWire           mockengine.ZMQWire
 	logLevel          slog.Level
 	workerID          uint64
 	server            mockengine.ServerConfig
@@ -71,6 +72,7 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	fs.StringVar(&o.zmqEndpoint, "zmq-endpoint", "tcp://*:5557", "with --kv-events zmq: PUB bind address of dp rank 0 (rank i adds i to the port)")
 	fs.StringVar(&o.zmqReplayEndpoint, "zmq-replay-endpoint", "tcp://*:5558", "with --kv-events zmq: replay ROUTER bind address of rank 0 (empty: no replay)")
 	zmqEncoding := fs.String("zmq-encoding", "array", "with --kv-events zmq: array (vLLM <= 0.23) or map (newer vLLM) msgpack layout")
+	zmqWire := fs.String("zmq-wire", "", "with --kv-events zmq: engine forms to publish, comma-separated: lora=NAME[:ID], lora-id=ID, unknown=TYPE, eagle, sglang-pages, short-page=N, block-size=N")
 	fs.DurationVar(&o.server.HeartbeatInterval, "heartbeat-interval", o.server.HeartbeatInterval, "period of heartbeats")
 	fs.StringVar(&o.server.PublicURL, "public-url", "", "URL announced in heartbeats (default http://<listen address>)")
 	fs.DurationVar(&o.server.ShutdownGrace, "shutdown-grace", o.server.ShutdownGrace, "how long requests in flight may finish after SIGTERM")
@@ -120,6 +122,9 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 		return o, err
 	}
 	o.zmqEncoding = enc
+	if o.zmqWire, err = mockengine.ParseZMQWire(*zmqWire); err != nil {
+		return o, fmt.Errorf("--zmq-wire: %w", err)
+	}
 	switch o.kvEvents {
 	case "nats":
 	case "zmq":

@@ -26,6 +26,8 @@ func TestParseZMQOptions(t *testing.T) {
 		{"zmq with map encoding", []string{"--kv-events", "zmq", "--zmq-encoding", "map"}, ""},
 		{"unknown transport", []string{"--kv-events", "kafka"}, "want nats or zmq"},
 		{"unknown encoding", []string{"--zmq-encoding", "json"}, "unknown kv event encoding"},
+		{"engine forms", []string{"--kv-events", "zmq", "--zmq-encoding", "map", "--zmq-wire", "lora=sql:3,eagle,short-page=2"}, ""},
+		{"unknown engine form", []string{"--kv-events", "zmq", "--zmq-wire", "bigram"}, "unknown zmq wire mode"},
 		{"zmq without endpoint", []string{"--kv-events", "zmq", "--zmq-endpoint", ""}, "needs --zmq-endpoint"},
 	}
 	for _, tt := range tests {
