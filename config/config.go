@@ -78,7 +78,7 @@ type Config struct {
 	HeartbeatTimeout        time.Duration `flag:"heartbeat-timeout" help:"remove a worker whose heartbeats stopped for this long"`
 	StaticWorkers           []string      `flag:"static-workers" help:"comma-separated id=url[@dp_start:dp_size][;role=prefill|decode|both] workers registered without heartbeats (role default both)"`
 	ZMQEvents               bool          `flag:"zmq-events" help:"subscribe to workers that announce a kv_events_endpoint (vLLM/SGLang ZMQ publishers)"`
-	ZMQEndpoints            []string      `flag:"zmq-endpoints" help:"comma-separated id=tcp://host:port[;replay=tcp://host:port][;dp=N][;bind] engines publishing KV events on ZMQ"`
+	ZMQEndpoints            []string      `flag:"zmq-endpoints" help:"comma-separated id=tcp://host:port[;replay=tcp://host:port][;dp=N][;start=R][;bind] engines publishing KV events on ZMQ (dp ranks R..R+N-1 on port..port+N-1)"`
 
 	// ---- discovery and engine health (config/discovery.go) ----
 	Discover                    []string      `flag:"discover" help:"find engines that never heartbeat, repeatable or comma-separated (encode commas inside a URI as %2C): dns://NAME:PORT (A/AAAA records, e.g. a headless Service), dns+srv://NAME (SRV records), k8s://NAMESPACE?selector=app%3Dvllm (Ready pods), k8s-inferencepool://NAMESPACE/NAME (an InferencePool's pods); options kv-events-port (5557; 0 = none), replay-port (5558), dp-size, block-size, model, port (k8s), server=HOST:PORT and interval (dns), api=GROUP/VERSION (pool); pods override them with kvrouter.io/<option> annotations"`

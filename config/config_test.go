@@ -104,10 +104,27 @@ func TestParseZMQEndpoints(t *testing.T) {
 	if !eps[1].Bind || eps[1].DPSize != 1 {
 		t.Errorf("second: %+v", eps[1])
 	}
-	for _, bad := range []string{"tcp://h:1", "x=tcp://h:1", "3=", "3=tcp://h:1;dp=0", "3=tcp://h:1;colour=red"} {
+	for _, bad := range []string{"tcp://h:1", "x=tcp://h:1", "3=", "3=tcp://h:1;dp=0", "3=tcp://h:1;colour=red",
+		"3=tcp://h:1;start=-1", "3=tcp://h:1;start=x", "3=tcp://h:1;start=2000000"} {
 		if _, err := ParseZMQEndpoints([]string{bad}); err == nil {
 			t.Errorf("%q: want an error", bad)
 		}
+	}
+}
+
+// start=R numbers the ranks of an engine that hosts ranks R..R+N-1 of a
+// larger data-parallel group; the syntax without it still parses.
+func TestParseZMQEndpointsStartRank(t *testing.T) {
+	eps, err := ParseZMQEndpoints([]string{"5=tcp://10.0.0.6:5557;dp=2;start=2;replay=tcp://10.0.0.6:5558", "6=tcp://10.0.0.7:5557"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ZMQEndpoint{
+		{WorkerID: 5, Endpoint: "tcp://10.0.0.6:5557", Replay: "tcp://10.0.0.6:5558", DPSize: 2, DPStartRank: 2},
+		{WorkerID: 6, Endpoint: "tcp://10.0.0.7:5557", DPSize: 1},
+	}
+	if len(eps) != 2 || eps[0] != want[0] || eps[1] != want[1] {
+		t.Fatalf("got %+v want %+v", eps, want)
 	}
 }
 

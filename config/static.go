@@ -63,14 +63,22 @@ func ParseStaticWorkers(specs []string) ([]StaticWorker, error) {
 }
 
 // ZMQEndpoint is a worker whose engine publishes KV events on ZMQ, given
-// by --zmq-endpoints as "id=tcp://host:5557[;replay=tcp://host:5558][;dp=N][;bind]".
+// by --zmq-endpoints as
+// "id=tcp://host:5557[;replay=tcp://host:5558][;dp=N][;start=R][;bind]":
+// dp=N ranks publish on the port and the N-1 after it, numbered from
+// start=R (vLLM's data_parallel_start_rank, for an engine that hosts a
+// slice of a larger data-parallel group; default 0).
 type ZMQEndpoint struct {
-	WorkerID uint64
-	Endpoint string
-	Replay   string
-	DPSize   int
-	Bind     bool
+	WorkerID    uint64
+	Endpoint    string
+	Replay      string
+	DPSize      int
+	DPStartRank uint32
+	Bind        bool
 }
+
+// maxDPStartRank bounds start=R as the heartbeat's rank numbers are.
+const maxDPStartRank = 1 << 20
 
 // ParseZMQEndpoints parses the --zmq-endpoints entries.
 func ParseZMQEndpoints(specs []string) ([]ZMQEndpoint, error) {
@@ -78,7 +86,7 @@ func ParseZMQEndpoints(specs []string) ([]ZMQEndpoint, error) {
 	for _, spec := range specs {
 		id, rest, ok := strings.Cut(spec, "=")
 		if !ok {
-			return nil, fmt.Errorf("zmq endpoint %q: want id=tcp://host:port[;replay=...][;dp=N][;bind]", spec)
+			return nil, fmt.Errorf("zmq endpoint %q: want id=tcp://host:port[;replay=...][;dp=N][;start=R][;bind]", spec)
 		}
 		n, err := strconv.ParseUint(id, 10, 64)
 		if err != nil {
@@ -99,6 +107,12 @@ func ParseZMQEndpoints(specs []string) ([]ZMQEndpoint, error) {
 					return nil, fmt.Errorf("zmq endpoint %q: dp must be a positive integer", spec)
 				}
 				ep.DPSize = size
+			case "start":
+				r, err := strconv.ParseUint(v, 10, 32)
+				if err != nil || r > maxDPStartRank {
+					return nil, fmt.Errorf("zmq endpoint %q: start must be a rank in 0..%d", spec, maxDPStartRank)
+				}
+				ep.DPStartRank = uint32(r)
 			case "bind":
 				ep.Bind = true
 			default:

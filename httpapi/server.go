@@ -30,6 +30,7 @@ import (
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/metrics"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/zmqevents"
 )
 
 // Options configures the HTTP server.
@@ -89,6 +90,11 @@ type Options struct {
 	// WriteTimeout bounds each write to a client (0: none); the deadline
 	// moves as a response makes progress, so long streams are fine.
 	WriteTimeout time.Duration
+	// SubscribeKVEvents starts (or replaces) the ZMQ KV-event
+	// subscription of a worker registered by POST /workers with a
+	// kv_events_endpoint (nil: no ZMQ ingestion; such a registration is
+	// refused).
+	SubscribeKVEvents func(zmqevents.WorkerEndpoint) error
 }
 
 // HopHeader marks a request the proxy forwarded. A router refuses (508) a

@@ -1,12 +1,16 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/zmqevents"
 )
 
 // listWorkers is GET /workers. ?digest=1 adds the index digest, which
@@ -41,14 +45,53 @@ type AddWorkerBody struct {
 	MaxNumBatchedTokens   uint64  `json:"max_num_batched_tokens"`
 	// Role is "prefill", "decode" or "both" (default).
 	Role string `json:"role"`
+	// KVEventsEndpoint is rank 0's ZMQ PUB address of an engine that
+	// publishes KV events in vLLM's or SGLang's wire format
+	// (tcp://host:port; rank i publishes on port + i). The router
+	// subscribes as it does for a heartbeat that announces one, the
+	// ranks numbered from data_parallel_start_rank. ReplayEndpoint is
+	// rank 0's replay ROUTER (optional).
+	KVEventsEndpoint string `json:"kv_events_endpoint"`
+	ReplayEndpoint   string `json:"replay_endpoint"`
 }
 
 // maxDpSize bounds a registration so a typo cannot spawn a million actors.
 const maxDpSize = 1024
 
+// decodeStrict reads a JSON object into dst, refusing (400) a field dst
+// does not have: a registration field the router would silently ignore
+// is a registration that does not do what its author thinks.
+func decodeStrict(w http.ResponseWriter, r *http.Request, limit int64, dst any) bool {
+	body, ok := readBodyOrFail(w, r, limit, nil)
+	if !ok {
+		return false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		writeError(w, http.StatusBadRequest, "empty body: want a JSON object")
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil && dec.More() {
+		writeError(w, http.StatusBadRequest, "malformed JSON: data after the object")
+		return false
+	}
+	if err == nil {
+		return true
+	}
+	// encoding/json names the field only in its message.
+	if name, found := strings.CutPrefix(err.Error(), "json: unknown field "); found {
+		writeError(w, http.StatusBadRequest, "unknown field %s", name)
+		return false
+	}
+	writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
+	return false
+}
+
 func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 	var body AddWorkerBody
-	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
+	if !decodeStrict(w, r, s.opts.MaxBodyBytes, &body) {
 		return
 	}
 	if body.WorkerID == nil {
@@ -82,6 +125,10 @@ func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "worker block_size %d differs from the router's %d", body.BlockSize, s.opts.BlockSize)
 		return
 	}
+	events, ok := s.kvEventsEndpoint(w, r, &body, size)
+	if !ok {
+		return
+	}
 	err = s.opts.Router.RegisterWorker(&messages.WorkerHeartbeat{
 		WorkerId: *body.WorkerID, Url: body.URL, DataParallelStartRank: body.DataParallelStartRank,
 		DataParallelSize: size, TotalKvBlocks: body.TotalKVBlocks, BlockSize: uint32(s.opts.BlockSize),
@@ -92,7 +139,51 @@ func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetURLs()
-	writeJSON(w, http.StatusOK, map[string]any{"worker_id": *body.WorkerID, "registered": true})
+	reply := map[string]any{"worker_id": *body.WorkerID, "registered": true}
+	if events != nil {
+		if err := s.opts.SubscribeKVEvents(*events); err != nil {
+			s.opts.Router.RemoveWorker(kv.WorkerID(*body.WorkerID))
+			s.forgetURLs()
+			writeError(w, http.StatusServiceUnavailable, "worker not registered: cannot subscribe to its KV events: %v", err)
+			return
+		}
+		reply["kv_events_endpoint"] = events.Endpoint
+	}
+	writeJSON(w, http.StatusOK, reply)
+}
+
+// kvEventsEndpoint checks a registration's ZMQ endpoints as a heartbeat's
+// are checked (the worker-address policy, every rank's port) and returns
+// the subscription to start, nil when the body names none. It answers
+// the client itself (400) on refusal.
+func (s *Server) kvEventsEndpoint(w http.ResponseWriter, r *http.Request, body *AddWorkerBody, size uint32) (*zmqevents.WorkerEndpoint, bool) {
+	if body.KVEventsEndpoint == "" {
+		if body.ReplayEndpoint != "" {
+			writeError(w, http.StatusBadRequest, "replay_endpoint needs kv_events_endpoint")
+			return nil, false
+		}
+		return nil, true
+	}
+	if s.opts.SubscribeKVEvents == nil {
+		writeError(w, http.StatusBadRequest, "kv_events_endpoint: this router does not ingest ZMQ KV events (--zmq-events)")
+		return nil, false
+	}
+	for _, ep := range []struct{ field, value string }{{"kv_events_endpoint", body.KVEventsEndpoint}, {"replay_endpoint", body.ReplayEndpoint}} {
+		if err := s.opts.WorkerPolicy.CheckZMQEndpoint(r.Context(), ep.value, int(size), s.opts.Resolve); err != nil {
+			if s.opts.Metrics != nil {
+				s.opts.Metrics.WorkerRejected("zmq_endpoint_" + netpolicy.Reason(err))
+			}
+			writeError(w, http.StatusBadRequest, "%s: %v", ep.field, err)
+			return nil, false
+		}
+	}
+	ep := &zmqevents.WorkerEndpoint{WorkerID: kv.WorkerID(*body.WorkerID), Endpoint: body.KVEventsEndpoint,
+		ReplayEndpoint: body.ReplayEndpoint, DPSize: int(size), DPStartRank: body.DataParallelStartRank}
+	if err := ep.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, "kv_events_endpoint: %v", err)
+		return nil, false
+	}
+	return ep, true
 }
 
 func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request) {

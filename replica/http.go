@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/zmqevents"
 )
 
 // listen opens the HTTP (and admin) listeners, loads the token files and
@@ -117,6 +118,7 @@ func (r *Replica) serveHTTP() error {
 		ReplicaID: r.id, AdminTokens: r.adminTokens, APITokens: r.apiTokens, AdminSeparate: r.adminLn != nil,
 		WorkerPolicy: r.policy, Resolve: r.resolve, WriteTimeout: cfg.HTTPWriteTimeout,
 		SessionHeader: cfg.SessionHeader, SessionBodyField: cfg.SessionBodyField,
+		SubscribeKVEvents: r.subscribeKVEvents(),
 	})
 	r.http = r.httpServer(api.Handler())
 	go r.serve(r.http, r.ln, "HTTP")
@@ -179,6 +181,16 @@ func (r *Replica) admitHeartbeat(hb events.Heartbeat, zmq bool) bool {
 	r.metrics.WorkerRejected(reason)
 	r.rejects.warn("worker heartbeat refused", "worker", hb.WorkerID, "reason", reason, "err", err)
 	return false
+}
+
+// subscribeKVEvents is what POST /workers calls for a kv_events_endpoint:
+// the same subscription a heartbeat announcing it starts (nil without ZMQ
+// ingestion).
+func (r *Replica) subscribeKVEvents() func(zmqevents.WorkerEndpoint) error {
+	if r.bus == nil || r.bus.zmq == nil {
+		return nil
+	}
+	return r.bus.zmq.subscribe
 }
 
 // checkStaticWorker applies the policy to a --static-workers URL.

@@ -43,7 +43,7 @@ func startZMQ(cfg config.Config, router *actors.Router, base *slog.Logger) (*zmq
 	for _, ep := range eps {
 		if _, err := mgr.Ensure(zmqevents.WorkerEndpoint{
 			WorkerID: kv.WorkerID(ep.WorkerID), Endpoint: ep.Endpoint, ReplayEndpoint: ep.Replay,
-			DPSize: ep.DPSize, Bind: ep.Bind,
+			DPSize: ep.DPSize, DPStartRank: ep.DPStartRank, Bind: ep.Bind,
 		}); err != nil {
 			return nil, errors.Join(fmt.Errorf("--zmq-endpoints %d: %w", ep.WorkerID, err), mgr.Close())
 		}
@@ -70,6 +70,21 @@ func (z *zmqLink) heartbeat(hb events.Heartbeat) {
 	if changed {
 		z.log.Info("subscribed to ZMQ KV events", "worker", hb.WorkerID, "endpoint", hb.KVEventsEndpoint)
 	}
+}
+
+// subscribe starts the subscription of a worker registered through the
+// API with a kv_events_endpoint (already checked against the worker-address
+// policy), exactly as for a heartbeat announcing it.
+func (z *zmqLink) subscribe(ep zmqevents.WorkerEndpoint) error {
+	changed, err := z.mgr.Ensure(ep)
+	if err != nil {
+		return err
+	}
+	if changed {
+		z.log.Info("subscribed to ZMQ KV events", "worker", uint64(ep.WorkerID), "endpoint", ep.Endpoint,
+			"dp_size", ep.DPSize, "dp_start_rank", ep.DPStartRank, "source", "api")
+	}
+	return nil
 }
 
 // prune drops the subscriptions of workers the registry no longer has
