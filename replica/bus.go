@@ -87,7 +87,7 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		return nil, err
 	}
 	if cfg.ZMQEvents || len(cfg.ZMQEndpoints) > 0 {
-		if b.zmq, err = startZMQ(cfg, router, base); err != nil {
+		if b.zmq, err = startZMQ(cfg, router, base, m.EventDropped); err != nil {
 			return nil, err
 		}
 	}

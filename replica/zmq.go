@@ -27,9 +27,9 @@ type zmqLink struct {
 	done   chan struct{}
 }
 
-func startZMQ(cfg config.Config, router *actors.Router, base *slog.Logger) (*zmqLink, error) {
+func startZMQ(cfg config.Config, router *actors.Router, base *slog.Logger, onDrop func(reason string)) (*zmqLink, error) {
 	mgr, err := zmqevents.NewManager(zmqevents.Options{
-		BlockSize: cfg.BlockSize, Handler: router.ApplyEvent, Logger: base,
+		BlockSize: cfg.BlockSize, Handler: router.ApplyEvent, Logger: base, OnDrop: onDrop,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("zmq ingestion: %w", err)

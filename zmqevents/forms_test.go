@@ -18,15 +18,16 @@ import (
 // index events and whose log is kept, for feeding batches to deliver.
 type formSubscriber struct {
 	*Subscriber
-	mu  sync.Mutex
-	got []kv.Event
-	log bytes.Buffer
+	mu    sync.Mutex
+	got   []kv.Event
+	drops map[string]int // what OnDrop was told
+	log   bytes.Buffer
 }
 
 func newFormSubscriber(t *testing.T) *formSubscriber {
 	t.Helper()
-	f := &formSubscriber{}
-	opts, err := Options{BlockSize: 4, Logger: slog.New(slog.NewTextHandler(&f.log, nil)), Handler: func(ev *kv.Event) {
+	f := &formSubscriber{drops: map[string]int{}}
+	opts, err := Options{BlockSize: 4, OnDrop: func(reason string) { f.drops[reason]++ }, Logger: slog.New(slog.NewTextHandler(&f.log, nil)), Handler: func(ev *kv.Event) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		c := *ev
@@ -95,6 +96,9 @@ func TestUnknownEventTypeSkippedRestApplied(t *testing.T) {
 				t.Fatalf("stats %+v", st)
 			}
 			f.wantLog(t, "level=WARN", "worker_id=7", "dp_rank=1", "reason=unknown_event_type", "type=BlockMoved")
+			if f.drops["unknown_event_type"] != 1 || len(f.drops) != 1 {
+				t.Fatalf("OnDrop heard %v", f.drops)
+			}
 		})
 	}
 }

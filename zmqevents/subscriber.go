@@ -29,6 +29,12 @@ type Options struct {
 	ReplayTimeout time.Duration
 	// RetryInterval paces reconnection attempts (default 250 ms).
 	RetryInterval time.Duration
+	// OnDrop, when set, is told the reason (Reason.String) of every
+	// frame, batch or event skipped, and of every LoRA event indexed
+	// under LoraIDNamespace, so they are counted with the router's other
+	// dropped events (kvrouter_kv_events_dropped_total{reason}). Ranks
+	// call it concurrently; it must not block.
+	OnDrop func(reason string)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -246,6 +252,9 @@ func (s *Subscriber) skip(reason Reason, rank uint32, seq uint64, err error, det
 	s.c.reasons[reason].Add(1)
 	if reason.IsError() {
 		s.c.malformed.Add(1)
+	}
+	if s.opts.OnDrop != nil {
+		s.opts.OnDrop(reason.String())
 	}
 	ok, suppressed := s.skipLogs[reason].Allow(time.Now())
 	if !ok {
