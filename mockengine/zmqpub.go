@@ -212,6 +212,21 @@ func (p *ZMQPublisher) Restart() {
 	}
 }
 
+// RestartRank simulates the restart of one data-parallel rank's engine
+// process: its sequence starts again at 0 and its replay buffer is
+// emptied; the other ranks go on.
+func (p *ZMQPublisher) RestartRank(rank uint32) error {
+	if int(rank) >= len(p.ranks) {
+		return fmt.Errorf("%w: rank %d, the publisher has %d", ErrBadDpRank, rank, len(p.ranks))
+	}
+	r := p.ranks[rank]
+	r.mu.Lock()
+	r.seq = 0
+	r.ring = newReplayRing(p.cfg.ReplayBuffer)
+	r.mu.Unlock()
+	return nil
+}
+
 // PublishHeartbeat implements Publisher: it adds the ZMQ endpoints and
 // forwards to the heartbeat publisher, if any.
 func (p *ZMQPublisher) PublishHeartbeat(ctx context.Context, hb Heartbeat) error {

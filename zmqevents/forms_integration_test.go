@@ -218,3 +218,89 @@ func TestZMQEngineFormsOverSockets(t *testing.T) {
 		})
 	}
 }
+
+// One rank of a dp=2 engine restarts (its sequence goes back to 0): only
+// that rank is cleared and caught up; the other's stream goes on.
+func TestZMQOneRankRestartClearsOnlyThatRank(t *testing.T) {
+	var mu sync.Mutex
+	cleared := map[uint32]int{}
+	stored := map[uint32]int{}
+	tokens := []uint32{1, 2, 3, 4}
+	var pub *mockengine.ZMQPublisher
+	var err error
+	for range 20 { // rank 1 takes the port after a free one, which may be taken
+		pub, err = mockengine.NewZMQPublisher(mockengine.ZMQPublisherConfig{
+			Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", testutil.FreePort(t)), BlockSize: blockSize, DPSize: 2,
+			Tokens: func(*kv.Event) ([]uint32, error) { return tokens, nil },
+		})
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	sub, err := zmqevents.StartSubscriber(context.Background(), zmqevents.WorkerEndpoint{WorkerID: 7, Endpoint: pub.Endpoint(), DPSize: 2},
+		zmqevents.Options{BlockSize: blockSize, Handler: func(ev *kv.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch ev.Kind {
+			case kv.EventCleared:
+				cleared[ev.Worker.DpRank]++
+			case kv.EventStored:
+				stored[ev.Worker.DpRank]++
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	var id uint64
+	publish := func(rank uint32) {
+		id++
+		ev := kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: 7, DpRank: rank}, EventID: id, Kind: kv.EventStored,
+			Blocks: []kv.StoredBlock{{BlockHash: kv.ExternalBlockHash(id)}}}
+		if err := pub.PublishEvent(context.Background(), &ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both ranks heard (past the slow-joiner window).
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		publish(0)
+		publish(1)
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		if stored[0] == 0 || stored[1] == 0 {
+			return fmt.Errorf("stored %v", stored)
+		}
+		return nil
+	})
+	for range 5 {
+		publish(0)
+		publish(1)
+	}
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if m := sub.Stats().Messages; m < 12 {
+			return fmt.Errorf("heard %d batches", m)
+		}
+		return nil
+	})
+	if err := pub.RestartRank(1); err != nil {
+		t.Fatal(err)
+	}
+	publish(1) // seq 0 again on rank 1
+	publish(0)
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if st := sub.Stats(); st.Restarts != 1 {
+			return fmt.Errorf("restarts %d", st.Restarts)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if cleared[1] != int(kv.NumTiers) || cleared[0] != 0 {
+		t.Fatalf("cleared %v, want rank 1 on every tier and rank 0 never", cleared)
+	}
+}

@@ -276,3 +276,31 @@ func TestMediaMappedOrRefused(t *testing.T) {
 	}
 	f.wantLog(t, "level=WARN", "reason=unknown_medium", "medium=TAPE")
 }
+
+// AllBlocksCleared from one rank clears that rank on every tier and no
+// other: the ref counts of the other rank survive (its repeated store is
+// a duplicate), the cleared rank's are forgotten (its store passes).
+func TestAllBlocksClearedClearsOnlyItsRank(t *testing.T) {
+	f := newFormSubscriber(t)
+	cpu := []any{"BlockStored", []any{9}, nil, []any{1, 2, 3, 4}, 4, nil, "CPU"}
+	for _, rank := range []int{0, 1} {
+		f.feed(t, pack(t, []any{1.0, []any{cpu}, rank}), 1)
+	}
+	f.got = nil
+	f.feed(t, pack(t, []any{1.0, []any{[]any{"AllBlocksCleared"}}, 1}), 2)
+	if len(f.got) != int(kv.NumTiers) {
+		t.Fatalf("cleared %+v, want one Cleared per tier", f.got)
+	}
+	for _, ev := range f.got {
+		if ev.Kind != kv.EventCleared || ev.Worker != (kv.WorkerWithDpRank{WorkerID: 7, DpRank: 1}) {
+			t.Fatalf("cleared %+v, want rank 1 only", f.got)
+		}
+	}
+	f.got = nil
+	for _, rank := range []int{0, 1} {
+		f.feed(t, pack(t, []any{1.0, []any{cpu}, rank}), 3)
+	}
+	if len(f.got) != 1 || f.got[0].Worker.DpRank != 1 || f.got[0].Tier != kv.TierHostPinned {
+		t.Fatalf("after the clear: %+v, want rank 1's store only (rank 0 still holds its copy)", f.got)
+	}
+}

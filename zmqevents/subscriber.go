@@ -229,6 +229,12 @@ func (s *Subscriber) deliver(m *Message, defaultRank uint32) {
 			s.skip(reason, w.DpRank, m.Seq, err, skipDetails(reason, raw, s.opts.BlockSize)...)
 			continue
 		}
+		if conv.Event.Kind == kv.EventCleared {
+			// AllBlocksCleared carries no medium: the engine reset its
+			// caches, every tier of this rank.
+			s.clearRankLocked(w.DpRank, m.Seq)
+			continue
+		}
 		if conv.LoraIDWithoutName {
 			s.skip(ReasonLoraIDWithoutName, w.DpRank, m.Seq, nil, "lora_id", raw.LoraID)
 		}
@@ -294,6 +300,13 @@ func skipDetails(reason Reason, raw *RawEvent, blockSize int) []any {
 func (s *Subscriber) clearWorker(rank uint32, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.clearRankLocked(rank, seq)
+}
+
+// clearRankLocked emits a Cleared of the rank on every tier, so the
+// RefCounter forgets the rank's copies on each (the index empties the
+// rank on every tier whichever tier a Cleared names, as Dynamo does).
+func (s *Subscriber) clearRankLocked(rank uint32, seq uint64) {
 	delete(s.fullBlocks, rank)
 	for tier := range kv.NumTiers {
 		ev := kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: s.cfg.WorkerID, DpRank: rank}, EventID: seq,
