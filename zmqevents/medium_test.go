@@ -45,7 +45,8 @@ func storedWithMedium(medium string) *Batch {
 // (shared exactly for "shared" in any case) or is refused as unknown;
 // nothing panics.
 func FuzzMedium(f *testing.F) {
-	for _, m := range []string{"", "GPU", "CPU", "DISK", "SHARED", "shared", "LocalCPUBackend", "\x00", "\xff\xfe"} {
+	for _, m := range []string{"", "GPU", "CPU", "DISK", "SHARED", "shared", "LocalCPUBackend", "\x00", "\xff\xfe",
+		"CPU_PINNED", "CPU_TIER1", "CPU_TIER2", "EXTERNAL", "nvme", "Remote"} {
 		f.Add(m)
 	}
 	conv := Converter{BlockSize: 4}
