@@ -13,12 +13,19 @@
 //     PYTHONHASHSEED and --prefix-caching-hash-algo do not matter. The engine
 //     hash survives only as the per-worker key (kv.ExternalBlockHash) used
 //     to find a block again on removal and to find a stored chain's parent.
+//   - What cannot be indexed is skipped one event at a time, never a whole
+//     batch: an unknown event type or medium, a block size other than the
+//     router's, SGLang's short last page. Each skip is counted by Reason,
+//     reported to Options.OnDrop and logged at WARN (rate-limited per
+//     reason) with the worker, the rank and what to fix.
 //   - RefCounter sits in front of the index: engines with several KV cache
 //     groups store the same hash more than once, and only the last removal
 //     of a hash may evict it.
 //   - Subscriber and Manager own the sockets: one SUB per data-parallel rank
 //     (vLLM offsets the port by the rank), sequence tracking, replay over a
-//     DEALER on gaps, and restart detection when the sequence goes back.
+//     DEALER on gaps, and restart detection when the sequence goes back;
+//     all of it per rank: one rank's restart clears and replays that rank
+//     only.
 //
 // # Joining mid-stream
 //
