@@ -63,6 +63,9 @@ type Conversion struct {
 	// LoraIDWithoutName is set when the event was indexed under
 	// LoraIDNamespace (ReasonLoraIDWithoutName).
 	LoraIDWithoutName bool
+	// LoraNameNotInExtraKeys is set when a LoRA event's extra keys did
+	// not start with its adapter name (ReasonLoraNameNotInExtraKeys).
+	LoraNameNotInExtraKeys bool
 }
 
 // Convert converts one raw event of worker w. eventID is carried into the
@@ -86,14 +89,14 @@ func (c Converter) ConvertNoted(raw *RawEvent, w kv.WorkerWithDpRank, eventID ui
 		}
 		ev.Tier = tier
 	}
-	var noted bool
+	var out Conversion
 	switch raw.Kind {
 	case kv.EventStored:
-		blocks, withoutName, err := c.storedBlocks(raw)
+		blocks, keys, err := c.storedBlocks(raw)
 		if err != nil {
 			return Conversion{}, err
 		}
-		noted = withoutName
+		out.LoraIDWithoutName, out.LoraNameNotInExtraKeys = keys.withoutName, keys.nameNotInExtra
 		ev.Blocks = blocks
 		ev.HasParent, ev.ParentHash = raw.HasParent, kv.ExternalBlockHash(raw.ParentHash)
 	case kv.EventRemoved:
@@ -105,32 +108,33 @@ func (c Converter) ConvertNoted(raw *RawEvent, w kv.WorkerWithDpRank, eventID ui
 	default:
 		return Conversion{}, malformed("event kind %d", raw.Kind)
 	}
-	return Conversion{Event: ev, LoraIDWithoutName: noted}, nil
+	out.Event = ev
+	return out, nil
 }
 
 // storedBlocks hashes the event's tokens the way the router hashes a
 // prompt, pairing each local hash with the engine's hash of that block.
-func (c Converter) storedBlocks(raw *RawEvent) ([]kv.StoredBlock, bool, error) {
+func (c Converter) storedBlocks(raw *RawEvent) ([]kv.StoredBlock, loraKeysOf, error) {
 	n := len(raw.BlockHashes)
 	switch {
 	case n == 0:
-		return nil, false, malformed("BlockStored has no blocks")
+		return nil, loraKeysOf{}, malformed("BlockStored has no blocks")
 	case isShortLastPage(raw, c.BlockSize):
-		return nil, false, fmt.Errorf("%w: a page of %d tokens, blocks are %d", ErrShortPage, raw.BlockSize, c.BlockSize)
+		return nil, loraKeysOf{}, fmt.Errorf("%w: a page of %d tokens, blocks are %d", ErrShortPage, raw.BlockSize, c.BlockSize)
 	case raw.BlockSize != c.BlockSize:
-		return nil, false, fmt.Errorf("%w: engine %d, router %d", ErrBlockSizeMismatch, raw.BlockSize, c.BlockSize)
+		return nil, loraKeysOf{}, fmt.Errorf("%w: engine %d, router %d", ErrBlockSizeMismatch, raw.BlockSize, c.BlockSize)
 	case len(raw.TokenIDs) < n*c.BlockSize:
-		return nil, false, fmt.Errorf("%w: %d blocks of %d need %d tokens, got %d",
+		return nil, loraKeysOf{}, fmt.Errorf("%w: %d blocks of %d need %d tokens, got %d",
 			ErrTokensShort, n, c.BlockSize, n*c.BlockSize, len(raw.TokenIDs))
 	}
-	lora, extra, withoutName := loraKeys(raw)
+	keys := loraKeys(raw)
 	local := hashing.BlockHashes(raw.TokenIDs[:n*c.BlockSize], c.BlockSize,
-		hashing.Options{LoraName: lora, ExtraKeys: extra})
+		hashing.Options{LoraName: keys.name, ExtraKeys: keys.extra})
 	blocks := make([]kv.StoredBlock, n)
 	for i := range blocks {
 		blocks[i] = kv.StoredBlock{BlockHash: kv.ExternalBlockHash(raw.BlockHashes[i]), TokensHash: local[i]}
 	}
-	return blocks, withoutName, nil
+	return blocks, keys, nil
 }
 
 // isShortLastPage recognises SGLang's per-page form ending a radix node:
@@ -155,28 +159,39 @@ func isShortLastPage(raw *RawEvent, blockSize int) bool {
 // name (or, with no lora_name, when every block leads with the same
 // string: that is the name). Without a name anywhere, the blocks are
 // hashed under LoraIDNamespace.
-func loraKeys(raw *RawEvent) (name string, extra [][]uint64, withoutName bool) {
-	name, extra = raw.LoraName, raw.ExtraKeys
-	if name == "" && !raw.HasLoraID {
-		return name, extra, false // base model: a leading string is a cache salt
+func loraKeys(raw *RawEvent) loraKeysOf {
+	k := loraKeysOf{name: raw.LoraName, extra: raw.ExtraKeys}
+	if k.name == "" && !raw.HasLoraID {
+		return k // base model: a leading string is a cache salt
 	}
-	if name == "" {
-		name = commonLead(raw)
+	if k.name == "" {
+		k.name = commonLead(raw)
 	}
-	if name != "" && raw.ExtraLead != nil {
-		extra = make([][]uint64, len(raw.ExtraKeys))
-		for i := range extra {
-			if i < len(raw.ExtraLead) && raw.ExtraLead[i] == name {
-				extra[i] = raw.ExtraRest[i]
-			} else {
-				extra[i] = raw.ExtraKeys[i]
+	if k.name != "" && raw.ExtraKeys != nil {
+		k.extra = make([][]uint64, len(raw.ExtraKeys))
+		for i := range k.extra {
+			switch {
+			case i < len(raw.ExtraLead) && raw.ExtraLead[i] == k.name:
+				k.extra[i] = raw.ExtraRest[i]
+			case len(raw.ExtraKeys[i]) > 0:
+				k.extra[i] = raw.ExtraKeys[i]
+				k.nameNotInExtra = true
 			}
 		}
 	}
-	if name == "" {
-		return LoraIDNamespace(raw.LoraID), extra, true
+	if k.name == "" {
+		k.name, k.withoutName = LoraIDNamespace(raw.LoraID), true
 	}
-	return name, extra, false
+	return k
+}
+
+// loraKeysOf is what loraKeys found: the salt, the extra keys left, and
+// whether a LoRA reason must be counted.
+type loraKeysOf struct {
+	name           string
+	extra          [][]uint64
+	withoutName    bool
+	nameNotInExtra bool
 }
 
 // commonLead is the string every block's extra-keys tuple starts with, or

@@ -67,13 +67,18 @@ const (
 	// own that no query matches (never as base-model blocks), and counted
 	// so the operator knows why the adapter's prompts miss.
 	ReasonLoraIDWithoutName
+	// ReasonLoraNameNotInExtraKeys: a LoRA block whose extra_keys do not
+	// start with the adapter's name, as vLLM's always have. It is indexed
+	// with those keys, so it matches no plain adapter query; the count
+	// makes an engine format change visible.
+	ReasonLoraNameNotInExtraKeys
 	// NumReasons is the number of reasons.
 	NumReasons
 )
 
 var reasonNames = [NumReasons]string{
 	"malformed", "unknown_event_type", "block_size_mismatch", "bad_token_ids",
-	"unknown_medium", "short_last_page", "lora_id_without_name",
+	"unknown_medium", "short_last_page", "lora_id_without_name", "lora_name_not_in_extra_keys",
 }
 
 func (r Reason) String() string {
@@ -84,14 +89,14 @@ func (r Reason) String() string {
 }
 
 // Dropped reports whether events of this reason are left out of the index
-// (every reason but ReasonLoraIDWithoutName).
-func (r Reason) Dropped() bool { return r != ReasonLoraIDWithoutName }
+// (the LoRA reasons are indexed, where no plain query matches them).
+func (r Reason) Dropped() bool {
+	return r != ReasonLoraIDWithoutName && r != ReasonLoraNameNotInExtraKeys
+}
 
 // IsError reports whether the reason is a fault of the input (counted in
-// Stats.Malformed as well), as opposed to a form skipped by design.
-func (r Reason) IsError() bool {
-	return r != ReasonShortLastPage && r != ReasonLoraIDWithoutName
-}
+// Stats.Malformed as well), as opposed to a form skipped or kept by design.
+func (r Reason) IsError() bool { return r.Dropped() && r != ReasonShortLastPage }
 
 // ReasonOf classifies an error of DecodeBatch or Converter.Convert.
 func ReasonOf(err error) Reason {

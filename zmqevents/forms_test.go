@@ -304,3 +304,20 @@ func TestAllBlocksClearedClearsOnlyItsRank(t *testing.T) {
 		t.Fatalf("after the clear: %+v, want rank 1's store only (rank 0 still holds its copy)", f.got)
 	}
 }
+
+// A LoRA event whose extra_keys do not start with the adapter name (a
+// layout vLLM does not send today, such as typed keys) is indexed with
+// the keys it has, and counted, so a format change is not silent.
+func TestLoraNameNotInExtraKeysIsCounted(t *testing.T) {
+	f := newFormSubscriber(t)
+	typed := map[string]any{"kind": "lora", "name": "sql"}
+	f.feed(t, pack(t, []any{1.0, []any{[]any{"BlockStored", []any{11}, nil, []any{1, 2, 3, 4}, 4, 3, "GPU", "sql", []any{[]any{typed}}}}}), 1)
+	adapter := hashing.BlockHashes([]uint32{1, 2, 3, 4}, 4, hashing.Options{LoraName: "sql"})
+	if len(f.got) != 1 || f.got[0].Blocks[0].TokensHash == adapter[0] {
+		t.Fatalf("indexed %+v", f.got)
+	}
+	if st := f.Stats(); st.Reasons[ReasonLoraNameNotInExtraKeys] != 1 || st.Malformed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	f.wantLog(t, "level=WARN", "reason=lora_name_not_in_extra_keys", "lora_name=sql", "dp_rank=1")
+}

@@ -238,6 +238,9 @@ func (s *Subscriber) deliver(m *Message, defaultRank uint32) {
 		if conv.LoraIDWithoutName {
 			s.skip(ReasonLoraIDWithoutName, w.DpRank, m.Seq, nil, "lora_id", raw.LoraID)
 		}
+		if conv.LoraNameNotInExtraKeys {
+			s.skip(ReasonLoraNameNotInExtraKeys, w.DpRank, m.Seq, nil, "lora_name", raw.LoraName)
+		}
 		if raw.Kind == kv.EventStored && raw.BlockSize == s.opts.BlockSize && !s.fullBlocks[w.DpRank] {
 			if s.fullBlocks == nil {
 				s.fullBlocks = map[uint32]bool{}
@@ -267,8 +270,11 @@ func (s *Subscriber) skip(reason Reason, rank uint32, seq uint64, err error, det
 		return
 	}
 	msg := "skipped a kv event"
-	if !reason.Dropped() {
+	switch reason {
+	case ReasonLoraIDWithoutName:
 		msg = "indexed a LoRA kv event under its lora_id: no query will match it"
+	case ReasonLoraNameNotInExtraKeys:
+		msg = "indexed a LoRA kv event whose extra_keys do not start with its adapter name: no adapter query will match it"
 	}
 	attrs := append([]any{"dp_rank", rank, "reason", reason.String(), "seq", seq}, details...)
 	if err != nil {
