@@ -351,6 +351,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 			return
 		}
+		roundTrip(t, &b)
 		for i := range b.Events {
 			ev, err := conv.Convert(&b.Events[i], kv.WorkerWithDpRank{}, 0)
 			if err != nil {
@@ -365,4 +366,47 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+// roundTrip checks that a decoded batch without extra keys (which decode
+// to fingerprints) encodes to bytes that decode to the same events, in
+// both encodings: token pairs, unknown types and every field survive.
+func roundTrip(t *testing.T, b *Batch) {
+	for i := range b.Events {
+		if b.Events[i].ExtraKeys != nil {
+			return
+		}
+	}
+	for _, enc := range []Encoding{EncodingArray, EncodingMap} {
+		data, err := EncodeBatch(b, enc)
+		if err != nil {
+			t.Fatalf("%s: re-encode %+v: %v", enc, b, err)
+		}
+		got, err := DecodeBatch(data)
+		if err != nil {
+			t.Fatalf("%s: decode the re-encoded batch: %v", enc, err)
+		}
+		if !reflect.DeepEqual(normalized(got.Events), normalized(b.Events)) {
+			t.Fatalf("%s: round trip\n got %+v\nwant %+v", enc, got.Events, b.Events)
+		}
+	}
+}
+
+// normalized makes empty slices nil: a missing field and an empty list
+// decode differently and mean the same.
+func normalized(evs []RawEvent) []RawEvent {
+	if len(evs) == 0 {
+		return nil
+	}
+	out := make([]RawEvent, len(evs))
+	for i, ev := range evs {
+		if len(ev.BlockHashes) == 0 {
+			ev.BlockHashes = nil
+		}
+		if len(ev.TokenIDs) == 0 {
+			ev.TokenIDs = nil
+		}
+		out[i] = ev
+	}
+	return out
 }
