@@ -122,6 +122,9 @@ const shortPageSalt = 0x5bd1e9955bd1e995
 // stored turns one Stored event (its blocks' tokens known) into the raw
 // events of the selected form.
 func (w ZMQWire) stored(raw zmqevents.RawEvent) []zmqevents.RawEvent {
+	if len(raw.BlockHashes) == 0 || len(raw.TokenIDs) == 0 {
+		return []zmqevents.RawEvent{raw} // nothing to reshape
+	}
 	if w.LoRAName != "" {
 		raw.HasLoraID, raw.LoraID, raw.LoraName = true, w.LoRAID, w.LoRAName
 		raw.ExtraLead = make([]string, len(raw.BlockHashes))
