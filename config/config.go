@@ -203,10 +203,10 @@ const DefaultActiveSequenceStride = 8
 
 // Default returns the defaults (Dynamo's where Dynamo has the knob, except
 // router-active-sequence-stride: DefaultActiveSequenceStride).
-// DefaultGCPercent is Go's own GC target. 400 (the default until stop 26)
+// DefaultGCPercent is Go's own GC target. 400 (an earlier default)
 // made cycles four times rarer, but in 150 s steady runs at 16k KV events/s
 // its five-fold heap headroom gave lookup p99.9 of 0.2–3 s in 3 of 3 runs
-// against 28–35 ms with 100 in 2 of 2 (README, "Memory and the GC").
+// against 28–35 ms with 100 in 2 of 2 (docs/operations.md, "Memory").
 const DefaultGCPercent = 100
 
 func Default() Config {
