@@ -126,7 +126,7 @@ func TestScaleOutKnobs(t *testing.T) {
 	if ac := cfg.Actors(); ac.Sequence.Stride != 8 {
 		t.Fatalf("stride not passed to the sequence trackers: %+v", ac.Sequence)
 	}
-	// The scale-out defaults (README "Horizontal scaling, measured"):
+	// The scale-out defaults (docs/benchmarks.md, "Many replicas"):
 	// stride 8 where Dynamo defaults to 1, 5 ms batches where Dynamo
 	// waits 1 ms.
 	if d := Default(); d.RouterActiveSequenceStride != 8 || d.ClusterBatchInterval != 5*time.Millisecond {
