@@ -63,9 +63,11 @@ func isEnvelopeJSON(data []byte) bool {
 	return err == nil && envelopeKeys[string(key)]
 }
 
-// isMsgpackMap reports whether data starts a MessagePack map (fixmap,
-// map16, map32): neither JSON (which starts with '{', '[' or space) nor
-// a protobuf batch (which travels on its own subject) does.
+// IsMsgpackMap reports whether data starts a MessagePack map (fixmap,
+// map16, map32), as Dynamo's MessagePack envelope does: JSON starts with
+// '{', '[' or space, and a protobuf batch travels on its own subject.
+func IsMsgpackMap(data []byte) bool { return isMsgpackMap(data) }
+
 func isMsgpackMap(data []byte) bool {
 	return len(data) > 0 && (data[0]&0xf0 == 0x80 || data[0] == 0xde || data[0] == 0xdf)
 }

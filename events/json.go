@@ -42,6 +42,9 @@ type Skipped struct {
 	// "field N" for a protobuf oneof member this build does not know.
 	Type   string
 	Reason string // ReasonUnknownEventType
+	// At is how many of the batch's Events came before it, so a consumer
+	// can see the message's events in their order (event ids, gaps).
+	At int
 }
 
 // Batch is one decoded message: the events to apply, in order, and the
@@ -182,6 +185,7 @@ func DecodeRouterEventsBatchJSON(data []byte) (Batch, error) {
 	err := s.array(func(i int) error {
 		ev, err := s.routerEvent()
 		if sk, ok := skippedOf(err); ok {
+			sk.At = len(b.Events)
 			b.Skipped = append(b.Skipped, sk)
 			return nil
 		}

@@ -125,6 +125,7 @@ func DecodeProtoBatch(data []byte) (Batch, error) {
 	for i, m := range batch.Events {
 		ev, err := FromProto(m)
 		if sk, ok := skippedOf(err); ok {
+			sk.At = len(b.Events)
 			b.Skipped = append(b.Skipped, sk)
 			continue
 		}

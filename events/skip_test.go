@@ -33,8 +33,8 @@ func TestUnknownEventTypeIsSkippedInJSON(t *testing.T) {
 		{Worker: r1, EventID: 4, Kind: kv.EventRemoved, Removed: []kv.ExternalBlockHash{11}},
 	}
 	wantSkipped := []Skipped{
-		{Worker: r1, EventID: 2, Type: "offloaded", Reason: ReasonUnknownEventType},
-		{Worker: r0, EventID: 3, Type: "reset_all", Reason: ReasonUnknownEventType},
+		{Worker: r1, EventID: 2, Type: "offloaded", Reason: ReasonUnknownEventType, At: 1},
+		{Worker: r0, EventID: 3, Type: "reset_all", Reason: ReasonUnknownEventType, At: 1},
 	}
 	if !reflect.DeepEqual(b.Events, wantEvents) || !reflect.DeepEqual(b.Skipped, wantSkipped) {
 		t.Fatalf("got events %+v skipped %+v\nwant %+v and %+v", b.Events, b.Skipped, wantEvents, wantSkipped)
@@ -95,7 +95,7 @@ func TestUnknownEventTypeIsSkippedInProtobuf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Skipped{Worker: kv.WorkerWithDpRank{WorkerID: 3, DpRank: 2}, EventID: 2, Type: "field 9", Reason: ReasonUnknownEventType}
+	want := Skipped{Worker: kv.WorkerWithDpRank{WorkerID: 3, DpRank: 2}, EventID: 2, Type: "field 9", Reason: ReasonUnknownEventType, At: 1}
 	if len(b.Events) != 1 || b.Events[0].Kind != kv.EventStored || len(b.Skipped) != 1 || b.Skipped[0] != want {
 		t.Fatalf("got %+v, want the stored event and skipped %+v", b, want)
 	}
