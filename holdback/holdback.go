@@ -120,17 +120,29 @@ func (b *Buffer) forgetRank(r kv.WorkerWithDpRank) {
 }
 
 // Expire drops every event held longer than MaxAge and returns how many.
-// Events are held in arrival order per worker, so each list is cut at
-// its first young event.
 func (b *Buffer) Expire(now time.Time) int {
-	dropped := 0
+	n := 0
+	for _, c := range b.ExpireRanks(now) {
+		n += c
+	}
+	return n
+}
+
+// ExpireRanks is Expire reporting how many events of each (worker,
+// dp_rank) it dropped, so the caller can name them. Events are held in
+// arrival order per worker, so each list is cut at its first young event.
+func (b *Buffer) ExpireRanks(now time.Time) map[kv.WorkerWithDpRank]int {
+	var dropped map[kv.WorkerWithDpRank]int
 	for w, hs := range b.byWorker {
 		i := 0
 		for i < len(hs) && now.Sub(hs[i].at) > b.cfg.MaxAge {
+			if dropped == nil {
+				dropped = map[kv.WorkerWithDpRank]int{}
+			}
+			dropped[hs[i].ev.Worker]++
 			b.blocks -= hs[i].blocks
 			i++
 		}
-		dropped += i
 		if i == len(hs) {
 			delete(b.byWorker, w)
 		} else if i > 0 {
