@@ -27,12 +27,23 @@ import (
 var ErrMalformed = errors.New("malformed event")
 
 // ErrUnknownEventType marks an event whose type the decoder does not know
-// (one a newer engine or Dynamo version added). In a batch such an event
-// is skipped and reported (Batch.Skipped); the rest is applied.
+// (one a newer engine or Dynamo version added), or whose residency domain
+// it does not support. In a batch such an event is skipped and reported
+// (Batch.Skipped, with the reason); the rest is applied.
 var ErrUnknownEventType = errors.New("unknown event type")
 
-// ReasonUnknownEventType is the drop-reason label of skipped events.
-const ReasonUnknownEventType = "unknown_event_type"
+// Drop-reason labels of skipped events.
+const (
+	// ReasonUnknownEventType: an event type the decoder does not know.
+	ReasonUnknownEventType = "unknown_event_type"
+	// ReasonUnsupportedResidencyDomain: a RouterEvent whose
+	// residency_domain is not "worker" (Dynamo's "cache_owner", or a
+	// newer one). A cache-owner residency belongs to a cache that outlives
+	// the worker rank that published it; Dynamo itself never sends such
+	// events to consumers that do not model cache owners, and indexing
+	// them under the rank would credit it with blocks it may not hold.
+	ReasonUnsupportedResidencyDomain = "unsupported_residency_domain"
+)
 
 // Skipped is an event of a batch the decoder left out, and why.
 type Skipped struct {
@@ -57,7 +68,12 @@ type Batch struct {
 // unknownEventError is the cause of an event skipped for its type.
 type unknownEventError struct{ skipped Skipped }
 
-func (e *unknownEventError) Error() string { return fmt.Sprintf("unknown event %q", e.skipped.Type) }
+func (e *unknownEventError) Error() string {
+	if e.skipped.Reason == ReasonUnsupportedResidencyDomain {
+		return fmt.Sprintf("unsupported: %s", e.skipped.Type)
+	}
+	return fmt.Sprintf("unknown event %q", e.skipped.Type)
+}
 func (e *unknownEventError) Unwrap() error { return ErrUnknownEventType }
 
 // skippedOf returns the event an error skipped, if it is a skip.
@@ -221,6 +237,7 @@ const (
 	seenBlockHash
 	seenTokensHash
 	seenBlockHashes
+	seenDomain
 )
 
 // once refuses a second occurrence of a known key.
@@ -248,6 +265,7 @@ func (s *scanner) routerEvent() (kv.Event, error) {
 		hasWorker, hasEvent bool
 		topRank, rank       uint64
 		hasTopRank, hasRank bool
+		domain              string // residency_domain other than "worker"
 	)
 	s.unknownType = ""
 	err := s.object(func(key []byte) error {
@@ -271,6 +289,13 @@ func (s *scanner) routerEvent() (kv.Event, error) {
 			if err = once(&seen, seenEvent, key); err == nil && !s.null() {
 				hasEvent = true
 				rank, hasRank, err = s.kvEvent(&ev)
+			}
+		case "residency_domain":
+			if err = once(&seen, seenDomain, key); err == nil && !s.null() {
+				var d []byte
+				if d, err = s.str(); err == nil && string(d) != "worker" {
+					domain = truncate(string(d))
+				}
 			}
 		default:
 			return s.skip()
@@ -298,6 +323,11 @@ func (s *scanner) routerEvent() (kv.Event, error) {
 		sk := Skipped{Worker: ev.Worker, EventID: ev.EventID, Type: s.unknownType, Reason: ReasonUnknownEventType}
 		s.unknownType = ""
 		return kv.Event{}, &pathError{path: "event.data", err: &unknownEventError{skipped: sk}}
+	}
+	if domain != "" {
+		sk := Skipped{Worker: ev.Worker, EventID: ev.EventID, Type: ev.Kind.String() + " in residency domain " + domain,
+			Reason: ReasonUnsupportedResidencyDomain}
+		return kv.Event{}, &pathError{path: "residency_domain", err: &unknownEventError{skipped: sk}}
 	}
 	if err := ev.Validate(); err != nil {
 		return kv.Event{}, err

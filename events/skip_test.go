@@ -108,3 +108,35 @@ func TestUnknownEventTypeIsSkippedInProtobuf(t *testing.T) {
 		t.Fatalf("event without data: %v", err)
 	}
 }
+
+// Dynamo's residency_domain: "worker" (or absent) is the worker rank's
+// own cache; "cache_owner" belongs to a cache that outlives the rank, which
+// Dynamo never sends to consumers that do not model cache owners. Such an
+// event is skipped with its reason, not indexed under the rank.
+func TestResidencyDomain(t *testing.T) {
+	doc := `[
+	 {"worker_id":5,"storage_tier":"host_pinned","residency_domain":"worker","event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":2}]}}}},
+	 {"worker_id":5,"storage_tier":"host_pinned","residency_domain":"cache_owner","state_source":{"x":1},"event":{"event_id":2,"data":{"stored":{"blocks":[{"block_hash":3,"tokens_hash":4}]}}}},
+	 {"worker_id":5,"residency_domain":null,"event":{"event_id":3,"data":"cleared"}}
+	]`
+	b, err := DecodeRouterEventsBatchJSON([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Events) != 2 || b.Events[0].EventID != 1 || b.Events[1].Kind != kv.EventCleared {
+		t.Fatalf("events %+v", b.Events)
+	}
+	want := Skipped{Worker: kv.WorkerWithDpRank{WorkerID: 5}, EventID: 2, Type: "stored in residency domain cache_owner",
+		Reason: ReasonUnsupportedResidencyDomain, At: 1}
+	if len(b.Skipped) != 1 || b.Skipped[0] != want {
+		t.Fatalf("skipped %+v, want %+v", b.Skipped, want)
+	}
+	for _, bad := range []string{
+		`{"worker_id":5,"residency_domain":1,"event":{"data":"cleared"}}`,
+		`{"worker_id":5,"residency_domain":"worker","residency_domain":"worker","event":{"data":"cleared"}}`,
+	} {
+		if _, err := DecodeRouterEventsBatchJSON([]byte(bad)); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("%s: %v", bad, err)
+		}
+	}
+}
