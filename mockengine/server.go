@@ -180,17 +180,36 @@ func (s *Server) SetHealthy(ok bool) { s.faults.unhealthy.Store(!ok) }
 // every rank, as if other clients had queued them on the engine.
 func (s *Server) SetExtraWaiting(n int) { s.faults.extraWaiting.Store(int64(n)) }
 
-// fault is POST /fault {"healthy": bool, "extra_waiting": n}: the same
-// fault injection for workers in other processes (either field may be
-// left out).
+// fault is POST /fault {"healthy": bool, "extra_waiting": n,
+// "restart_rank": r, "reset_rank": r}: the same fault injection for
+// workers in other processes (every field may be left out). restart_rank
+// restarts one dp rank's engine core (Engine.RestartRank), reset_rank
+// clears one rank's prefix cache (Engine.ResetRankPrefixCache); the other
+// ranks are untouched. Unknown fields are refused.
 func (s *Server) fault(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Healthy      *bool `json:"healthy"`
 		ExtraWaiting *int  `json:"extra_waiting"`
+		RestartRank  *int  `json:"restart_rank"`
+		ResetRank    *int  `json:"reset_rank"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10)).Decode(&body); err != nil {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
 		writeError(w, http.StatusBadRequest, "fault: %v", err)
 		return
+	}
+	if body.RestartRank != nil {
+		if err := s.engine.RestartRank(*body.RestartRank); err != nil {
+			writeError(w, http.StatusBadRequest, "fault: %v", err)
+			return
+		}
+	}
+	if body.ResetRank != nil {
+		if err := s.engine.ResetRankPrefixCache(*body.ResetRank); err != nil {
+			writeError(w, http.StatusConflict, "fault: %v", err)
+			return
+		}
 	}
 	if body.Healthy != nil {
 		s.SetHealthy(*body.Healthy)
