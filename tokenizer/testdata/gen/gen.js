@@ -465,3 +465,21 @@ if (only.length === 0 || only.includes("tokens") || only.includes("chat")) {
     console.log("chat", fx.cases.length, "cases");
   }
 }
+// ---------- token ids of the engine-chat goldens ----------
+// chat_golden.py (python3-jinja2 and the engines' message preprocessing)
+// writes golden/chat_engine.json without ids; this adds each render's
+// ids from the reference tokenizer (add_special_tokens false, as engines
+// encode a rendered chat).
+if (only.includes("engine-ids")) {
+  const file = path.join(outDir, "chat_engine.json");
+  const doc = JSON.parse(fs.readFileSync(file, "utf8"));
+  const toks = {};
+  for (const c of doc.cases) {
+    if (c.rendered === undefined) continue;
+    if (!toks[c.tokenizer]) toks[c.tokenizer] = TokenizerLoader.fromPreTrained(loadModel(c.tokenizer));
+    c.ids = toks[c.tokenizer].encode(c.rendered, { add_special_tokens: false });
+  }
+  doc.ids_generator = `@lenml/tokenizers ${lenmlVersion} under node ${process.version}`;
+  fs.writeFileSync(file, JSON.stringify(doc, null, 1) + "\n");
+  console.log("chat_engine ids:", doc.cases.filter((c) => c.ids).length, "renders");
+}
