@@ -181,6 +181,7 @@ func (t *Tokenizer) ContentFormat(d Dialect) ContentFormat {
 var kwargsConsumed = map[string]bool{
 	"padding": true, "truncation": true, "max_length": true, "return_tensors": true,
 	"return_dict": true, "return_assistant_tokens_mask": true, "tokenizer_kwargs": true,
+	"continue_final_message": true,
 }
 
 // kwargsRefused are chat_template_kwargs names the engine refuses: vLLM
@@ -250,21 +251,35 @@ func (t *Tokenizer) RenderChat(c Chat) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if documents != nil || !userKwargs["documents"] {
-		vars["documents"] = listOrNil(documents)
-	}
-	if c.ReasoningEffort != "" {
-		vars["reasoning_effort"] = c.ReasoningEffort
-		if c.Dialect == DialectVLLM && !userKwargs["enable_thinking"] {
-			vars["enable_thinking"] = c.ReasoningEffort != "none"
+	sglang := c.Dialect == DialectSGLang && !c.Raw
+	switch {
+	case sglang:
+		// SGLang passes no documents of its own; the request's
+		// reasoning_effort is a template variable unless the kwargs set it.
+		if !userKwargs["documents"] {
+			vars["documents"] = nil
+		}
+		if c.ReasoningEffort != "" && !userKwargs["reasoning_effort"] {
+			vars["reasoning_effort"] = c.ReasoningEffort
+		}
+	default:
+		// vLLM's build_chat_params: the request's fields override the
+		// kwargs unless they are unset.
+		if documents != nil || !userKwargs["documents"] {
+			vars["documents"] = listOrNil(documents)
+		}
+		if c.ReasoningEffort != "" {
+			vars["reasoning_effort"] = c.ReasoningEffort
+			if !userKwargs["enable_thinking"] {
+				vars["enable_thinking"] = c.ReasoningEffort != "none"
+			}
 		}
 	}
 	addGen := c.AddGenerationPrompt
-	if c.Dialect == DialectSGLang && !c.Raw {
+	if sglang {
 		// SGLang always asks for the generation prompt; a conversation
 		// that ends with an assistant turn is rendered as a user turn,
 		// or (continue_final_message) without it, its text appended.
-		addGen = true
 		if userKwargs["add_generation_prompt"] {
 			return "", &MessagesError{"chat_template_kwargs: add_generation_prompt is set by the engine"}
 		}
