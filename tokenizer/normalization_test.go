@@ -24,7 +24,13 @@ var normalizationGap = [][2]rune{
 	{0x1E6E3, 0x1E6E3}, {0x1E6E6, 0x1E6E6}, {0x1E6EE, 0x1E6EF}, {0x1E6F5, 0x1E6F5},
 }
 
+// inGap reports whether r is in the gap of the tables this binary was
+// built with: under Go 1.27 golang.org/x/text uses its Unicode 17 tables
+// and there is none.
 func inGap(r rune) bool {
+	if norm.Version != "15.0.0" {
+		return false
+	}
 	for _, g := range normalizationGap {
 		if r >= g[0] && r <= g[1] {
 			return true
@@ -36,8 +42,8 @@ func inGap(r rune) bool {
 // TestNormalizationTables compares, for every code point, its NFD, its
 // NFKD and its combining class (seen through reordering) with the
 // reference's: they must agree everywhere but normalizationGap, and
-// differ at every code point of it (when the tables catch up, the gap
-// must go, and this test says so).
+// differ at every code point of it; with Go 1.27 (GOTOOLCHAIN=go1.27.3,
+// Unicode 17 tables) they must agree everywhere.
 func TestNormalizationTables(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("testdata", "golden", "normalization.json"))
 	if err != nil {
