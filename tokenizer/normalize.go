@@ -191,7 +191,10 @@ func vllmParts(i int, parts []any, format ContentFormat) ([]string, []any, error
 	texts := []string{}
 	typed := []any{}
 	addText := func(s string) {
-		texts = append(texts, s)
+		if format != ContentOpenAI {
+			texts = append(texts, s)
+			return
+		}
 		p := jinja.NewDict()
 		p.Set("type", "text")
 		p.Set("text", s)
@@ -229,7 +232,10 @@ func vllmParts(i int, parts []any, format ContentFormat) ([]string, []any, error
 			if !isStr {
 				return nil, nil, badMsg("messages[%d].content[%d].name must be a string", i, k)
 			}
-			texts = append(texts, s)
+			if format != ContentOpenAI {
+				texts = append(texts, s)
+				continue
+			}
 			tr := jinja.NewDict()
 			tr.Set("type", "tool_reference")
 			tr.Set("name", s)
