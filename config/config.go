@@ -42,6 +42,7 @@ type Config struct {
 	Tokenizer                string   `flag:"tokenizer" help:"tokenizer.json or model directory for text and chat prompts; without --served-model the model is served under the directory's name (and is the default for requests without model)"`
 	ServedLoRAs              []string `flag:"served-lora" help:"ADAPTER=MODEL: a LoRA adapter of served model MODEL: a request naming it uses MODEL's tokenizer and routes with Dynamo's LoRA salt; repeatable or comma-separated"`
 	TokenizerMode            string   `flag:"tokenizer-mode" help:"router: tokenize in process; engine: ask a worker's POST /tokenize (vLLM's API; cached per identical input), for templates the router cannot render"`
+	ChatEngines              []string `flag:"chat-engine" help:"MODEL=vllm|sglang: render MODEL's chat requests with that engine's message preprocessing (content null, text-part arrays, tool-call arguments, tools; docs/chat-rendering.md); models not named get vllm; repeatable or comma-separated"`
 	TrustRequestChatTemplate bool     `flag:"trust-request-chat-template" help:"accept a chat_template in a request (as vLLM's flag of that name); without it such a request gets 400: a template is code the router would run"`
 
 	// ---- HTTP security and limits ----

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // validateModels checks the served-model flags' shapes (the tokenizer
@@ -24,6 +26,16 @@ func (c *Config) validateModels() []error {
 		}
 		if hasPath && strings.TrimSpace(path) == "" {
 			errs = append(errs, fmt.Errorf("served-model %q: empty tokenizer path", s))
+		}
+	}
+	for _, s := range c.ChatEngines {
+		name, engine, ok := strings.Cut(s, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			errs = append(errs, fmt.Errorf("chat-engine %q: want MODEL=vllm or MODEL=sglang", s))
+			continue
+		}
+		if _, err := tokenizer.ParseDialect(engine); err != nil {
+			errs = append(errs, fmt.Errorf("chat-engine %q: %w", s, err))
 		}
 	}
 	for _, s := range c.ServedLoRAs {

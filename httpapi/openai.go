@@ -39,6 +39,10 @@ type textInput struct {
 	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	AddSpecialTokens    *bool           `json:"add_special_tokens"`
+	// ContinueFinalMessage and ReasoningEffort change the render (vLLM's
+	// chat request fields of those names).
+	ContinueFinalMessage *bool   `json:"continue_final_message"`
+	ReasoningEffort      *string `json:"reasoning_effort"`
 }
 
 func present(raw json.RawMessage) bool {
@@ -118,6 +122,11 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 		chat := tokenizer.Chat{
 			Messages: in.Messages, Tools: in.Tools, Documents: in.Documents, Kwargs: in.ChatTemplateKwargs,
 			AddGenerationPrompt: in.AddGenerationPrompt == nil || *in.AddGenerationPrompt, Template: in.ChatTemplate,
+			ContinueFinalMessage: in.ContinueFinalMessage != nil && *in.ContinueFinalMessage,
+			Dialect:              m.dialect,
+		}
+		if in.ReasoningEffort != nil {
+			chat.ReasoningEffort = *in.ReasoningEffort
 		}
 		special := in.AddSpecialTokens != nil && *in.AddSpecialTokens
 		if eng := s.opts.Models.Engine; eng != nil {

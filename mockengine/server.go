@@ -42,6 +42,15 @@ type ServerConfig struct {
 	// Tokenizer, when set, lets the worker take text prompts and chat
 	// messages (rendered with its chat template), as vLLM does.
 	Tokenizer *tokenizer.Tokenizer
+	// ChatDialect is the engine whose chat preprocessing the worker
+	// applies before its template (vLLM by default).
+	ChatDialect tokenizer.Dialect
+	// ChatMismatch, when set, makes the worker render chats differently
+	// from that engine on purpose (see ChatMismatch); MismatchTemplate is
+	// the template of ChatMismatchTemplate (empty: the model's own with
+	// MismatchTemplatePrefix).
+	ChatMismatch     ChatMismatch
+	MismatchTemplate string
 	// Role is the worker's part in disaggregated serving (announced in
 	// heartbeats): a prefill worker answers do_remote_decode requests
 	// with kv_transfer_params and holds their blocks; a decode worker

@@ -102,6 +102,7 @@ func (r *Replica) serveHTTP() error {
 	cfg := r.cfg
 	models, err := httpapi.LoadModels(httpapi.ModelSpec{
 		Served: cfg.ServedModels, Tokenizer: cfg.Tokenizer, LoRAs: cfg.ServedLoRAs, Engine: cfg.TokenizerMode == "engine",
+		ChatEngines: cfg.ChatEngines,
 	})
 	if err != nil {
 		return fmt.Errorf("load tokenizers: %w", err)
