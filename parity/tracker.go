@@ -187,9 +187,13 @@ func (t *Tracker) observeLocked(now time.Time, o Observation) (Result, Drift, Ra
 	if res.Mismatch {
 		m.mismatches++
 	}
-	if o.Source == SourceRouter && m.mode == ModeRouter {
+	// judged: the request went into the window (the ratio reported is
+	// the window's before a switch resets it).
+	judged := o.Source == SourceRouter && m.mode == ModeRouter
+	if judged {
 		m.window.push(res.Mismatch)
 		over := m.window.n >= t.cfg.MinSamples && m.window.fraction() > t.cfg.MismatchThreshold
+		res.Ratio = 1 - m.window.fraction()
 		if over && !m.breached {
 			res.Breached = true
 			if t.cfg.AutoSwitch {
@@ -201,7 +205,9 @@ func (t *Tracker) observeLocked(now time.Time, o Observation) (Result, Drift, Ra
 		}
 		m.breached = over && !res.Switched
 	}
-	res.Ratio = 1 - m.window.fraction()
+	if !judged {
+		res.Ratio = 1 - m.window.fraction()
+	}
 	t.sweepRanks(now)
 	if !o.HasPrediction {
 		return res, Drift{}, RankKey{}, false

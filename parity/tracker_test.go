@@ -58,6 +58,9 @@ func TestSwitchRule(t *testing.T) {
 					t.Fatalf("request %d: mismatch %v, want %v", i, res.Mismatch, mis)
 				}
 				if res.Switched {
+					if res.Ratio > 1-cfg.MismatchThreshold {
+						t.Fatalf("switched with parity ratio %v", res.Ratio)
+					}
 					if switchAt >= 0 {
 						t.Fatalf("switched twice (%d and %d)", switchAt, i)
 					}
