@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -87,8 +89,22 @@ func (p *proxied) requestUsage() {
 	if raw, ok := p.fields["stream"]; !ok || json.Unmarshal(raw, &stream) != nil || !stream {
 		return
 	}
+	if _, ok := p.fields["stream_options"]; !ok {
+		// The common case: the client's bytes with one member appended.
+		end := bytes.LastIndexByte(p.body, '}')
+		if end < 0 {
+			return
+		}
+		body := make([]byte, 0, len(p.body)+40)
+		body = append(append(body, p.body[:end]...), `,"stream_options":{"include_usage":true}`...)
+		body = append(body, p.body[end:]...)
+		fields := maps.Clone(p.fields)
+		fields["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+		p.fields, p.body, p.stripUsage = fields, body, true
+		return
+	}
 	opts := map[string]json.RawMessage{}
-	if raw, ok := p.fields["stream_options"]; ok && present(raw) {
+	if raw := p.fields["stream_options"]; present(raw) {
 		if json.Unmarshal(raw, &opts) != nil {
 			return // not an object: the engine answers the client's error
 		}
@@ -102,10 +118,8 @@ func (p *proxied) requestUsage() {
 	if err != nil {
 		return
 	}
-	fields := make(map[string]json.RawMessage, len(p.fields))
-	for k, v := range p.fields {
-		fields[k] = v
-	}
+	// The client's own stream_options: the body is re-encoded.
+	fields := maps.Clone(p.fields)
 	fields["stream_options"] = raw
 	body, err := json.Marshal(fields)
 	if err != nil {

@@ -205,6 +205,10 @@ func TestStreamUsageStripped(t *testing.T) {
 			if injected != tc.wantInjected || (injected && f.StreamOptions["include_usage"] != true) {
 				t.Fatalf("engine got %s", forwarded)
 			}
+			if !strings.Contains(tc.body, "stream_options") && injected &&
+				forwarded != strings.TrimSuffix(tc.body, "}")+`,"stream_options":{"include_usage":true}}` {
+				t.Fatalf("the client's bytes were not kept: %s", forwarded)
+			}
 			if tc.name == "chat stream, usage refused" && f.StreamOptions["continuous_usage_stats"] != false {
 				t.Fatalf("other stream options lost: %s", forwarded)
 			}

@@ -125,7 +125,8 @@ type proxied struct {
 	requestID string
 	started   time.Time
 	// path is the worker endpoint; body the client's body, forwarded
-	// unchanged (the dp rank travels in headers).
+	// unchanged (the dp rank travels in headers) but for a stream's
+	// stream_options.include_usage (requestUsage).
 	path string
 	body []byte
 	lora string
