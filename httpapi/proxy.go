@@ -153,22 +153,29 @@ type proxied struct {
 
 // completionParity fills a completion's parity fields: its model, and
 // whether its prompt was text (tokenized by the router or the engine) or
-// token ids.
+// token ids. The body is decoded again only for a switched model's text
+// (its background check needs the input).
 func (p *proxied) completionParity(body []byte) {
 	s := p.s
 	if s.parity == nil {
 		return
 	}
-	var in textInput
-	if json.Unmarshal(body, &in) != nil {
+	var name string
+	if raw, ok := p.fields["model"]; ok && json.Unmarshal(raw, &name) != nil {
 		return
 	}
-	if m, err := s.opts.Models.resolve(in.Model); err == nil {
+	if m, err := s.opts.Models.resolve(name); err == nil {
 		p.model = m
 	}
 	p.source = parity.SourceTokenIDs
-	if _, isText, _ := textPrompt(in.Prompt); isText && p.model != nil {
-		p.source, p.in = s.paritySource(p.model), &in
+	if _, isText, _ := textPrompt(p.fields["prompt"]); !isText || p.model == nil {
+		return
+	}
+	if p.source = s.paritySource(p.model); p.source == parity.SourceEngine {
+		var in textInput
+		if json.Unmarshal(body, &in) == nil {
+			p.in = &in
+		}
 	}
 }
 
