@@ -75,6 +75,9 @@ func TestLiveParitySwitch(t *testing.T) {
 			c.Tokenizer = tok
 			c.Engine.Speedup = 100
 			c.Engine.TemplateSkew = map[string]int{"qwen3": 1}
+			// Room for about three documents per engine: two are its own
+			// when routing follows the cache, not all eight when it does not.
+			c.Engine.TotalKVBlocks = 100
 		})
 	}
 	testutil.Eventually(t, 10*time.Second, "mock workers registered", func() bool { return len(workers(t, base).Workers) == nWorkers })
