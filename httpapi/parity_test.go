@@ -380,3 +380,25 @@ func rawGet(t *testing.T, url string) (int, []byte) {
 	raw, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, raw
 }
+
+// TestParityResetIsAdmin: the switch back is an admin route (401 without
+// the admin token, 200 with it); GET /parity is data plane.
+func TestParityResetIsAdmin(t *testing.T) {
+	tracker, err := parity.New(parity.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startRig(t, rigOpts{workers: 1, mutate: func(o *Options) {
+		o.AdminTokens = StaticTokens(adminToken)
+		o.Models, o.Parity = testModels(t), tracker
+	}})
+	if code, out, _ := call(t, "POST", g.url+"/parity/qwen3/reset", "", ""); code != 401 {
+		t.Fatalf("reset without the admin token: %d %v", code, out)
+	}
+	if code, out, _ := call(t, "POST", g.url+"/parity/qwen3/reset", adminToken, ""); code != 200 || out["tokenization"] != "router" {
+		t.Fatalf("reset with the admin token: %d %v", code, out)
+	}
+	if code, out, _ := call(t, "GET", g.url+"/parity", "", ""); code != 200 || out["models"] == nil {
+		t.Fatalf("GET /parity: %d %v", code, out)
+	}
+}
