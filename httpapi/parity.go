@@ -114,6 +114,11 @@ func (p *proxied) requestUsage() {
 		return
 	}
 	opts["include_usage"] = json.RawMessage("true")
+	if _, ok := opts["continuous_usage_stats"]; ok {
+		// vLLM adds usage to every chunk when both are true; the client,
+		// who did not ask for usage, must not get it in any chunk.
+		opts["continuous_usage_stats"] = json.RawMessage("false")
+	}
 	raw, err := json.Marshal(opts)
 	if err != nil {
 		return
