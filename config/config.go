@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/index"
 	"github.com/kvrouter/kvrouter/natsbus"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
 	"github.com/kvrouter/kvrouter/sessions"
@@ -44,6 +45,14 @@ type Config struct {
 	TokenizerMode            string   `flag:"tokenizer-mode" help:"router: tokenize in process; engine: ask a worker's POST /tokenize (vLLM's API; cached per identical input), for templates the router cannot render"`
 	ChatEngines              []string `flag:"chat-engine" help:"MODEL=vllm|sglang: render MODEL's chat requests with that engine's message preprocessing (content null, text-part arrays, tool-call arguments, tools; docs/chat-rendering.md); models not named get vllm; repeatable or comma-separated"`
 	TrustRequestChatTemplate bool     `flag:"trust-request-chat-template" help:"accept a chat_template in a request (as vLLM's flag of that name); without it such a request gets 400: a template is code the router would run"`
+
+	// ---- live cache parity (docs/parity.md) ----
+	Parity                  bool    `flag:"parity" help:"compare every proxied answer's usage (prompt_tokens, prompt_tokens_details.cached_tokens) with the router's token count and predicted cache hit: metrics, status and the automatic switch below; streams get stream_options.include_usage, stripped again for clients that did not ask"`
+	ParityWindow            int     `flag:"parity-window" help:"how many of a model's latest router-tokenized proxied requests (and of a worker rank's latest predicted hits) are judged together"`
+	ParityMinSamples        int     `flag:"parity-min-samples" help:"requests the window must hold before a model can be switched to engine tokenization"`
+	ParityMismatchThreshold float64 `flag:"parity-mismatch-threshold" help:"fraction of a model's window whose engine prompt_tokens differ from the router's count above which the model is switched to engine tokenization (--tokenizer-mode engine for that model only), in [0, 1)"`
+	ParityCleanWindow       int     `flag:"parity-clean-window" help:"a switched model goes back to router tokenization after this many consecutive background checks (the router's own count of a served request against the engine's prompt_tokens) match; 0 = only POST /parity/{model}/reset (admin) switches back"`
+	ParityAutoSwitch        bool    `flag:"parity-auto-switch" help:"switch a model whose token parity broke to engine tokenization; false = measure, log and export only"`
 
 	// ---- HTTP security and limits ----
 	AdminAddr             string        `flag:"admin-addr" help:"separate listen address for the admin API (POST/DELETE /workers, /debug/pprof; also GET /workers, probes, metrics); when set, admin routes are served only there"`
@@ -220,9 +229,16 @@ func Default() Config {
 		MaxBodyBytes:    8 << 20,
 		Proxy:           true,
 		TokenizerMode:   "router",
-		GCPercent:       DefaultGCPercent,
-		ProcsPerCPU:     DefaultProcsPerCPU,
-		MemoryLimit:     "auto",
+
+		Parity:                  true,
+		ParityWindow:            parity.DefaultWindow,
+		ParityMinSamples:        parity.DefaultMinSamples,
+		ParityMismatchThreshold: parity.DefaultMismatchThreshold,
+		ParityCleanWindow:       parity.DefaultCleanWindow,
+		ParityAutoSwitch:        true,
+		GCPercent:               DefaultGCPercent,
+		ProcsPerCPU:             DefaultProcsPerCPU,
+		MemoryLimit:             "auto",
 
 		WorkerURLAllow:        []string{netpolicy.Private},
 		HTTPReadHeaderTimeout: 10 * time.Second,
@@ -322,6 +338,11 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateHTTP()...)
 	errs = append(errs, c.validateModels()...)
+	if c.Parity {
+		if err := c.ParityConfig().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	errs = append(errs, c.validateNATS()...)
 	if _, err := scheduling.ParseQueuePolicy(c.RouterQueuePolicy); err != nil {
 		errs = append(errs, err)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/kvrouter/kvrouter/parity"
 	"strings"
 
 	"github.com/kvrouter/kvrouter/tokenizer"
@@ -44,4 +45,12 @@ func (c *Config) validateModels() []error {
 		}
 	}
 	return errs
+}
+
+// ParityConfig is the live cache-parity tracker's configuration.
+func (c *Config) ParityConfig() parity.Config {
+	p := parity.DefaultConfig()
+	p.Window, p.MinSamples, p.MismatchThreshold = c.ParityWindow, c.ParityMinSamples, c.ParityMismatchThreshold
+	p.CleanWindow, p.AutoSwitch = c.ParityCleanWindow, c.ParityAutoSwitch
+	return p
 }

@@ -22,6 +22,9 @@ type Models struct {
 	// Engine, when set, tokenizes through a worker's POST /tokenize
 	// instead of in process (--tokenizer-mode engine).
 	Engine *EngineTokenizer
+	// fallback tokenizes the models the parity tracker switched to
+	// engine tokenization (when Engine is nil).
+	fallback *EngineTokenizer
 }
 
 type servedModel struct {
@@ -149,6 +152,8 @@ func LoadModels(spec ModelSpec) (*Models, error) {
 	}
 	if spec.Engine {
 		m.Engine = &EngineTokenizer{}
+	} else {
+		m.fallback = &EngineTokenizer{}
 	}
 	return m, nil
 }

@@ -78,6 +78,7 @@ func (s *Server) parseTextCompletion(body []byte, rankHeader string) (parsedComp
 
 // chatRequest is the part of a chat completion body the mock reads.
 type chatRequest struct {
+	Model                string          `json:"model"`
 	Messages             json.RawMessage `json:"messages"`
 	Tools                json.RawMessage `json:"tools"`
 	Documents            json.RawMessage `json:"documents"`
@@ -115,7 +116,7 @@ func (s *Server) chatTokens(req *chatRequest) ([]uint32, error) {
 	if req.AddSpecialTokens != nil && *req.AddSpecialTokens {
 		ids = s.cfg.Tokenizer.Encode(prompt, true)
 	}
-	return ids, nil
+	return s.cfg.Engine.skewChat(req.Model, ids), nil
 }
 
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {

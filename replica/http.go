@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/parity"
 )
 
 // listen opens the HTTP (and admin) listeners, loads the token files and
@@ -110,7 +111,16 @@ func (r *Replica) serveHTTP() error {
 	if names := models.Names(); len(names) > 0 {
 		r.log.Info("serving models", "models", names, "tokenizer_mode", cfg.TokenizerMode)
 	}
+	var tracker *parity.Tracker
+	if cfg.Parity && cfg.Proxy {
+		// The drift observer (index trust) is ParityDrift; nil until one
+		// is set.
+		if tracker, err = parity.New(cfg.ParityConfig(), r.parityDrift); err != nil {
+			return fmt.Errorf("parity: %w", err)
+		}
+	}
 	api := httpapi.New(httpapi.Options{
+		Parity: tracker,
 		Models: models, TrustRequestChatTemplate: cfg.TrustRequestChatTemplate,
 		Router: r.router, Metrics: r.metrics, BlockSize: cfg.BlockSize, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready: r.Ready, Proxy: cfg.Proxy, TrackOutputBlocks: cfg.RouterTrackOutputBlocks,
