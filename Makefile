@@ -5,7 +5,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./grpcapi/... ./kvclient/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/...
 
-.PHONY: system-deps node-deps tokenizer-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
+.PHONY: system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -28,6 +28,15 @@ node-deps:
 tokenizer-fixtures: node-deps
 	NODE_PATH=$$(pwd)/.cache/npm/node_modules node tokenizer/testdata/gen/gen.js
 	gofmt -w tokenizer/unicode_tables.go
+
+# Regenerates tokenizer/testdata/golden/chat_engine.json (chat renders by
+# Debian's python3-jinja2 with the engines' message rules, then the
+# reference tokenizer's ids), unicode_points.json and normalization.json
+# (commit the result; the tests need neither Python nor this target).
+chat-fixtures: node-deps
+	@/usr/bin/python3 -c 'import jinja2' 2>/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-jinja2 >/dev/null)
+	cd tokenizer/testdata/gen && /usr/bin/python3 chat_golden.py
+	NODE_PATH=$$(pwd)/.cache/npm/node_modules node tokenizer/testdata/gen/gen.js engine-ids unicode-points normalization
 
 # The reference tokenizer's throughput on BenchmarkTokenize's inputs.
 tokenizer-bench-node: node-deps

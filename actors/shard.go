@@ -46,6 +46,8 @@ type shardState struct {
 	cfg     IndexConfig
 	log     *slog.Logger
 	obs     Observer
+	// drops rate-limits the WARN line of every event the shard drops.
+	drops dropLog
 }
 
 type shardActor struct{ st *shardState }
@@ -86,6 +88,12 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RankTable:
 		for _, ev := range st.gate.registered(m) {
+			// A held event is checked against the ranks the worker
+			// registered with, as a live one is.
+			if st.gate.rankOf(ev) == unknownRank {
+				a.drop(&ev, reasonUnknownRank, nil)
+				continue
+			}
 			a.index(&ev)
 		}
 	case *messages.RemoveWorker:
@@ -107,7 +115,9 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		if st.pred != nil {
 			st.pred.Expire(time.Unix(0, m.UnixNano))
 		}
-		st.gate.expire(time.Unix(0, m.UnixNano))
+		if expired := st.gate.expire(time.Unix(0, m.UnixNano)); len(expired) > 0 {
+			st.drops.warnRanks(st.log, st.id, "unregistered_worker_expired", expired)
+		}
 	case *messages.ShardStatsQuery:
 		ctx.Respond(a.stats(m.Digest))
 	case *messages.Barrier:
@@ -167,19 +177,37 @@ func (a *shardActor) apply(m *messages.KvEvent) {
 	ev := &a.st.scratch
 	defer a.trimScratch()
 	if err := events.FromProtoInto(m, ev); err != nil {
-		a.st.obs.EventDropped("invalid")
+		// ev names the worker and rank when the message had them.
+		a.drop(ev, "invalid", err)
 		return
 	}
 	if a.st.approx {
 		// Approximate mode predicts the cache from routing decisions;
 		// engine events are not expected and would mix two truths.
-		a.st.obs.EventDropped("approx_mode")
+		a.drop(ev, "approx_mode", nil)
 		return
 	}
-	if !a.st.gate.admit(*ev) {
-		return // held until the worker registers, or dropped and counted
+	switch a.st.gate.admit(*ev) {
+	case held:
+		return // applied when the worker registers, or dropped if it never does
+	case holdFull:
+		a.drop(ev, "unregistered_worker", nil)
+		return
+	case unknownRank:
+		// A registered worker's event from a dp rank it does not have
+		// (rank 5 of a dp=2 worker): indexed, it would sit under a rank
+		// nobody routes to, so it is refused.
+		a.drop(ev, reasonUnknownRank, nil)
+		return
 	}
 	a.index(ev)
+}
+
+// drop counts an event the shard does not apply, by reason, and logs it
+// (rate-limited) naming its worker and rank.
+func (a *shardActor) drop(ev *kv.Event, reason string, err error) {
+	a.st.obs.EventDropped(reason)
+	a.st.drops.warn(a.st.log, a.st.id, ev, reason, err)
 }
 
 // maxScratchBlocks bounds the scratch event's arrays between events: one
@@ -200,8 +228,12 @@ func (a *shardActor) trimScratch() {
 // index applies an event of a registered worker to the engines' index.
 func (a *shardActor) index(ev *kv.Event) {
 	if err := a.st.idx.Apply(ev); err != nil {
-		a.st.obs.EventDropped(index.ErrorReason(err))
+		a.drop(ev, index.ErrorReason(err), err)
 		return
+	}
+	if ev.Kind == kv.EventCleared && a.st.pred != nil {
+		// What this replica routed to the rank is gone with its cache.
+		a.st.pred.ClearRank(ev.Worker)
 	}
 	a.st.obs.EventApplied(ev.Kind.String())
 }
@@ -288,7 +320,8 @@ func rankOf(m *messages.WorkerRank) kv.WorkerWithDpRank {
 }
 
 // shardOf maps a worker to its shard. Every dp rank of a worker lands on
-// the same shard because a Cleared event clears all of them at once.
+// the same shard, so RemoveWorker (all ranks) is one shard's work and a
+// worker's rank table is checked in one place.
 func shardOf(w kv.WorkerID, shards int) int {
 	x := uint64(w)
 	x ^= x >> 33

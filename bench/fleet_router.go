@@ -137,8 +137,8 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 		if opts.Replicas > 1 {
 			// The production failure detector, not --cluster-fast: a
 			// benchmark loads the machine, and the fast profile's 100 ms
-			// probes declared live replicas dead under that load (README
-			// "Failure detection under load").
+			// probes declared live replicas dead under that load (docs/operations.md,
+			// "Failure detection").
 			rc.ClusterBind = "127.0.0.1:0"
 			for _, peer := range f.replicas {
 				rc.ClusterJoin = append(rc.ClusterJoin, peer.ClusterAddr())

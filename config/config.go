@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/index"
 	"github.com/kvrouter/kvrouter/natsbus"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
 	"github.com/kvrouter/kvrouter/sessions"
@@ -33,8 +34,8 @@ type Config struct {
 	MaxBodyBytes    int64         `flag:"max-body-bytes" help:"largest accepted HTTP request body (413 above)"`
 	Proxy           bool          `flag:"proxy" help:"serve OpenAI-compatible /v1/completions and /v1/chat/completions by routing and forwarding to workers"`
 	Pprof           bool          `flag:"pprof" help:"serve Go profiles under /debug/pprof/ (for operators chasing CPU or memory)"`
-	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the live heap is mostly the index and every GC cycle marks all of it: a higher target makes cycles rarer but lets the heap grow to (1 + target/100) times the live heap, which measured worse for lookups over minutes (README, Memory and the GC); 0 keeps the runtime's (or GOGC's) setting"`
-	ProcsPerCPU     float64       `flag:"procs-per-cpu" help:"GOMAXPROCS as a multiple of the CPUs the process may use (Go's default GOMAXPROCS, which follows the container's CPU limit), rounded up; the shards and the scheduler then share the CPUs under the kernel's scheduler, which cuts lookup tails while KV events stream in (README \"Indexer under a paced ingest\"); 1 keeps Go's default; GOMAXPROCS in the environment wins"`
+	GCPercent       int           `flag:"gc-percent" help:"Go GC target (GOGC); the live heap is mostly the index and every GC cycle marks all of it: a higher target makes cycles rarer but lets the heap grow to (1 + target/100) times the live heap, which measured worse for lookups over minutes (docs/operations.md, Memory); 0 keeps the runtime's (or GOGC's) setting"`
+	ProcsPerCPU     float64       `flag:"procs-per-cpu" help:"GOMAXPROCS as a multiple of the CPUs the process may use (Go's default GOMAXPROCS, which follows the container's CPU limit), rounded up; the shards and the scheduler then share the CPUs under the kernel's scheduler, which cuts lookup tails while KV events stream in (docs/benchmarks.md, \"Index and KV-event ingest\"); 1 keeps Go's default; GOMAXPROCS in the environment wins"`
 	MemoryLimit     string        `flag:"memory-limit" help:"soft memory limit of the Go runtime (GOMEMLIMIT): bytes with an optional KiB, MiB or GiB suffix; auto = 90% of the container's cgroup memory limit when it has one (the safety net under gc-percent's headroom), none = no limit; GOMEMLIMIT in the environment wins"`
 
 	// ---- models and tokenization (text and chat prompts) ----
@@ -42,7 +43,16 @@ type Config struct {
 	Tokenizer                string   `flag:"tokenizer" help:"tokenizer.json or model directory for text and chat prompts; without --served-model the model is served under the directory's name (and is the default for requests without model)"`
 	ServedLoRAs              []string `flag:"served-lora" help:"ADAPTER=MODEL: a LoRA adapter of served model MODEL: a request naming it uses MODEL's tokenizer and routes with Dynamo's LoRA salt; repeatable or comma-separated"`
 	TokenizerMode            string   `flag:"tokenizer-mode" help:"router: tokenize in process; engine: ask a worker's POST /tokenize (vLLM's API; cached per identical input), for templates the router cannot render"`
+	ChatEngines              []string `flag:"chat-engine" help:"MODEL=vllm|sglang: render MODEL's chat requests with that engine's message preprocessing (content null, text-part arrays, tool-call arguments, tools; docs/chat-rendering.md); models not named get vllm; repeatable or comma-separated"`
 	TrustRequestChatTemplate bool     `flag:"trust-request-chat-template" help:"accept a chat_template in a request (as vLLM's flag of that name); without it such a request gets 400: a template is code the router would run"`
+
+	// ---- live cache parity (docs/parity.md) ----
+	Parity                  bool    `flag:"parity" help:"compare every proxied answer's usage (prompt_tokens, prompt_tokens_details.cached_tokens) with the router's token count and predicted cache hit: metrics, status and the automatic switch below; streams get stream_options.include_usage, stripped again for clients that did not ask"`
+	ParityWindow            int     `flag:"parity-window" help:"how many of a model's latest router-tokenized proxied requests (and of a worker rank's latest predicted hits) are judged together"`
+	ParityMinSamples        int     `flag:"parity-min-samples" help:"requests the window must hold before a model can be switched to engine tokenization"`
+	ParityMismatchThreshold float64 `flag:"parity-mismatch-threshold" help:"fraction of a model's window whose engine prompt_tokens differ from the router's count above which the model is switched to engine tokenization (--tokenizer-mode engine for that model only), in [0, 1)"`
+	ParityCleanWindow       int     `flag:"parity-clean-window" help:"a switched model goes back to router tokenization after this many consecutive background checks (the router's own count of a served request against the engine's prompt_tokens) match; 0 = only POST /parity/{model}/reset (admin) switches back"`
+	ParityAutoSwitch        bool    `flag:"parity-auto-switch" help:"switch a model whose token parity broke to engine tokenization; false = measure, log and export only"`
 
 	// ---- HTTP security and limits ----
 	AdminAddr             string        `flag:"admin-addr" help:"separate listen address for the admin API (POST/DELETE /workers, /debug/pprof; also GET /workers, probes, metrics); when set, admin routes are served only there"`
@@ -97,7 +107,7 @@ type Config struct {
 	// programs embedding a replica).
 	KubeClients *discovery.KubeClients
 
-	// ---- NATS authentication and TLS (README "Security"): the router's
+	// ---- NATS authentication and TLS (docs/security.md): the router's
 	// own connection, and the clients an embedded server accepts ----
 	NATSCreds        string `flag:"nats-creds" help:"NATS .creds file (user JWT and nkey seed) for a NATS in operator mode"`
 	NATSNkey         string `flag:"nats-nkey" help:"file holding a NATS user nkey seed (SU...; nk -gen user); an embedded server accepts its public key"`
@@ -170,7 +180,7 @@ type Config struct {
 	// Dynamo's MAX_REPLICA_BATCH_EVENTS and MAX_REPLICA_BATCH_DURATION.
 	ClusterBatchMaxEvents int           `flag:"cluster-batch-max-events" help:"gossip: send a batch of active-sequence events once it holds this many (Dynamo: 256)"`
 	ClusterBatchInterval  time.Duration `flag:"cluster-batch-interval" help:"gossip: send a batch this long after its first event at the latest (Dynamo: 1ms, fixed); longer batches cost peers less per event and add this much to the gossip delay"`
-	// Gossip security (cluster package documentation; README "Security").
+	// Gossip security (cluster package documentation; docs/security.md).
 	ClusterKeyFile  string `flag:"cluster-key-file" help:"file of base64 cluster keys, one per line, primary first, each 16, 24 or 32 bytes (openssl rand -base64 32): memberlist encrypts and authenticates all gossip with them (AES-GCM) and the gossip streams use TLS with an identity derived from them; re-read every 10s, so keys rotate without restarts (add the new key second on every replica, then make it first, then remove the old)"`
 	ClusterLabel    string `flag:"cluster-label" help:"memberlist cluster label: gossip carrying another label is discarded, so fleets sharing a network or a key stay apart"`
 	ClusterTLSCert  string `flag:"cluster-tls-cert" help:"PEM certificate for mutual TLS on the gossip streams instead of the identity derived from the cluster key (with --cluster-tls-key and --cluster-tls-ca; re-read at every connection; memberlist itself still needs --cluster-key-file)"`
@@ -184,7 +194,7 @@ type Config struct {
 // and a lookup's hops (scheduler, shards, reply) wait for one; with two,
 // the kernel interleaves them. On the 2-core machine, 1,000 workers at
 // steady state: lookup p99 at 24k events/s went from 17–19 ms to 2.5–5.2
-// ms (README "Indexer under a paced ingest").
+// ms (docs/benchmarks.md, "Index and KV-event ingest").
 const DefaultProcsPerCPU = 2.0
 
 // MaxProcsPerCPU bounds procs-per-cpu: past a few processors per CPU the
@@ -196,17 +206,17 @@ const MaxProcsPerCPU = 8
 // Dynamo's is 1; 8 makes every peer apply 8 times fewer hashes per
 // gossiped add (5 vs 1 replicas: 3.19-3.74x the decisions/s from CPU per
 // decision against 2.22-2.46x at stride 1) with hit rate and load spread
-// unchanged within run-to-run noise (README "Horizontal scaling,
-// measured"). Every replica must use the same value, so a rolling upgrade
+// unchanged within run-to-run noise (docs/benchmarks.md, "Many replicas").
+// Every replica must use the same value, so a rolling upgrade
 // from a release defaulting to 1 sets it explicitly until all run this one.
 const DefaultActiveSequenceStride = 8
 
 // Default returns the defaults (Dynamo's where Dynamo has the knob, except
 // router-active-sequence-stride: DefaultActiveSequenceStride).
-// DefaultGCPercent is Go's own GC target. 400 (the default until stop 26)
+// DefaultGCPercent is Go's own GC target. 400 (an earlier default)
 // made cycles four times rarer, but in 150 s steady runs at 16k KV events/s
 // its five-fold heap headroom gave lookup p99.9 of 0.2–3 s in 3 of 3 runs
-// against 28–35 ms with 100 in 2 of 2 (README, "Memory and the GC").
+// against 28–35 ms with 100 in 2 of 2 (docs/operations.md, "Memory").
 const DefaultGCPercent = 100
 
 func Default() Config {
@@ -219,9 +229,16 @@ func Default() Config {
 		MaxBodyBytes:    8 << 20,
 		Proxy:           true,
 		TokenizerMode:   "router",
-		GCPercent:       DefaultGCPercent,
-		ProcsPerCPU:     DefaultProcsPerCPU,
-		MemoryLimit:     "auto",
+
+		Parity:                  true,
+		ParityWindow:            parity.DefaultWindow,
+		ParityMinSamples:        parity.DefaultMinSamples,
+		ParityMismatchThreshold: parity.DefaultMismatchThreshold,
+		ParityCleanWindow:       parity.DefaultCleanWindow,
+		ParityAutoSwitch:        true,
+		GCPercent:               DefaultGCPercent,
+		ProcsPerCPU:             DefaultProcsPerCPU,
+		MemoryLimit:             "auto",
 
 		WorkerURLAllow:        []string{netpolicy.Private},
 		HTTPReadHeaderTimeout: 10 * time.Second,
@@ -321,6 +338,11 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateHTTP()...)
 	errs = append(errs, c.validateModels()...)
+	if c.Parity {
+		if err := c.ParityConfig().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	errs = append(errs, c.validateNATS()...)
 	if _, err := scheduling.ParseQueuePolicy(c.RouterQueuePolicy); err != nil {
 		errs = append(errs, err)

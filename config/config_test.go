@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/parity"
 )
 
 func TestLoadPrecedence(t *testing.T) {
@@ -143,7 +144,7 @@ func TestScaleOutKnobs(t *testing.T) {
 	if ac := cfg.Actors(); ac.Sequence.Stride != 8 {
 		t.Fatalf("stride not passed to the sequence trackers: %+v", ac.Sequence)
 	}
-	// The scale-out defaults (README "Horizontal scaling, measured"):
+	// The scale-out defaults (docs/benchmarks.md, "Many replicas"):
 	// stride 8 where Dynamo defaults to 1, 5 ms batches where Dynamo
 	// waits 1 ms.
 	if d := Default(); d.RouterActiveSequenceStride != 8 || d.ClusterBatchInterval != 5*time.Millisecond {
@@ -279,5 +280,37 @@ func TestServedModelFlags(t *testing.T) {
 	}
 	if _, err := Load([]string{"--served-lora", "x"}, func(string) string { return "" }); err == nil {
 		t.Error("--served-lora without =MODEL loaded")
+	}
+}
+
+// The parity flags load into the tracker's config and are checked only
+// when parity is on.
+func TestParityFlags(t *testing.T) {
+	env := func(string) string { return "" }
+	cfg, err := Load([]string{"--parity-window", "30", "--parity-min-samples", "5", "--parity-mismatch-threshold", "0.1",
+		"--parity-clean-window", "0", "--parity-auto-switch=false"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.ParityConfig()
+	if p.Window != 30 || p.MinSamples != 5 || p.MismatchThreshold != 0.1 || p.CleanWindow != 0 || p.AutoSwitch {
+		t.Fatalf("parity config %+v", p)
+	}
+	def := Default()
+	if d := def.ParityConfig(); d != parity.DefaultConfig() {
+		t.Fatalf("defaults %+v, want the parity package's %+v", d, parity.DefaultConfig())
+	}
+	for _, bad := range [][]string{
+		{"--parity-window", "0"},
+		{"--parity-mismatch-threshold", "1.5"},
+		{"--parity-min-samples", "100", "--parity-window", "10"},
+		{"--parity-clean-window", "-1"},
+	} {
+		if _, err := Load(bad, env); err == nil {
+			t.Errorf("%v loaded", bad)
+		}
+		if _, err := Load(append(bad, "--parity=false"), env); err != nil {
+			t.Errorf("%v with --parity=false: %v", bad, err)
+		}
 	}
 }

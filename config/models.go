@@ -2,7 +2,10 @@ package config
 
 import (
 	"fmt"
+	"github.com/kvrouter/kvrouter/parity"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // validateModels checks the served-model flags' shapes (the tokenizer
@@ -26,10 +29,28 @@ func (c *Config) validateModels() []error {
 			errs = append(errs, fmt.Errorf("served-model %q: empty tokenizer path", s))
 		}
 	}
+	for _, s := range c.ChatEngines {
+		name, engine, ok := strings.Cut(s, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			errs = append(errs, fmt.Errorf("chat-engine %q: want MODEL=vllm or MODEL=sglang", s))
+			continue
+		}
+		if _, err := tokenizer.ParseDialect(engine); err != nil {
+			errs = append(errs, fmt.Errorf("chat-engine %q: %w", s, err))
+		}
+	}
 	for _, s := range c.ServedLoRAs {
 		if a, b, ok := strings.Cut(s, "="); !ok || strings.TrimSpace(a) == "" || strings.TrimSpace(b) == "" {
 			errs = append(errs, fmt.Errorf("served-lora %q: want ADAPTER=MODEL", s))
 		}
 	}
 	return errs
+}
+
+// ParityConfig is the live cache-parity tracker's configuration.
+func (c *Config) ParityConfig() parity.Config {
+	p := parity.DefaultConfig()
+	p.Window, p.MinSamples, p.MismatchThreshold = c.ParityWindow, c.ParityMinSamples, c.ParityMismatchThreshold
+	p.CleanWindow, p.AutoSwitch = c.ParityCleanWindow, c.ParityAutoSwitch
+	return p
 }

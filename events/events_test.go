@@ -67,7 +67,7 @@ func TestDecodeRouterEventJSON(t *testing.T) {
 		{"leading zero", `{"worker_id":01,"event":{"data":"cleared"}}`, kv.Event{}, "want ',' or '}'"},
 		{"unknown tier", `{"worker_id":1,"storage_tier":"tape","event":{"data":"cleared"}}`, kv.Event{}, `storage_tier: unknown storage tier "tape"`},
 		{"unknown kind", `{"worker_id":1,"event":{"data":{"evicted":{}}}}`, kv.Event{}, `event.data: unknown event "evicted"`},
-		{"unknown string kind", `{"worker_id":1,"event":{"data":"evicted"}}`, kv.Event{}, `event.data: want "cleared" or an object`},
+		{"unknown string kind", `{"worker_id":1,"event":{"data":"evicted"}}`, kv.Event{}, `event.data: unknown event "evicted"`},
 		{"two kinds", `{"worker_id":1,"event":{"data":{"cleared":{},"removed":{"block_hashes":[]}}}}`, kv.Event{}, "exactly one"},
 		{"empty data object", `{"worker_id":1,"event":{"data":{}}}`, kv.Event{}, "exactly one"},
 		{"duplicate key", `{"worker_id":1,"worker_id":2,"event":{"data":"cleared"}}`, kv.Event{}, `worker_id: key "worker_id" appears twice`},

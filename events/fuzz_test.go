@@ -24,6 +24,16 @@ var jsonSeeds = []string{
 	`{"worker_id":1,"storage_tier":"tape","event":{"data":"cleared"}}`,
 	`{"worker_id":1,"storage_tier":7,"event":{"data":"cleared"}}`,
 	`{`, ``, `null`,
+	// Events of a type the decoder does not know: skipped, the rest kept.
+	`[{"worker_id":1,"event":{"event_id":1,"data":{"offloaded":{"block_hashes":[1]}}}},{"worker_id":1,"event":{"event_id":2,"data":"cleared"}}]`,
+	`{"worker_id":1,"event":{"event_id":3,"dp_rank":1,"data":"reset_all"}}`,
+	// Dynamo's event-plane envelopes (NATS JSON, and the generic one with
+	// its topic) around a RouterEvent: payload bytes are
+	// {"worker_id":1,"event":{"data":"cleared"}}.
+	`{"publisher_id":12345,"sequence":1,"published_at":1700000000000,"payload":[123,34,119,111,114,107,101,114,95,105,100,34,58,49,44,34,101,118,101,110,116,34,58,123,34,100,97,116,97,34,58,34,99,108,101,97,114,101,100,34,125,125]}`,
+	`{"topic":"kv-events","publisher_id":1,"sequence":2,"published_at":3,"published_at_ns":4,"payload":[91,93]}`,
+	`{"publisher_id":1,"sequence":1,"published_at":1,"payload":[129,161,120,1]}`,
+	`{"publisher_id":1,"sequence":1,"published_at":1,"payload":[256]}`,
 }
 
 // Whatever decodes must re-encode and decode to the same event; nothing
@@ -90,6 +100,37 @@ func FuzzDecodeProto(f *testing.F) {
 		again, err := DecodeProto(out)
 		if err != nil || !reflect.DeepEqual(again, evs) {
 			t.Fatalf("round trip changed events: %v", err)
+		}
+	})
+}
+
+// Dynamo's MessagePack event-plane envelope: whatever decodes must
+// re-encode as RouterEvents and decode to the same events; nothing may
+// panic, however deep or truncated the input.
+func FuzzDecodeMsgpackEnvelope(f *testing.F) {
+	t := &testing.T{}
+	f.Add(msgpackEnvelope(t, msgpackRouterEvent(t)))
+	f.Add(msgpackEnvelope(t, []byte(routerEventDoc)))
+	f.Add(msgpackEnvelope(t, []byte{0x91, 0x91, 0x91, 0xc0}))
+	f.Add(msgpackNamed(t, "publisher_id", uint64(1), "payload", []byte{0x80}))
+	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := DecodeMsgpackEnvelope(data)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) || !errors.Is(err, ErrEnvelope) {
+				t.Fatalf("error %v does not wrap ErrMalformed and ErrEnvelope", err)
+			}
+			return
+		}
+		for i := range b.Events {
+			out, err := EncodeRouterEventJSON(&b.Events[i])
+			if err != nil {
+				t.Fatalf("decoded event does not re-encode: %+v: %v", b.Events[i], err)
+			}
+			again, err := DecodeRouterEventJSON(out)
+			if err != nil || !reflect.DeepEqual(again, b.Events[i]) {
+				t.Fatalf("round trip changed %+v into %+v (%v)", b.Events[i], again, err)
+			}
 		}
 	})
 }

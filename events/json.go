@@ -18,11 +18,72 @@ import (
 // data is {"removed": {"block_hashes": [...]}}, "cleared" or
 // {"cleared": {}} otherwise. Hashes are u64; negative numbers are i64
 // reinterpreted bit for bit. dp_rank may be absent (0) or sit beside
-// worker_id; the one inside event wins. null counts as absent. Unknown
-// fields are ignored.
+// worker_id; the one inside event wins. null counts as absent. Other
+// fields are checked as JSON and not used (docs/events.md lists the ones
+// Dynamo sends). An event type other than stored, removed and cleared
+// (a newer Dynamo's) is skipped, not fatal: see Batch.
 
 // ErrMalformed wraps every decoding failure, so callers can count them.
 var ErrMalformed = errors.New("malformed event")
+
+// ErrUnknownEventType marks an event whose type the decoder does not know
+// (one a newer engine or Dynamo version added), or whose residency domain
+// it does not support. In a batch such an event is skipped and reported
+// (Batch.Skipped, with the reason); the rest is applied.
+var ErrUnknownEventType = errors.New("unknown event type")
+
+// Drop-reason labels of skipped events.
+const (
+	// ReasonUnknownEventType: an event type the decoder does not know.
+	ReasonUnknownEventType = "unknown_event_type"
+	// ReasonUnsupportedResidencyDomain: a RouterEvent whose
+	// residency_domain is not "worker" (Dynamo's "cache_owner", or a
+	// newer one). A cache-owner residency belongs to a cache that outlives
+	// the worker rank that published it; Dynamo itself never sends such
+	// events to consumers that do not model cache owners, and indexing
+	// them under the rank would credit it with blocks it may not hold.
+	ReasonUnsupportedResidencyDomain = "unsupported_residency_domain"
+)
+
+// Skipped is an event of a batch the decoder left out, and why.
+type Skipped struct {
+	Worker  kv.WorkerWithDpRank // as far as the event said
+	EventID uint64
+	// Type is the event's type as sent: the JSON variant name, or
+	// "field N" for a protobuf oneof member this build does not know.
+	Type   string
+	Reason string // ReasonUnknownEventType
+	// At is how many of the batch's Events came before it, so a consumer
+	// can see the message's events in their order (event ids, gaps).
+	At int
+}
+
+// Batch is one decoded message: the events to apply, in order, and the
+// ones skipped.
+type Batch struct {
+	Events  []kv.Event
+	Skipped []Skipped
+}
+
+// unknownEventError is the cause of an event skipped for its type.
+type unknownEventError struct{ skipped Skipped }
+
+func (e *unknownEventError) Error() string {
+	if e.skipped.Reason == ReasonUnsupportedResidencyDomain {
+		return fmt.Sprintf("unsupported: %s", e.skipped.Type)
+	}
+	return fmt.Sprintf("unknown event %q", e.skipped.Type)
+}
+func (e *unknownEventError) Unwrap() error { return ErrUnknownEventType }
+
+// skippedOf returns the event an error skipped, if it is a skip.
+func skippedOf(err error) (Skipped, bool) {
+	var ue *unknownEventError
+	if errors.As(err, &ue) {
+		return ue.skipped, true
+	}
+	return Skipped{}, false
+}
 
 // errMissing is the cause of a required field's absence (null counts as
 // absent); the pathError around it names the field.
@@ -59,7 +120,7 @@ func at(name string, err error) error {
 	var pe *pathError
 	if errors.As(err, &pe) {
 		sep := "."
-		if pe.path[0] == '[' {
+		if pe.path == "" || pe.path[0] == '[' { // "" is the empty key's name
 			sep = ""
 		}
 		return &pathError{path: name + sep + pe.path, err: pe.err}
@@ -101,36 +162,65 @@ func DecodeRouterEventJSON(data []byte) (kv.Event, error) {
 }
 
 // DecodeRouterEventsJSON decodes a JSON array of RouterEvents (a batch)
-// or a single RouterEvent object. One bad entry fails the whole batch,
-// so a half-applied batch never reaches the index.
+// or a single RouterEvent object, strictly: an event of an unknown type
+// fails it too (ErrUnknownEventType). Ingestion uses
+// DecodeRouterEventsBatchJSON, which skips such events.
 func DecodeRouterEventsJSON(data []byte) ([]kv.Event, error) {
+	b, err := DecodeRouterEventsBatchJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.Skipped) > 0 {
+		return nil, finish(&unknownEventError{skipped: b.Skipped[0]})
+	}
+	return b.Events, nil
+}
+
+// DecodeRouterEventsBatchJSON decodes a JSON array of RouterEvents (a
+// batch), a single RouterEvent object, or either inside Dynamo's event
+// plane envelope (envelope.go). A malformed entry fails the whole batch,
+// so a half-applied batch never reaches the index; an entry whose event
+// type is unknown is left out and reported in Skipped, and the rest is
+// applied.
+func DecodeRouterEventsBatchJSON(data []byte) (Batch, error) {
 	s := scanner{data: data}
 	if s.peek() == '{' {
-		ev, err := DecodeRouterEventJSON(data)
-		if err != nil {
-			return nil, err
+		if isEnvelopeJSON(data) {
+			return decodeEnvelopeJSON(data)
 		}
-		return []kv.Event{ev}, nil
+		ev, err := DecodeRouterEventJSON(data)
+		if sk, ok := skippedOf(err); ok {
+			return Batch{Events: []kv.Event{}, Skipped: []Skipped{sk}}, nil
+		}
+		if err != nil {
+			return Batch{}, err
+		}
+		return Batch{Events: []kv.Event{ev}}, nil
 	}
-	var out []kv.Event
+	var b Batch
 	err := s.array(func(i int) error {
 		ev, err := s.routerEvent()
+		if sk, ok := skippedOf(err); ok {
+			sk.At = len(b.Events)
+			b.Skipped = append(b.Skipped, sk)
+			return nil
+		}
 		if err != nil {
 			return atIndex(i, err)
 		}
-		out = append(out, ev)
+		b.Events = append(b.Events, ev)
 		return nil
 	})
 	if err == nil {
 		err = s.end()
 	}
 	if err != nil {
-		return nil, finish(err)
+		return Batch{}, finish(err)
 	}
-	if out == nil {
-		out = []kv.Event{}
+	if b.Events == nil {
+		b.Events = []kv.Event{}
 	}
-	return out, nil
+	return b, nil
 }
 
 // Bits of the keys a document has set, to refuse duplicates.
@@ -147,6 +237,7 @@ const (
 	seenBlockHash
 	seenTokensHash
 	seenBlockHashes
+	seenDomain
 )
 
 // once refuses a second occurrence of a known key.
@@ -174,7 +265,9 @@ func (s *scanner) routerEvent() (kv.Event, error) {
 		hasWorker, hasEvent bool
 		topRank, rank       uint64
 		hasTopRank, hasRank bool
+		domain              string // residency_domain other than "worker"
 	)
+	s.unknownType = ""
 	err := s.object(func(key []byte) error {
 		var err error
 		switch string(key) {
@@ -197,6 +290,13 @@ func (s *scanner) routerEvent() (kv.Event, error) {
 				hasEvent = true
 				rank, hasRank, err = s.kvEvent(&ev)
 			}
+		case "residency_domain":
+			if err = once(&seen, seenDomain, key); err == nil && !s.null() {
+				var d []byte
+				if d, err = s.str(); err == nil && string(d) != "worker" {
+					domain = truncate(string(d))
+				}
+			}
 		default:
 			return s.skip()
 		}
@@ -218,6 +318,17 @@ func (s *scanner) routerEvent() (kv.Event, error) {
 		return kv.Event{}, &pathError{path: "dp_rank", err: fmt.Errorf("%d does not fit in uint32", rank)}
 	}
 	ev.Worker.DpRank = uint32(rank)
+	if s.unknownType != "" {
+		// The whole event was read: a batch can go on past it.
+		sk := Skipped{Worker: ev.Worker, EventID: ev.EventID, Type: s.unknownType, Reason: ReasonUnknownEventType}
+		s.unknownType = ""
+		return kv.Event{}, &pathError{path: "event.data", err: &unknownEventError{skipped: sk}}
+	}
+	if domain != "" {
+		sk := Skipped{Worker: ev.Worker, EventID: ev.EventID, Type: ev.Kind.String() + " in residency domain " + domain,
+			Reason: ReasonUnsupportedResidencyDomain}
+		return kv.Event{}, &pathError{path: "residency_domain", err: &unknownEventError{skipped: sk}}
+	}
 	if err := ev.Validate(); err != nil {
 		return kv.Event{}, err
 	}
@@ -267,7 +378,12 @@ func (s *scanner) kvEvent(ev *kv.Event) (rank uint64, hasRank bool, err error) {
 }
 
 // eventData reads the externally tagged event: "cleared", or an object
-// with exactly one of stored, removed, cleared.
+// with exactly one of stored, removed, cleared. Serde spells a variant
+// without data as a string and one with data as a one-key object, so a
+// string other than "cleared", or a one-key object with another key, is
+// an event type this decoder does not know: its name is kept in
+// s.unknownType (and its body checked as JSON) for routerEvent to skip
+// the event.
 func (s *scanner) eventData(ev *kv.Event) error {
 	if s.peek() == '"' {
 		name, err := s.str()
@@ -275,7 +391,8 @@ func (s *scanner) eventData(ev *kv.Event) error {
 			return err
 		}
 		if string(name) != "cleared" && string(name) != "Cleared" {
-			return fmt.Errorf("want \"cleared\" or an object, got %q", truncate(string(name)))
+			s.unknownType = truncate(string(name))
+			return nil
 		}
 		ev.Kind = kv.EventCleared
 		return nil
@@ -301,7 +418,8 @@ func (s *scanner) eventData(ev *kv.Event) error {
 			ev.Kind = kv.EventCleared
 			err = s.skip()
 		default:
-			return fmt.Errorf("unknown event %q", truncate(string(key)))
+			s.unknownType = truncate(string(key))
+			err = s.skip()
 		}
 		return atKey(key, err)
 	})

@@ -21,6 +21,9 @@ type scanner struct {
 	data  []byte
 	pos   int
 	depth int
+	// unknownType is the name of an event type the current event's data
+	// has and the decoder does not know ("" if none); see routerEvent.
+	unknownType string
 }
 
 // maxDepth bounds nesting in skipped values so hostile input cannot

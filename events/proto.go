@@ -3,6 +3,7 @@ package events
 import (
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvrouter/kvrouter/kv"
@@ -83,6 +84,12 @@ func FromProtoInto(m *messages.KvEvent, ev *kv.Event) error {
 	case *messages.KvEvent_Cleared:
 		ev.Kind = kv.EventCleared
 	default:
+		if f, ok := unknownField(m.ProtoReflect().GetUnknown()); ok {
+			// A oneof member this build does not know (a newer event
+			// type) arrives as an unknown field beside no data.
+			sk := Skipped{Worker: ev.Worker, EventID: ev.EventID, Type: fmt.Sprintf("field %d", f), Reason: ReasonUnknownEventType}
+			return fmt.Errorf("%w: protobuf event: %w", ErrMalformed, &unknownEventError{skipped: sk})
+		}
 		return malformed("protobuf event for worker %s carries no data", ev.Worker)
 	}
 	if err := ev.Validate(); err != nil {
@@ -91,21 +98,64 @@ func FromProtoInto(m *messages.KvEvent, ev *kv.Event) error {
 	return nil
 }
 
-// DecodeProto decodes a KvEventBatch (a single event is a batch of one).
+// DecodeProto decodes a KvEventBatch (a single event is a batch of one),
+// strictly: an event of an unknown type fails it too
+// (ErrUnknownEventType). Ingestion uses DecodeProtoBatch.
 func DecodeProto(data []byte) ([]kv.Event, error) {
+	b, err := DecodeProtoBatch(data)
+	if err != nil {
+		return nil, err
+	}
+	if len(b.Skipped) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, &unknownEventError{skipped: b.Skipped[0]})
+	}
+	return b.Events, nil
+}
+
+// DecodeProtoBatch decodes a KvEventBatch. A malformed entry fails the
+// whole batch; an entry whose event type this build does not know (data
+// is a oneof member added later) is left out and reported in Skipped,
+// and the rest is applied.
+func DecodeProtoBatch(data []byte) (Batch, error) {
 	var batch messages.KvEventBatch
 	if err := proto.Unmarshal(data, &batch); err != nil {
-		return nil, malformed("protobuf batch: %v", err)
+		return Batch{}, malformed("protobuf batch: %v", err)
 	}
-	out := make([]kv.Event, 0, len(batch.Events))
+	b := Batch{Events: make([]kv.Event, 0, len(batch.Events))}
 	for i, m := range batch.Events {
 		ev, err := FromProto(m)
-		if err != nil {
-			return nil, fmt.Errorf("batch entry %d: %w", i, err)
+		if sk, ok := skippedOf(err); ok {
+			sk.At = len(b.Events)
+			b.Skipped = append(b.Skipped, sk)
+			continue
 		}
-		out = append(out, ev)
+		if err != nil {
+			return Batch{}, fmt.Errorf("batch entry %d: %w", i, err)
+		}
+		b.Events = append(b.Events, ev)
 	}
-	return out, nil
+	return b, nil
+}
+
+// unknownField returns the number of the first field in raw unknown
+// field bytes that could be a oneof member of KvEvent's data (a message,
+// numbered past the known ones); ok is false if there is none.
+func unknownField(raw []byte) (protowire.Number, bool) {
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return 0, false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, raw[n:])
+		if m < 0 {
+			return 0, false
+		}
+		if typ == protowire.BytesType && num > 6 {
+			return num, true
+		}
+		raw = raw[n+m:]
+	}
+	return 0, false
 }
 
 // EncodeProtoBatch encodes events as one KvEventBatch.

@@ -53,15 +53,19 @@ func size(ev *kv.Event) int {
 
 // Hold keeps ev until its worker registers. A full buffer refuses it
 // (ErrFull) and keeps what it holds: older events are the ones a worker
-// that registers soon needs first.
+// that registers soon needs first. A Cleared event first drops what its
+// (worker, dp_rank) holds.
 func (b *Buffer) Hold(ev kv.Event, now time.Time) error {
+	if ev.Kind == kv.EventCleared {
+		// A clear makes everything its rank sent before it moot (on every
+		// tier, as the index applies it); the worker's other dp ranks
+		// have their own caches, and their held events still count.
+		// Forgotten first: what it supersedes frees room for it.
+		b.forgetRank(ev.Worker)
+	}
 	n := size(&ev)
 	if b.blocks+n > b.cfg.MaxBlocks {
 		return fmt.Errorf("holding %d blocks of worker %d: %d of %d held: %w", n, ev.Worker.WorkerID, b.blocks, b.cfg.MaxBlocks, ErrFull)
-	}
-	if ev.Kind == kv.EventCleared {
-		// A clear makes everything held before it moot.
-		b.Forget(ev.Worker.WorkerID)
 	}
 	b.byWorker[ev.Worker.WorkerID] = append(b.byWorker[ev.Worker.WorkerID], held{ev: ev, at: now, blocks: n})
 	b.blocks += n
@@ -95,18 +99,50 @@ func (b *Buffer) Forget(w kv.WorkerID) int {
 	return len(hs)
 }
 
+// forgetRank drops the held events of one (worker, dp_rank), keeping the
+// order of the rest.
+func (b *Buffer) forgetRank(r kv.WorkerWithDpRank) {
+	hs := b.byWorker[r.WorkerID]
+	kept := hs[:0]
+	for _, h := range hs {
+		if h.ev.Worker == r {
+			b.blocks -= h.blocks
+			continue
+		}
+		kept = append(kept, h)
+	}
+	clear(hs[len(kept):]) // do not pin the dropped events' slices
+	if len(kept) == 0 {
+		delete(b.byWorker, r.WorkerID)
+		return
+	}
+	b.byWorker[r.WorkerID] = kept
+}
+
 // Expire drops every event held longer than MaxAge and returns how many.
-// Events are held in arrival order per worker, so each list is cut at
-// its first young event.
 func (b *Buffer) Expire(now time.Time) int {
-	dropped := 0
+	n := 0
+	for _, c := range b.ExpireRanks(now) {
+		n += c
+	}
+	return n
+}
+
+// ExpireRanks is Expire reporting how many events of each (worker,
+// dp_rank) it dropped, so the caller can name them. Events are held in
+// arrival order per worker, so each list is cut at its first young event.
+func (b *Buffer) ExpireRanks(now time.Time) map[kv.WorkerWithDpRank]int {
+	var dropped map[kv.WorkerWithDpRank]int
 	for w, hs := range b.byWorker {
 		i := 0
 		for i < len(hs) && now.Sub(hs[i].at) > b.cfg.MaxAge {
+			if dropped == nil {
+				dropped = map[kv.WorkerWithDpRank]int{}
+			}
+			dropped[hs[i].ev.Worker]++
 			b.blocks -= hs[i].blocks
 			i++
 		}
-		dropped += i
 		if i == len(hs) {
 			delete(b.byWorker, w)
 		} else if i > 0 {

@@ -77,3 +77,59 @@ func TestClearSupersedesHeldEvents(t *testing.T) {
 		t.Fatal("zero config accepted")
 	}
 }
+
+// A clear from one dp rank supersedes that rank's held events only: the
+// worker's other ranks have caches of their own (Dynamo scopes Cleared to
+// the (worker_id, dp_rank) that sent it).
+func TestClearSupersedesOnlyItsRank(t *testing.T) {
+	b, _ := New(Config{MaxBlocks: 100, MaxAge: time.Minute})
+	now := time.Unix(0, 0)
+	onRank := func(ev kv.Event, dp uint32) kv.Event { ev.Worker.DpRank = dp; return ev }
+	for _, ev := range []kv.Event{
+		onRank(stored(1, 1, 2), 0),
+		onRank(stored(1, 1, 3), 1),
+		onRank(stored(1, 1, 4), 2),
+		onRank(stored(1, 2, 1), 1),
+		{Worker: kv.WorkerWithDpRank{WorkerID: 1, DpRank: 1}, EventID: 3, Kind: kv.EventCleared},
+	} {
+		if err := b.Hold(ev, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.Blocks() != 2+4+1 {
+		t.Fatalf("held %d blocks, want rank 0's 2, rank 2's 4 and the clear's 1", b.Blocks())
+	}
+	got := b.Release(1)
+	type key struct {
+		dp   uint32
+		kind kv.EventKind
+	}
+	var keys []key
+	for _, ev := range got {
+		keys = append(keys, key{ev.Worker.DpRank, ev.Kind})
+	}
+	want := []key{{0, kv.EventStored}, {2, kv.EventStored}, {1, kv.EventCleared}}
+	if len(keys) != len(want) {
+		t.Fatalf("released %v, want %v", keys, want)
+	}
+	for i := range want {
+		if keys[i] != want[i] {
+			t.Fatalf("released %v, want %v (arrival order kept)", keys, want)
+		}
+	}
+}
+
+// A clear arriving at a full buffer first frees what it supersedes.
+func TestClearFreesRoomForItself(t *testing.T) {
+	b, _ := New(Config{MaxBlocks: 3, MaxAge: time.Minute})
+	now := time.Unix(0, 0)
+	if err := b.Hold(stored(1, 1, 3), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Hold(kv.Event{Worker: kv.WorkerWithDpRank{WorkerID: 1}, EventID: 2, Kind: kv.EventCleared}, now); err != nil {
+		t.Fatalf("clear refused by a buffer full of what it supersedes: %v", err)
+	}
+	if b.Blocks() != 1 {
+		t.Fatalf("held %d blocks, want the clear's 1", b.Blocks())
+	}
+}

@@ -55,7 +55,9 @@ type tokenizeBody struct {
 	ChatTemplate        string          `json:"chat_template,omitempty"`
 	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs,omitempty"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt,omitempty"`
-	AddSpecialTokens    bool            `json:"add_special_tokens"`
+	// ContinueFinalMessage is vLLM's /tokenize field of that name.
+	ContinueFinalMessage bool `json:"continue_final_message,omitempty"`
+	AddSpecialTokens     bool `json:"add_special_tokens"`
 }
 
 func (e *EngineTokenizer) tokenizeText(ctx context.Context, m *servedModel, text string, special bool) ([]uint32, error) {
@@ -67,6 +69,7 @@ func (e *EngineTokenizer) tokenizeChat(ctx context.Context, m *servedModel, c to
 	return e.call(ctx, tokenizeBody{
 		Model: m.engineName(), Messages: c.Messages, Tools: c.Tools, ChatTemplate: c.Template,
 		ChatTemplateKwargs: c.Kwargs, AddGenerationPrompt: &gen, AddSpecialTokens: special,
+		ContinueFinalMessage: c.ContinueFinalMessage,
 	})
 }
 

@@ -22,6 +22,9 @@ type Models struct {
 	// Engine, when set, tokenizes through a worker's POST /tokenize
 	// instead of in process (--tokenizer-mode engine).
 	Engine *EngineTokenizer
+	// fallback tokenizes the models the parity tracker switched to
+	// engine tokenization (when Engine is nil).
+	fallback *EngineTokenizer
 }
 
 type servedModel struct {
@@ -29,6 +32,8 @@ type servedModel struct {
 	tok  *tokenizer.Tokenizer
 	base string // LoRA adapter: the base model's name
 	lora string // LoRA adapter: its name (the hash salt)
+	// dialect is the engine whose chat preprocessing renders its chats.
+	dialect tokenizer.Dialect
 }
 
 // ModelSpec is what the flags say: --served-model NAME=PATH (or NAME,
@@ -40,6 +45,9 @@ type ModelSpec struct {
 	// Engine: tokenize through the workers (--tokenizer-mode engine); a
 	// served model then needs no tokenizer path.
 	Engine bool
+	// ChatEngines: --chat-engine MODEL=vllm|sglang, the engine whose chat
+	// preprocessing a model's chats get (vllm when not named).
+	ChatEngines []string
 }
 
 // Empty reports whether no model is configured.
@@ -111,6 +119,24 @@ func LoadModels(spec ModelSpec) (*Models, error) {
 		}
 		m.byName[name] = &servedModel{name: name, tok: b.tok, base: base, lora: name}
 	}
+	for _, s := range spec.ChatEngines {
+		name, engine, _ := strings.Cut(s, "=")
+		name = strings.TrimSpace(name)
+		sm, ok := m.byName[name]
+		if !ok || sm.base != "" {
+			return nil, fmt.Errorf("chat engine %q: %q is not a served model", s, name)
+		}
+		d, err := tokenizer.ParseDialect(engine)
+		if err != nil {
+			return nil, fmt.Errorf("chat engine %q: %w", s, err)
+		}
+		sm.dialect = d
+	}
+	for _, sm := range m.byName {
+		if sm.base != "" {
+			sm.dialect = m.byName[sm.base].dialect // an adapter is served by its base's engine
+		}
+	}
 	for n := range m.byName {
 		m.names = append(m.names, n)
 	}
@@ -126,6 +152,8 @@ func LoadModels(spec ModelSpec) (*Models, error) {
 	}
 	if spec.Engine {
 		m.Engine = &EngineTokenizer{}
+	} else {
+		m.fallback = &EngineTokenizer{}
 	}
 	return m, nil
 }

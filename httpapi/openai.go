@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"unicode/utf8"
 
+	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
@@ -39,6 +40,10 @@ type textInput struct {
 	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	AddSpecialTokens    *bool           `json:"add_special_tokens"`
+	// ContinueFinalMessage and ReasoningEffort change the render (vLLM's
+	// chat request fields of those names).
+	ContinueFinalMessage *bool   `json:"continue_final_message"`
+	ReasoningEffort      *string `json:"reasoning_effort"`
 }
 
 func present(raw json.RawMessage) bool {
@@ -118,9 +123,14 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 		chat := tokenizer.Chat{
 			Messages: in.Messages, Tools: in.Tools, Documents: in.Documents, Kwargs: in.ChatTemplateKwargs,
 			AddGenerationPrompt: in.AddGenerationPrompt == nil || *in.AddGenerationPrompt, Template: in.ChatTemplate,
+			ContinueFinalMessage: in.ContinueFinalMessage != nil && *in.ContinueFinalMessage,
+			Dialect:              m.dialect,
+		}
+		if in.ReasoningEffort != nil {
+			chat.ReasoningEffort = *in.ReasoningEffort
 		}
 		special := in.AddSpecialTokens != nil && *in.AddSpecialTokens
-		if eng := s.opts.Models.Engine; eng != nil {
+		if eng := s.engineFor(ctx, m); eng != nil {
 			ids, err = eng.tokenizeChat(ctx, m, chat, special)
 		} else if m.tok == nil {
 			err = errNoTokenizer
@@ -139,7 +149,7 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 			return nil, nil, badInput("prompt must be a string or a list of token ids")
 		}
 		special := in.AddSpecialTokens == nil || *in.AddSpecialTokens
-		if eng := s.opts.Models.Engine; eng != nil {
+		if eng := s.engineFor(ctx, m); eng != nil {
 			ids, err = eng.tokenizeText(ctx, m, text, special)
 		} else if m.tok == nil {
 			err = errNoTokenizer
@@ -228,12 +238,17 @@ func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
 		OwnedBy string  `json:"owned_by"`
 		Root    string  `json:"root"`
 		Parent  *string `json:"parent"`
+		// The router's extensions: how the model's prompts are
+		// tokenized now, and its live parity window (docs/parity.md).
+		Tokenization string              `json:"kvrouter_tokenization,omitempty"`
+		Parity       *parity.ModelStatus `json:"kvrouter_parity,omitempty"`
 	}
 	data := []model{}
 	if m := s.opts.Models; m != nil {
 		for _, n := range m.names {
 			sm := m.byName[n]
 			e := model{ID: n, Object: "model", Created: m.created, OwnedBy: "kvrouter", Root: n}
+			e.Tokenization, e.Parity = s.modelTokenization(sm)
 			if sm.base != "" {
 				base := sm.base
 				e.Parent, e.Root = &base, base
@@ -308,7 +323,8 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/chat/completions", body: body, lora: m.lora, session: session}
+	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/chat/completions", body: body, lora: m.lora, session: session,
+		model: m, source: s.paritySource(m), in: &in}
 	p.serve(w, r)
 }
 

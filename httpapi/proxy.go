@@ -10,9 +10,11 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/routeapi"
 	"github.com/kvrouter/kvrouter/sequence"
 )
@@ -110,6 +112,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/completions", body: body, lora: lora, session: session}
+	p.completionParity(body)
 	p.serve(w, r)
 }
 
@@ -122,12 +125,58 @@ type proxied struct {
 	requestID string
 	started   time.Time
 	// path is the worker endpoint; body the client's body, forwarded
-	// unchanged (the dp rank travels in headers).
+	// unchanged (the dp rank travels in headers) but for a stream's
+	// stream_options.include_usage (requestUsage).
 	path string
 	body []byte
 	lora string
 	// session is the sticky-session id ("" = none).
 	session string
+
+	// Parity: the model (nil: none resolved), how the prompt was
+	// tokenized, the text input (for a background check), the rank the
+	// decision chose and the hit it predicted there, and the engine's
+	// usage as read from the answer.
+	model         *servedModel
+	source        parity.Source
+	in            *textInput
+	worker        uint64
+	rank          uint32
+	predicted     int
+	hasPrediction bool
+	usage         parity.Usage
+	gotUsage      bool
+	// stripUsage: the proxy asked for the usage chunk the client did not.
+	stripUsage bool
+	parityDone bool
+}
+
+// completionParity fills a completion's parity fields: its model, and
+// whether its prompt was text (tokenized by the router or the engine) or
+// token ids. The body is decoded again only for a switched model's text
+// (its background check needs the input).
+func (p *proxied) completionParity(body []byte) {
+	s := p.s
+	if s.parity == nil {
+		return
+	}
+	var name string
+	if raw, ok := p.fields["model"]; ok && json.Unmarshal(raw, &name) != nil {
+		return
+	}
+	if m, err := s.opts.Models.resolve(name); err == nil {
+		p.model = m
+	}
+	p.source = parity.SourceTokenIDs
+	if _, isText, _ := textPrompt(p.fields["prompt"]); !isText || p.model == nil {
+		return
+	}
+	if p.source = s.paritySource(p.model); p.source == parity.SourceEngine {
+		var in textInput
+		if json.Unmarshal(body, &in) == nil {
+			p.in = &in
+		}
+	}
 }
 
 func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
@@ -140,6 +189,7 @@ func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.started = time.Now()
+	p.requestUsage()
 	var exclude []uint64
 	var last error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -197,6 +247,12 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 	if err != nil {
 		return nil, 0, &routeFailure{err}
 	}
+	// The decode half of a disaggregated request gets its prompt's
+	// blocks from the prefill worker: its cached tokens are not what the
+	// decision predicted, so only its token count is compared.
+	p.worker, p.rank = reply.Worker.GetWorkerId(), reply.Worker.GetDpRank()
+	p.predicted = int(reply.OverlapBlocks) * s.opts.BlockSize
+	p.hasPrediction = reply.PrefillWorker == nil
 	if reply.PrefillWorker != nil {
 		return p.disaggregated(ctx, reply)
 	}
@@ -237,7 +293,9 @@ func (p *proxied) send(ctx context.Context, workerID uint64, rank uint32, body [
 }
 
 // relay streams the worker's response to the client, tracking the
-// request's lifecycle; the deferred free runs whatever happens.
+// request's lifecycle; the deferred free runs whatever happens. On the
+// way it reads the engine's usage (parity), and drops the usage chunk
+// the proxy asked for on the client's behalf.
 func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Response) {
 	s := p.s
 	defer resp.Body.Close()
@@ -254,8 +312,10 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			s.log.Debug("relaying a worker's error answer failed", "request", p.requestID, "status", resp.StatusCode, "err", err)
 		}
 		s.outcome("worker_error")
+		p.observeParity("worker_error")
 		return
 	}
+	u := usageReader{sse: strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"), keep: s.parity != nil}
 	flusher, _ := w.(http.Flusher)
 	reader := bufio.NewReaderSize(resp.Body, 32<<10)
 	first := true
@@ -270,11 +330,15 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 					s.opts.Metrics.ProxyTTFT.Observe(time.Since(p.started).Seconds())
 				}
 			}
-			if _, werr := w.Write(line); werr != nil {
-				s.outcome("client_gone")
-				return
+			usageOnly, drop := u.line(p, line)
+			if !drop {
+				if _, werr := w.Write(line); werr != nil {
+					s.outcome("client_gone")
+					p.observeParity("stream_cut")
+					return
+				}
 			}
-			if bytes.HasPrefix(line, []byte("data: {")) {
+			if !usageOnly && bytes.HasPrefix(line, []byte("data: {")) {
 				tokens++
 				p.maybeOutputBlock(tokens)
 			}
@@ -288,6 +352,7 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 					flusher.Flush()
 				}
 				s.outcome("ok")
+				p.observeParity(u.finish(p))
 				return
 			}
 			if r.Context().Err() != nil {
@@ -295,9 +360,85 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			} else {
 				s.outcome("worker_stream_error")
 			}
+			p.observeParity("stream_cut")
 			return
 		}
 	}
+}
+
+// usageReader finds the engine's usage in an answer as it is relayed:
+// in a stream, the chunk that carries it (the last one with usage
+// wins); in a unary answer, the whole body, kept up to maxUsageBody.
+type usageReader struct {
+	sse, keep bool
+	// skipBlank: the event just dropped still has its blank line.
+	skipBlank bool
+	whole     bytes.Buffer
+	tooLarge  bool
+	malformed bool
+}
+
+// line reads one line of the answer: whether it is a usage-only chunk,
+// and whether the client must not see it (the proxy asked for it).
+func (u *usageReader) line(p *proxied, line []byte) (usageOnly, drop bool) {
+	if !u.keep {
+		return false, false
+	}
+	if !u.sse {
+		if !u.tooLarge && u.whole.Len()+len(line) > maxUsageBody {
+			u.tooLarge = true
+			u.whole = bytes.Buffer{}
+		}
+		if !u.tooLarge {
+			u.whole.Write(line)
+		}
+		return false, false
+	}
+	if u.skipBlank {
+		u.skipBlank = false
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return false, true
+		}
+	}
+	data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:"))
+	if !ok {
+		return false, false
+	}
+	c, err := parity.StreamChunk(bytes.TrimPrefix(data, []byte(" ")))
+	if err != nil {
+		u.malformed = true
+		return false, false
+	}
+	if c.HasUsage {
+		p.usage, p.gotUsage = c.Usage, true
+	}
+	if c.UsageOnly && p.stripUsage {
+		u.skipBlank = true
+		return true, true
+	}
+	return c.UsageOnly, false
+}
+
+// finish reads a unary answer's usage; it returns the reason the answer
+// cannot be compared ("" when it can).
+func (u *usageReader) finish(p *proxied) string {
+	if !u.keep {
+		return ""
+	}
+	if !u.sse {
+		if u.tooLarge {
+			return "too_large"
+		}
+		usage, ok, err := parity.ResponseUsage(u.whole.Bytes())
+		if err != nil {
+			return "malformed"
+		}
+		p.usage, p.gotUsage = usage, ok
+	}
+	if !p.gotUsage && u.malformed {
+		return "malformed"
+	}
+	return ""
 }
 
 // maybeOutputBlock grows the request by one block every block_size

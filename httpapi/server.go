@@ -28,8 +28,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/metrics"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/zmqevents"
 )
 
@@ -95,6 +97,9 @@ type Options struct {
 	// kv_events_endpoint (nil: no ZMQ ingestion; such a registration is
 	// refused).
 	SubscribeKVEvents func(zmqevents.WorkerEndpoint) error
+	// Parity compares each proxied answer's usage with the router's view
+	// and switches models whose tokenization breaks (nil: off).
+	Parity *parity.Tracker
 }
 
 // HopHeader marks a request the proxy forwarded. A router refuses (508) a
@@ -112,6 +117,8 @@ type Server struct {
 	urlsMu      sync.Mutex
 	urls        map[uint64]string // worker id → base URL, for the proxy
 	urlsRefresh time.Time
+
+	parity *parityState // nil: parity off
 }
 
 // access is who may call a route.
@@ -166,8 +173,21 @@ func New(opts Options) *Server {
 		routes = append(routes, route{"GET /metrics", "", open, h.ServeHTTP})
 	}
 	routes = append(routes, route{"GET /v1/models", "models", dataPlane, s.listModels})
-	if opts.Models != nil && opts.Models.Engine != nil {
-		opts.Models.Engine.client, opts.Models.Engine.workers = opts.Client, s.allWorkerURLs
+	if opts.Models != nil {
+		for _, e := range []*EngineTokenizer{opts.Models.Engine, opts.Models.fallback} {
+			if e != nil {
+				e.client, e.workers = opts.Client, s.allWorkerURLs
+			}
+		}
+	}
+	if opts.Parity != nil {
+		s.parity = &parityState{tracker: opts.Parity, warn: loglimit.Limiter{Every: 10 * time.Second}}
+		routes = append(routes,
+			route{"GET /parity", "parity", dataPlane, s.parityStatus},
+			route{"POST /parity/{model}/reset", "parity", adminOnly, s.parityReset})
+		if opts.Metrics != nil {
+			opts.Metrics.RegisterParityState(s.parityGauges)
+		}
 	}
 	if opts.Proxy {
 		routes = append(routes,

@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/zmqevents"
 )
 
@@ -29,7 +31,15 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 		s.writeRouterError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	if s.parity == nil {
+		writeJSON(w, http.StatusOK, st)
+		return
+	}
+	ps := s.parity.tracker.Status()
+	writeJSON(w, http.StatusOK, struct {
+		*actors.Status
+		Parity *parity.Status `json:"parity"`
+	}{st, &ps})
 }
 
 // AddWorkerBody is POST /workers: a static registration for setups

@@ -226,6 +226,15 @@ func (a *Approx) RemoveWorker(w kv.WorkerID) {
 	a.compactHeap()
 }
 
+// ClearRank forgets one rank's predictions and their deadlines: its engine
+// announced an empty cache (a Cleared event), so what this replica routed
+// there is gone too. The worker's other ranks keep theirs.
+func (a *Approx) ClearRank(r kv.WorkerWithDpRank) {
+	if a.tree.clearRank(r) > 0 {
+		a.compactHeap()
+	}
+}
+
 // WorkerBlockCounts returns the predicted block count of every rank.
 func (a *Approx) WorkerBlockCounts() map[kv.WorkerWithDpRank]uint64 {
 	return a.tree.WorkerBlockCounts()

@@ -13,7 +13,8 @@
 // event can be found in O(1). A node with many children also lists them
 // per rank, so removing a block for one rank costs O(blocks that rank holds
 // below it), however many ranks share the block; a per-worker list of
-// ranks does the same for Cleared and RemoveWorker.
+// ranks does the same for RemoveWorker. A Cleared event empties only the
+// (worker, dp_rank) that sent it, on every tier (see [Indexer.Apply]).
 //
 // An [Indexer] keeps one Tree per storage tier and answers tiered overlap
 // queries. [Approx] predicts the cache from the router's own decisions with

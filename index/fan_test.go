@@ -37,7 +37,7 @@ func TestSharedPrefixFan(t *testing.T) {
 		return []kv.LocalBlockHash{sharedLocal, kv.LocalBlockHash(mix64(ext)), kv.LocalBlockHash(mix64(ext + 1))}
 	}
 	mustApply(t, tr, &kv.Event{Worker: rank(3, 0), Kind: kv.EventRemoved, Removed: []kv.ExternalBlockHash{sharedExt}})
-	mustApply(t, tr, cleared(5))
+	mustApply(t, tr, cleared(rank(5, 0)))
 	tr.RemoveWorker(7)
 	if err := tr.CheckInvariants(); err != nil {
 		t.Fatal(err)

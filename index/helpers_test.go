@@ -32,8 +32,9 @@ func removed(r kv.WorkerWithDpRank, hashes ...uint64) *kv.Event {
 	return ev
 }
 
-func cleared(w kv.WorkerID) *kv.Event {
-	return &kv.Event{Worker: rank(w, 0), Kind: kv.EventCleared}
+// cleared is the Cleared event of one rank: it empties that rank only.
+func cleared(r kv.WorkerWithDpRank) *kv.Event {
+	return &kv.Event{Worker: r, Kind: kv.EventCleared}
 }
 
 func locals(hs ...uint64) []kv.LocalBlockHash {

@@ -47,7 +47,12 @@ func (x *Indexer) Tier(t kv.StorageTier) *Tree {
 	return x.tiers[t]
 }
 
-// Apply routes an event to its tier's tree.
+// Apply routes an event to its tier's tree. A Cleared event empties the
+// rank that sent it on every tier, whichever tier it names: Dynamo applies
+// a clear without a residency domain (every engine's) to its primary index
+// and to every lower-tier index alike (ResetScope::All), because an engine
+// that resets or restarts has lost whatever it had offloaded as well. The
+// worker's other dp ranks keep their blocks.
 func (x *Indexer) Apply(ev *kv.Event) error {
 	if ev == nil {
 		return x.tiers[kv.TierDevice].Apply(ev) // counts and reports it
@@ -58,6 +63,14 @@ func (x *Indexer) Apply(ev *kv.Event) error {
 	}
 	if err := x.tiers[ev.Tier].Apply(ev); err != nil {
 		return fmt.Errorf("%s tier: %w", ev.Tier, err)
+	}
+	if ev.Kind == kv.EventCleared {
+		// The named tier counted the event; the others count its blocks.
+		for i, t := range x.tiers {
+			if kv.StorageTier(i) != ev.Tier {
+				t.counters.ClearedBlocks += uint64(t.clearRank(ev.Worker))
+			}
+		}
 	}
 	return nil
 }

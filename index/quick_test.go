@@ -99,10 +99,8 @@ func (m model) apply(o op) {
 			}
 		}
 	case kv.EventCleared:
-		for r := range m {
-			if r.WorkerID == o.Rank.WorkerID {
-				m[r] = map[string]bool{}
-			}
+		if _, ok := m[o.Rank]; ok {
+			m[o.Rank] = map[string]bool{}
 		}
 	}
 }

@@ -40,7 +40,7 @@ func TestSharedTierIsNoWorkersOverlap(t *testing.T) {
 		t.Fatalf("after eviction shared prefix %d, want 5", d)
 	}
 	// The store clears: w1's shared 1..3 remain.
-	mustApplyIndexer(t, x, onTier(kv.TierShared, cleared(900)))
+	mustApplyIndexer(t, x, onTier(kv.TierShared, cleared(store)))
 	if d := x.SharedPrefix(prompt); d != 3 {
 		t.Fatalf("after the store's clear shared prefix %d, want 3", d)
 	}

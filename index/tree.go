@@ -16,7 +16,7 @@ type Tree struct {
 	fans    slab[map[uint32]*[]nodeRef]         // fans of wide nodes (fan.go)
 	ranks   []rankState
 	ids     map[kv.WorkerWithDpRank]uint32
-	workers map[kv.WorkerID][]uint32 // rank ids of each worker, for Cleared and RemoveWorker
+	workers map[kv.WorkerID][]uint32 // rank ids of each worker, for RemoveWorker
 	free    []uint32
 	entries int // (rank, block) entries, i.e. the sum of lookup sizes
 	nodes   int // nodes excluding the root
@@ -100,7 +100,8 @@ func (t *Tree) Apply(ev *kv.Event) error {
 	case kv.EventRemoved:
 		err = t.applyRemoved(ev)
 	case kv.EventCleared:
-		t.clearWorker(ev.Worker.WorkerID)
+		t.counters.Cleared++
+		t.counters.ClearedBlocks += uint64(t.clearRank(ev.Worker))
 	}
 	if err == nil {
 		t.counters.EventsApplied++
@@ -416,13 +417,19 @@ func (t *Tree) dropEntry(n *node, id uint32, unfan bool) {
 	}
 }
 
-// clearWorker empties every rank of a worker and keeps the ranks known, as
-// Dynamo's clear_all_blocks does for a Cleared event.
-func (t *Tree) clearWorker(w kv.WorkerID) {
-	t.counters.Cleared++
-	for _, id := range t.workers[w] {
-		t.counters.ClearedBlocks += uint64(t.emptyRank(id))
+// clearRank empties one (worker, dp_rank) and keeps it known, and
+// returns how many entries it held. A Cleared event is scoped to the rank
+// that sent it, as Dynamo's concurrent radix tree applies it
+// (remove_worker_dp_rank): with data parallelism every rank is its own
+// engine core with its own cache, restarted or reset on its own, so the
+// worker's other ranks keep their blocks. A rank the tree does not know
+// holds nothing.
+func (t *Tree) clearRank(r kv.WorkerWithDpRank) int {
+	id, ok := t.ids[r]
+	if !ok {
+		return 0
 	}
+	return t.emptyRank(id)
 }
 
 // RemoveWorker drops every rank of a worker and forgets them.

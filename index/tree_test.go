@@ -120,17 +120,17 @@ func TestTreeApply(t *testing.T) {
 			counter: func(c Counters) (uint64, uint64) { return c.RemoveUnknown, 0 },
 		},
 		{
-			name: "cleared empties every dp rank of the worker",
+			name: "cleared empties only the dp rank that sent it",
 			setup: []*kv.Event{
 				storedRoot(w1, chain(1, 1, 2)...),
 				storedRoot(w1r1, chain(1, 1, 2)...),
 				storedRoot(w2, chain(2, 1)...),
 			},
-			ev:      cleared(1),
+			ev:      cleared(w1),
 			query:   []uint64{1, 2},
-			want:    scores{w2: 1},
-			wantLen: 1,
-			counter: func(c Counters) (uint64, uint64) { return c.ClearedBlocks, 4 },
+			want:    scores{w1r1: 2, w2: 1},
+			wantLen: 3,
+			counter: func(c Counters) (uint64, uint64) { return c.ClearedBlocks, 2 },
 		},
 		{
 			name:    "same content under a new engine hash re-keys the block",
@@ -285,7 +285,8 @@ func TestClearedKeepsRanksAndRemoveWorkerForgetsThem(t *testing.T) {
 		storedRoot(w1, chain(1, 1)...),
 		storedRoot(w1r1, chain(1, 1, 2)...),
 		storedRoot(w2, chain(2, 1)...),
-		cleared(1),
+		cleared(w1),
+		cleared(w1r1),
 	)
 	want := map[kv.WorkerWithDpRank]uint64{w1: 0, w1r1: 0, w2: 1}
 	if got := tr.WorkerBlockCounts(); !maps.Equal(got, want) {
@@ -301,7 +302,7 @@ func TestClearedKeepsRanksAndRemoveWorkerForgetsThem(t *testing.T) {
 		t.Fatalf("after remove: %v, want %v", got, want)
 	}
 	c := tr.Counters()
-	if c.WorkersRemoved != 1 || c.UnknownWorkerRemoved != 1 || c.Cleared != 1 || c.ClearedBlocks != 3 {
+	if c.WorkersRemoved != 1 || c.UnknownWorkerRemoved != 1 || c.Cleared != 2 || c.ClearedBlocks != 3 {
 		t.Fatalf("counters %+v", c)
 	}
 	// The freed id is reused without confusing the new rank with the old.
@@ -516,7 +517,7 @@ func TestEmptiedTreeReturnsItsStorage(t *testing.T) {
 	for w := range 7 {
 		tr.RemoveWorker(kv.WorkerID(w))
 	}
-	mustApply(t, tr, cleared(7))
+	mustApply(t, tr, cleared(rank(7, 0)))
 	if tr.Len() != 0 || tr.Nodes() != 0 || len(tr.arena.chunks) != 1 || tr.kids.live() != 0 || len(tr.kids.items) != 0 {
 		t.Fatalf("emptied tree keeps %d entries, %d nodes, %d chunks, %d child maps", tr.Len(), tr.Nodes(), len(tr.arena.chunks), len(tr.kids.items))
 	}

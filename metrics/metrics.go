@@ -38,6 +38,8 @@ type Router struct {
 	GRPCRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
+	// Parity is the live cache-parity set (metrics/parity.go).
+	Parity *Parity
 }
 
 // New registers the metrics on a fresh registry (plus Go and process
@@ -131,6 +133,8 @@ func New() *Router {
 		m.sessionEvents, m.sessionMoves, m.sessions,
 		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Parity = newParity()
+	reg.MustRegister(m.Parity.collectors()...)
 	return m
 }
 

@@ -78,17 +78,21 @@ func (s *Server) parseTextCompletion(body []byte, rankHeader string) (parsedComp
 
 // chatRequest is the part of a chat completion body the mock reads.
 type chatRequest struct {
-	Messages            json.RawMessage `json:"messages"`
-	Tools               json.RawMessage `json:"tools"`
-	ChatTemplate        string          `json:"chat_template"`
-	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
-	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
-	AddSpecialTokens    *bool           `json:"add_special_tokens"`
-	Prompt              json.RawMessage `json:"prompt"` // /tokenize only
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *struct {
+	Model                string          `json:"model"`
+	Messages             json.RawMessage `json:"messages"`
+	Tools                json.RawMessage `json:"tools"`
+	Documents            json.RawMessage `json:"documents"`
+	ContinueFinalMessage *bool           `json:"continue_final_message"`
+	ReasoningEffort      *string         `json:"reasoning_effort"`
+	ChatTemplate         string          `json:"chat_template"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens"`
+	Prompt               json.RawMessage `json:"prompt"` // /tokenize only
+	MaxTokens            *int            `json:"max_tokens"`
+	MaxCompletionTokens  *int            `json:"max_completion_tokens"`
+	Stream               bool            `json:"stream"`
+	StreamOptions        *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 }
@@ -97,21 +101,22 @@ func (s *Server) chatTokens(req *chatRequest) ([]uint32, error) {
 	if s.cfg.Tokenizer == nil {
 		return nil, badRequest("chat needs a tokenizer with a chat template: start the mock worker with --tokenizer")
 	}
-	ids, _, err := s.cfg.Tokenizer.EncodeChat(tokenizer.Chat{
-		Messages: req.Messages, Tools: req.Tools, Kwargs: req.ChatTemplateKwargs, Template: req.ChatTemplate,
-		AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt,
+	chat := s.chatFor(tokenizer.Chat{
+		Messages: req.Messages, Tools: req.Tools, Documents: req.Documents, Kwargs: req.ChatTemplateKwargs, Template: req.ChatTemplate,
+		AddGenerationPrompt:  req.AddGenerationPrompt == nil || *req.AddGenerationPrompt,
+		ContinueFinalMessage: req.ContinueFinalMessage != nil && *req.ContinueFinalMessage,
 	})
+	if req.ReasoningEffort != nil {
+		chat.ReasoningEffort = *req.ReasoningEffort
+	}
+	ids, prompt, err := s.cfg.Tokenizer.EncodeChat(chat)
 	if err != nil {
 		return nil, badRequest("%v", err)
 	}
 	if req.AddSpecialTokens != nil && *req.AddSpecialTokens {
-		prompt, _ := s.cfg.Tokenizer.RenderChat(tokenizer.Chat{
-			Messages: req.Messages, Tools: req.Tools, Kwargs: req.ChatTemplateKwargs, Template: req.ChatTemplate,
-			AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt,
-		})
 		ids = s.cfg.Tokenizer.Encode(prompt, true)
 	}
-	return ids, nil
+	return s.cfg.Engine.skewChat(req.Model, ids), nil
 }
 
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {

@@ -124,3 +124,46 @@ func TestChatAndTextPrompts(t *testing.T) {
 		t.Fatalf("messages without role: %d", r.StatusCode)
 	}
 }
+
+// TestTemplateSkew: a model with a template skew gets extra copies of its
+// first token in chat prompts (/tokenize and usage alike); other models
+// do not.
+func TestTemplateSkew(t *testing.T) {
+	tok := qwen3(t)
+	w := startWorker(t, func(c *ServerConfig) { c.Tokenizer = tok; c.Engine.TemplateSkew = map[string]int{"skewed": 2} }, &fakePublisher{})
+	count := func(model string) (tokenize, usage int) {
+		var tk struct {
+			Count  int      `json:"count"`
+			Tokens []uint32 `json:"tokens"`
+		}
+		r := postPath(t, w.url+"/tokenize", `{"model":"`+model+`","messages":`+testMessages+`}`, nil)
+		if err := json.NewDecoder(r.Body).Decode(&tk); err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if model == "skewed" && (len(tk.Tokens) < 3 || tk.Tokens[0] != tk.Tokens[1] || tk.Tokens[1] != tk.Tokens[2]) {
+			t.Fatalf("skewed prompt does not start with copies of its first token: %v", tk.Tokens[:3])
+		}
+		var resp struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		r = postPath(t, w.url+"/v1/chat/completions", `{"model":"`+model+`","max_tokens":1,"messages":`+testMessages+`}`, nil)
+		if err := json.NewDecoder(r.Body).Decode(&resp); err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return tk.Count, resp.Usage.PromptTokens
+	}
+	plainTok, plainUsage := count("plain")
+	skewTok, skewUsage := count("skewed")
+	if plainTok != plainUsage || skewTok != skewUsage || skewTok != plainTok+2 {
+		t.Fatalf("plain %d/%d, skewed %d/%d: want the skewed model 2 tokens longer in both", plainTok, plainUsage, skewTok, skewUsage)
+	}
+	bad := DefaultConfig()
+	bad.TemplateSkew = map[string]int{"m": MaxTemplateSkew + 1}
+	if bad.Validate() == nil {
+		t.Fatal("an out-of-range skew was accepted")
+	}
+}

@@ -65,6 +65,28 @@ type Config struct {
 	// and a decode engine, in gigabits per second (0: transfers take no
 	// time).
 	KVTransferGbps float64
+	// TemplateSkew makes this engine's chat template differ from the
+	// router's for some models: a chat for model NAME gets
+	// TemplateSkew[NAME] extra copies of its first token in front (a
+	// doubled BOS, the classic template mismatch), in /tokenize too. The
+	// token count then differs by that many and every block hash with it.
+	TemplateSkew map[string]int
+}
+
+// MaxTemplateSkew bounds TemplateSkew's counts.
+const MaxTemplateSkew = 64
+
+// skewChat applies TemplateSkew to a chat prompt of model.
+func (c Config) skewChat(model string, ids []uint32) []uint32 {
+	n := c.TemplateSkew[model]
+	if n <= 0 || len(ids) == 0 {
+		return ids
+	}
+	out := make([]uint32, 0, n+len(ids))
+	for range n {
+		out = append(out, ids[0])
+	}
+	return append(out, ids...)
 }
 
 // Defaults of the KV transfer model: Llama-3-8B's 128 KiB per token (32
@@ -126,6 +148,11 @@ func (c Config) Validate() error {
 		return bad("KV bytes per token %v must be a number >= 0", c.KVBytesPerToken)
 	case !(c.KVTransferGbps >= 0) || math.IsInf(c.KVTransferGbps, 0):
 		return bad("KV transfer bandwidth %v Gb/s must be a number >= 0", c.KVTransferGbps)
+	}
+	for model, n := range c.TemplateSkew {
+		if n < 0 || n > MaxTemplateSkew {
+			return bad("template skew %d for model %q not in [0, %d]", n, model, MaxTemplateSkew)
+		}
 	}
 	return nil
 }

@@ -133,6 +133,51 @@ func (e *Engine) ResetPrefixCache() error {
 	return nil
 }
 
+// ErrRankRestarted ends the requests of a rank whose engine core restarted.
+var ErrRankRestarted = errors.New("dp rank restarted")
+
+// RestartRank restarts one dp rank's engine core (Rank.Restart): its
+// requests fail with ErrRankRestarted, its cache is emptied, its event
+// ids start again from 0 and it announces Cleared. The other ranks keep
+// serving and keep their caches, as in vLLM with data parallelism, where
+// every rank is an engine core of its own.
+func (e *Engine) RestartRank(dpRank int) error {
+	rr, err := e.rank(dpRank)
+	if err != nil {
+		return err
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	for _, id := range rr.rank.Restart() {
+		if s := rr.streams[id]; s != nil {
+			s.end(ErrRankRestarted)
+			delete(rr.streams, id)
+		}
+	}
+	rr.poke()
+	return nil
+}
+
+// ResetRankPrefixCache clears one rank's prefix cache (it emits Cleared);
+// the other ranks keep theirs. It fails while the rank has requests in
+// flight.
+func (e *Engine) ResetRankPrefixCache(dpRank int) error {
+	rr, err := e.rank(dpRank)
+	if err != nil {
+		return err
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return rr.rank.ResetPrefixCache()
+}
+
+func (e *Engine) rank(dpRank int) (*rankRunner, error) {
+	if dpRank < 0 || dpRank >= len(e.ranks) {
+		return nil, fmt.Errorf("%w: %d, the engine has %d", ErrBadDpRank, dpRank, len(e.ranks))
+	}
+	return e.ranks[dpRank], nil
+}
+
 // Run drives every rank until ctx is done, then fails the requests still
 // in flight with ErrStopped. It may be called once.
 func (e *Engine) Run(ctx context.Context) error {

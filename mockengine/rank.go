@@ -101,8 +101,10 @@ type Stats struct {
 	KVUsage float64
 	// PrefixQueries and PrefixHits count prompt tokens looked up in, and
 	// found in, the prefix cache on each request's first scheduling.
-	PrefixQueries    uint64
-	PrefixHits       uint64
+	PrefixQueries uint64
+	PrefixHits    uint64
+	// Restarts counts Restart calls (the rank's engine core restarting).
+	Restarts         uint64
 	Preemptions      uint64
 	PromptTokens     uint64
 	GenerationTokens uint64
@@ -238,6 +240,28 @@ func (r *Rank) ResetPrefixCache() error {
 	}
 	r.emitEvent(kv.Event{Kind: kv.EventCleared})
 	return nil
+}
+
+// Restart is the rank's engine core dying and coming back, on its own
+// (with data parallelism each rank is an engine core of its own): every
+// request it had is dropped (their ids are returned, so the caller can
+// fail them), its cache starts empty, its event ids start again from 0,
+// and the new core announces Cleared. The worker's other ranks are not
+// touched. The model clock keeps running.
+func (r *Rank) Restart() []string {
+	ids := make([]string, 0, len(r.byID))
+	for id := range r.byID {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		r.Abort(id)
+	}
+	r.inFlight = nil // a batch still in flight belongs to the dead core
+	r.pool = newBlockPool(r.cfg.TotalKVBlocks)
+	r.nextEventID = 0
+	r.stats.Restarts++
+	r.emitEvent(kv.Event{Kind: kv.EventCleared})
+	return ids
 }
 
 // Stats returns a snapshot of the rank.

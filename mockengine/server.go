@@ -42,6 +42,15 @@ type ServerConfig struct {
 	// Tokenizer, when set, lets the worker take text prompts and chat
 	// messages (rendered with its chat template), as vLLM does.
 	Tokenizer *tokenizer.Tokenizer
+	// ChatDialect is the engine whose chat preprocessing the worker
+	// applies before its template (vLLM by default).
+	ChatDialect tokenizer.Dialect
+	// ChatMismatch, when set, makes the worker render chats differently
+	// from that engine on purpose (see ChatMismatch); MismatchTemplate is
+	// the template of ChatMismatchTemplate (empty: the model's own with
+	// MismatchTemplatePrefix).
+	ChatMismatch     ChatMismatch
+	MismatchTemplate string
 	// Role is the worker's part in disaggregated serving (announced in
 	// heartbeats): a prefill worker answers do_remote_decode requests
 	// with kv_transfer_params and holds their blocks; a decode worker
@@ -180,17 +189,36 @@ func (s *Server) SetHealthy(ok bool) { s.faults.unhealthy.Store(!ok) }
 // every rank, as if other clients had queued them on the engine.
 func (s *Server) SetExtraWaiting(n int) { s.faults.extraWaiting.Store(int64(n)) }
 
-// fault is POST /fault {"healthy": bool, "extra_waiting": n}: the same
-// fault injection for workers in other processes (either field may be
-// left out).
+// fault is POST /fault {"healthy": bool, "extra_waiting": n,
+// "restart_rank": r, "reset_rank": r}: the same fault injection for
+// workers in other processes (every field may be left out). restart_rank
+// restarts one dp rank's engine core (Engine.RestartRank), reset_rank
+// clears one rank's prefix cache (Engine.ResetRankPrefixCache); the other
+// ranks are untouched. Unknown fields are refused.
 func (s *Server) fault(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Healthy      *bool `json:"healthy"`
 		ExtraWaiting *int  `json:"extra_waiting"`
+		RestartRank  *int  `json:"restart_rank"`
+		ResetRank    *int  `json:"reset_rank"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10)).Decode(&body); err != nil {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
 		writeError(w, http.StatusBadRequest, "fault: %v", err)
 		return
+	}
+	if body.RestartRank != nil {
+		if err := s.engine.RestartRank(*body.RestartRank); err != nil {
+			writeError(w, http.StatusBadRequest, "fault: %v", err)
+			return
+		}
+	}
+	if body.ResetRank != nil {
+		if err := s.engine.ResetRankPrefixCache(*body.ResetRank); err != nil {
+			writeError(w, http.StatusConflict, "fault: %v", err)
+			return
+		}
 	}
 	if body.Healthy != nil {
 		s.SetHealthy(*body.Healthy)

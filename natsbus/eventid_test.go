@@ -83,7 +83,7 @@ func FuzzEventIDGaps(f *testing.F) {
 		var last *big.Int
 		for ; len(data) >= 8; data = data[8:] {
 			id := binary.BigEndian.Uint64(data)
-			s.track(&kv.Event{EventID: id})
+			s.track(kv.WorkerWithDpRank{}, id)
 			cur := new(big.Int).SetUint64(id)
 			if last != nil {
 				step := new(big.Int).Sub(cur, last) // exact

@@ -2,8 +2,10 @@ package natsbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +76,11 @@ type EventSourceConfig struct {
 	// (after loading a snapshot that reflects everything before it).
 	StartSeq uint64
 	Log      *slog.Logger
+	// OnDrop, when set, is told the reason of every event a decoded
+	// message carried but the source did not hand on (an event of an
+	// unknown type: events.ReasonUnknownEventType), so it is counted
+	// with the router's other dropped events.
+	OnDrop func(reason string)
 }
 
 func (c *EventSourceConfig) applyDefaults() {
@@ -105,13 +112,26 @@ func streamLimit(v, def int64) int64 {
 	return v
 }
 
+// Reasons a message is counted malformed (EventStats.Malformed).
+const (
+	MalformedJSON     = "json"
+	MalformedProtobuf = "protobuf"
+	// MalformedEnvelope: a Dynamo event-plane envelope (JSON or
+	// MessagePack) that is not exactly one, or whose payload is not
+	// RouterEvents.
+	MalformedEnvelope = "envelope"
+)
+
 // EventStats are the ingestion counters.
 type EventStats struct {
 	Messages  uint64            // NATS messages received
 	Events    uint64            // events decoded and handed on
-	Malformed map[string]uint64 // dropped messages by reason ("json", "protobuf")
-	Gaps      uint64            // event ids skipped (per worker rank), at most MaxEventIDGap per event
-	Reordered uint64            // event ids not above the last seen (replay or restart) or past MaxEventIDGap above it
+	Malformed map[string]uint64 // dropped messages by reason (MalformedJSON, MalformedProtobuf, MalformedEnvelope)
+	// Skipped counts events left out of messages that were otherwise
+	// applied, by reason (events.ReasonUnknownEventType).
+	Skipped   map[string]uint64
+	Gaps      uint64 // event ids skipped (per worker rank), at most MaxEventIDGap per event
+	Reordered uint64 // event ids not above the last seen (replay or restart) or past MaxEventIDGap above it
 	// StreamGaps counts stream messages this replica never saw: purged by
 	// a snapshot before it read them (it then lacks their effect until
 	// the affected workers re-store those blocks or it restarts).
@@ -123,7 +143,8 @@ type EventSource struct {
 	cfg     EventSourceConfig
 	handler func(*kv.Event)
 	log     *slog.Logger
-	limiter loglimit.Limiter
+	// limits rate-limit the WARN line of dropped input, one per reason.
+	limits map[string]*loglimit.Limiter
 
 	sub   *nats.Subscription
 	extra *nats.Subscription // the ".>" suffix subjects (protobuf)
@@ -145,6 +166,7 @@ type EventSource struct {
 	mu        sync.Mutex
 	closed    bool
 	malformed map[string]uint64
+	skipped   map[string]uint64
 	lastID    map[kv.WorkerWithDpRank]uint64
 }
 
@@ -159,8 +181,9 @@ func StartEventSource(ctx context.Context, nc *nats.Conn, cfg EventSourceConfig,
 	}
 	cfg.applyDefaults()
 	s := &EventSource{
-		cfg: cfg, handler: handler, log: cfg.Log.With("component", "natsbus"), limiter: loglimit.Limiter{Every: time.Second},
-		done: make(chan struct{}), malformed: map[string]uint64{}, lastID: map[kv.WorkerWithDpRank]uint64{},
+		cfg: cfg, handler: handler, log: cfg.Log.With("component", "natsbus"), limits: map[string]*loglimit.Limiter{},
+		done: make(chan struct{}), malformed: map[string]uint64{}, skipped: map[string]uint64{},
+		lastID: map[kv.WorkerWithDpRank]uint64{},
 	}
 	if cfg.Stream != "" {
 		err := s.startJetStream(ctx, nc)
@@ -193,59 +216,114 @@ func isProtobuf(subject string, hdr nats.Header) bool {
 	return strings.HasSuffix(subject, ProtobufSuffix) || hdr.Get("Content-Type") == ProtobufContentType
 }
 
+// decode reads one message in whichever form it came: a protobuf
+// KvEventBatch (by subject or header), Dynamo's MessagePack event-plane
+// envelope (a MessagePack map; JSON starts otherwise), or JSON (a
+// RouterEvent, an array of them, or the JSON envelope around either).
+// On error it returns the malformed reason.
+func decode(subject string, hdr nats.Header, data []byte) (events.Batch, string, error) {
+	var b events.Batch
+	var err error
+	reason := MalformedJSON
+	switch {
+	case isProtobuf(subject, hdr):
+		reason = MalformedProtobuf
+		b, err = events.DecodeProtoBatch(data)
+	case events.IsMsgpackMap(data):
+		b, err = events.DecodeMsgpackEnvelope(data)
+	default:
+		b, err = events.DecodeRouterEventsBatchJSON(data)
+	}
+	if errors.Is(err, events.ErrEnvelope) {
+		reason = MalformedEnvelope
+	}
+	return b, reason, err
+}
+
 // handle decodes one message and hands its events on. It serialises
-// callers, so the handler sees events one at a time.
+// callers, so the handler sees events one at a time. A malformed message
+// is dropped whole and counted by reason; events of a type the decoder
+// does not know are left out, counted and reported to OnDrop, and the
+// rest is handed on.
 func (s *EventSource) handle(subject string, hdr nats.Header, data []byte) {
 	s.messages.Add(1)
-	var evs []kv.Event
-	var err error
-	pb := isProtobuf(subject, hdr)
-	if pb {
-		evs, err = events.DecodeProto(data)
-	} else {
-		evs, err = events.DecodeRouterEventsJSON(data)
-	}
+	b, reason, err := decode(subject, hdr, data)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
 	if err != nil {
-		reason := "json"
-		if pb {
-			reason = "protobuf"
-		}
 		s.malformed[reason]++
-		if ok, suppressed := s.limiter.Allow(time.Now()); ok {
-			s.log.Debug("dropped malformed KV event", "subject", subject, "bytes", len(data), "err", err, "suppressed", suppressed)
+		if ok, suppressed := s.limiter(reason).Allow(time.Now()); ok {
+			// A malformed message may not say whose it is; the error names
+			// the offending field.
+			s.log.Warn("dropped malformed KV event message", "reason", reason, "subject", subject,
+				"bytes", len(data), "err", err, "suppressed", suppressed)
 		}
 		return
 	}
-	for i := range evs {
-		s.track(&evs[i])
+	// In the message's order: event ids are tracked as they were sent.
+	next := 0
+	for i := range b.Events {
+		for ; next < len(b.Skipped) && b.Skipped[next].At <= i; next++ {
+			s.skip(subject, &b.Skipped[next])
+		}
+		s.track(b.Events[i].Worker, b.Events[i].EventID)
 		s.decoded.Add(1)
-		s.handler(&evs[i])
+		s.handler(&b.Events[i])
+	}
+	for ; next < len(b.Skipped); next++ {
+		s.skip(subject, &b.Skipped[next])
 	}
 }
 
-// track detects per-rank event-id gaps. The event is applied either way:
+// skip counts, reports and logs an event left out of a message (called
+// with mu held).
+func (s *EventSource) skip(subject string, sk *events.Skipped) {
+	// The event was sent: its id still counts for gap detection.
+	s.track(sk.Worker, sk.EventID)
+	s.skipped[sk.Reason]++
+	if s.cfg.OnDrop != nil {
+		s.cfg.OnDrop(sk.Reason)
+	}
+	if ok, suppressed := s.limiter(sk.Reason).Allow(time.Now()); ok {
+		s.log.Warn("skipped KV event", "reason", sk.Reason, "worker", uint64(sk.Worker.WorkerID),
+			"dp_rank", sk.Worker.DpRank, "event_id", sk.EventID, "type", sk.Type, "subject", subject,
+			"suppressed", suppressed)
+	}
+}
+
+// limiter returns the rate limiter of one drop reason (called with mu
+// held): one reason's flood must not hide another's first line.
+func (s *EventSource) limiter(reason string) *loglimit.Limiter {
+	l := s.limits[reason]
+	if l == nil {
+		l = &loglimit.Limiter{Every: time.Second}
+		s.limits[reason] = l
+	}
+	return l
+}
+
+// track detects per-rank event-id gaps: each (worker, dp_rank) numbers its
+// events on its own, and restarts on its own. The event is applied either way:
 // a gap means lost events (the index may miss blocks until they are
 // stored again or the worker is re-dumped), a step back means a replay
-// or an engine restart (its Cleared event resets the worker; re-applying
+// or an engine restart (its Cleared event resets that rank; re-applying
 // a Stored or Removed the index already reflects changes nothing). A
 // jump forward of more than MaxEventIDGap is no gap either (see
 // EventIDStep) and counts as a discontinuity, like a step back. After a
 // discontinuity, ids are counted from the new one.
-func (s *EventSource) track(ev *kv.Event) {
-	last, seen := s.lastID[ev.Worker]
+func (s *EventSource) track(w kv.WorkerWithDpRank, id uint64) {
+	last, seen := s.lastID[w]
 	if seen {
-		if skipped, ok := EventIDStep(last, ev.EventID); ok {
+		if skipped, ok := EventIDStep(last, id); ok {
 			s.gaps.Add(skipped)
 		} else {
 			s.reordered.Add(1)
 		}
 	}
-	s.lastID[ev.Worker] = ev.EventID
+	s.lastID[w] = id
 }
 
 // MaxEventIDGap is the largest forward jump of a rank's event_id that
@@ -281,13 +359,11 @@ func (s *EventSource) Mode() string { return s.mode }
 // Stats returns a copy of the counters.
 func (s *EventSource) Stats() EventStats {
 	s.mu.Lock()
-	mal := make(map[string]uint64, len(s.malformed))
-	for k, v := range s.malformed {
-		mal[k] = v
-	}
+	mal := maps.Clone(s.malformed)
+	skipped := maps.Clone(s.skipped)
 	s.mu.Unlock()
 	return EventStats{
-		Messages: s.messages.Load(), Events: s.decoded.Load(), Malformed: mal,
+		Messages: s.messages.Load(), Events: s.decoded.Load(), Malformed: mal, Skipped: skipped,
 		Gaps: s.gaps.Load(), Reordered: s.reordered.Load(), StreamGaps: s.streamGaps.Load(),
 	}
 }

@@ -82,6 +82,7 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 	b.events, err = natsbus.StartEventSource(ctx, b.nc, natsbus.EventSourceConfig{
 		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, MaxMsgs: cfg.KVEventsMaxMsgs,
 		MaxBytes: cfg.KVEventsMaxBytes, StartSeq: startSeq, Log: base,
+		OnDrop: m.EventDropped, // events of an unknown type, by reason
 	}, router.ApplyEvent)
 	if err != nil {
 		return nil, err
@@ -91,14 +92,14 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 			return nil, err
 		}
 	}
-	b.heartbeats, err = natsbus.StartHeartbeatSource(b.nc, cfg.WorkersSubject, base, func(hb events.Heartbeat) {
-		if hb.BlockSize != 0 && int(hb.BlockSize) != cfg.BlockSize {
-			m.WorkerRejected("block_size_mismatch")
-			log.Error("worker rejected: block size differs from the router's", "worker", hb.WorkerID,
-				"worker_block_size", hb.BlockSize, "router_block_size", cfg.BlockSize)
+	// A heartbeat whose block size is not the router's is refused by the
+	// source, counted, and logged once per worker (then once a minute).
+	hbCfg := natsbus.HeartbeatSourceConfig{Subject: cfg.WorkersSubject, Log: base, BlockSize: cfg.BlockSize,
+		OnReject: func(hb events.Heartbeat, reason string) {
+			m.WorkerRejected(reason)
 			router.RemoveWorker(kv.WorkerID(hb.WorkerID))
-			return
-		}
+		}}
+	b.heartbeats, err = natsbus.StartHeartbeatSourceWith(b.nc, hbCfg, func(hb events.Heartbeat) {
 		if !admit(hb, b.zmq != nil) {
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/netpolicy"
+	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/zmqevents"
 )
 
@@ -103,6 +104,7 @@ func (r *Replica) serveHTTP() error {
 	cfg := r.cfg
 	models, err := httpapi.LoadModels(httpapi.ModelSpec{
 		Served: cfg.ServedModels, Tokenizer: cfg.Tokenizer, LoRAs: cfg.ServedLoRAs, Engine: cfg.TokenizerMode == "engine",
+		ChatEngines: cfg.ChatEngines,
 	})
 	if err != nil {
 		return fmt.Errorf("load tokenizers: %w", err)
@@ -110,7 +112,16 @@ func (r *Replica) serveHTTP() error {
 	if names := models.Names(); len(names) > 0 {
 		r.log.Info("serving models", "models", names, "tokenizer_mode", cfg.TokenizerMode)
 	}
+	var tracker *parity.Tracker
+	if cfg.Parity && cfg.Proxy {
+		// The drift observer (index trust) is ParityDrift; nil until one
+		// is set.
+		if tracker, err = parity.New(cfg.ParityConfig(), r.parityDrift); err != nil {
+			return fmt.Errorf("parity: %w", err)
+		}
+	}
 	api := httpapi.New(httpapi.Options{
+		Parity: tracker,
 		Models: models, TrustRequestChatTemplate: cfg.TrustRequestChatTemplate,
 		Router: r.router, Metrics: r.metrics, BlockSize: cfg.BlockSize, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready: r.Ready, Proxy: cfg.Proxy, TrackOutputBlocks: cfg.RouterTrackOutputBlocks,

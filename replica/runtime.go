@@ -32,7 +32,7 @@ var defaultProcs = runtime.GOMAXPROCS(0)
 // router's live heap is mostly the index, a pointer-rich structure every
 // GC cycle marks in full; at Go's default
 // target a busy router spends its cores marking it and lookups wait
-// behind the marking (README "Indexer under a paced ingest"), so the
+// behind the marking (docs/benchmarks.md, "Index and KV-event ingest"), so the
 // default target is higher, and the memory limit is the safety net that
 // makes the GC collect sooner when a container's memory runs short.
 // Everything in one process shares these: kvbench applies them once for

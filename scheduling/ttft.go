@@ -52,7 +52,7 @@ type TTFTConfig struct {
 }
 
 // DefaultTTFTConfig returns the ttft cost's defaults, chosen on the
-// offline fleet replays of kvbench's workloads (README "Routing quality").
+// offline fleet replays of kvbench's workloads (docs/benchmarks.md, "Routing quality").
 func DefaultTTFTConfig() TTFTConfig {
 	return TTFTConfig{UncachedWeight: 2, KVHeadroom: 0.9, PrefillTokensPerSec: 10000}
 }

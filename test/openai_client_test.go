@@ -109,9 +109,17 @@ func TestOpenAIClientMultiTurnChat(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("openai client: %v\n%s", err, stderr.String())
 	}
+	// Two lines: a stream without stream_options, then the conversations.
+	lines := strings.SplitN(strings.TrimSpace(stdout.String()), "\n", 2)
 	var out map[string]clientConversation
-	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		t.Fatalf("client output %q: %v", stdout.String(), err)
+	var plain clientTurn
+	if len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &plain) != nil || json.Unmarshal([]byte(lines[1]), &out) != nil {
+		t.Fatalf("client output %q: want two JSON lines", stdout.String())
+	}
+	// The proxy asked the engine for usage on this stream; the client,
+	// which did not, must not see it.
+	if plain.Usage != nil || plain.Content == "" || plain.Chunks != 6 {
+		t.Errorf("stream without stream_options: %+v, want 6 chunks of content and no usage", plain)
 	}
 	for name, c := range out {
 		t.Logf("conversation %s: first turn on %s, second on %s; router saw %d cached of %d prompt tokens on worker %d; engine reported %+v",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/kvrouter/kvrouter/kv"
@@ -93,6 +94,9 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 	fs.Float64Var(&e.KVBytesPerToken, "kv-bytes-per-token", e.KVBytesPerToken, "KV cache bytes per token a transfer moves (a preset sets its model's)")
 	fs.DurationVar(&o.server.KVHoldTimeout, "kv-hold-timeout", o.server.KVHoldTimeout, "prefill role: release blocks no decode worker pulled after this long")
 	tokPath := fs.String("tokenizer", "", "tokenizer.json or model directory (with tokenizer_config.json / chat_template.jinja): take text prompts and chat messages as vLLM does, and publish KV events of the tokens computed (empty: token ids only)")
+	chatEngine := fs.String("chat-engine", "vllm", "with --tokenizer: the engine whose chat preprocessing the worker applies before the template: vllm or sglang")
+	chatMismatch := fs.String("chat-mismatch", "none", "with --tokenizer: render chats differently from --chat-engine on purpose, to test a router's parity detection: none, raw-messages (no message preprocessing) or template (another template: --chat-mismatch-template, else the model's with a prefix)")
+	mismatchTemplate := fs.String("chat-mismatch-template", "", "with --chat-mismatch template: a file with the Jinja template the worker renders chats with")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.VisitAll(func(f *flag.Flag) {
 		f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, envName(f.Name))
@@ -153,6 +157,25 @@ func parseOptions(args []string, getenv func(string) string, usageOut io.Writer)
 			return o, fmt.Errorf("--tokenizer: %w", err)
 		}
 		o.server.Tokenizer = tok
+	}
+	if o.server.ChatDialect, err = tokenizer.ParseDialect(*chatEngine); err != nil {
+		return o, fmt.Errorf("--chat-engine: %w", err)
+	}
+	if o.server.ChatMismatch, err = mockengine.ParseChatMismatch(*chatMismatch); err != nil {
+		return o, fmt.Errorf("--chat-mismatch: %w", err)
+	}
+	if *mismatchTemplate != "" {
+		if o.server.ChatMismatch != mockengine.ChatMismatchTemplate {
+			return o, fmt.Errorf("--chat-mismatch-template needs --chat-mismatch template")
+		}
+		src, err := os.ReadFile(*mismatchTemplate)
+		if err != nil {
+			return o, fmt.Errorf("--chat-mismatch-template: %w", err)
+		}
+		o.server.MismatchTemplate = string(src)
+	}
+	if o.server.ChatMismatch != mockengine.ChatMismatchNone && o.server.Tokenizer == nil {
+		return o, fmt.Errorf("--chat-mismatch needs --tokenizer")
 	}
 	return o, nil
 }

@@ -53,6 +53,23 @@ async function turn(messages, stream) {
   return { worker, content, usage, chunks };
 }
 
+// A streamed turn without stream_options: the proxy asks the engine for
+// usage anyway (live cache parity) and must keep it from this client.
+async function plainStream() {
+  const s = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "One word, please." }], max_tokens: 6, stream: true,
+  });
+  let content = "";
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of s) {
+    chunks++;
+    if (chunk.choices.length > 0 && chunk.choices[0].delta.content) content += chunk.choices[0].delta.content;
+    if (chunk.usage) usage = chunk.usage;
+  }
+  return { content, usage, chunks };
+}
+
 async function conversation(question, followUp, firstStreamed) {
   const m1 = [{ role: "system", content: system }, { role: "user", content: question }];
   const t1 = await turn(m1, firstStreamed);
@@ -67,6 +84,8 @@ async function conversation(question, followUp, firstStreamed) {
     a: await conversation("What does prefix caching save on a multi-turn chat?", "And what breaks it?", false),
     b: await conversation("Why do router and engine need the same tokenizer?", "Give an example with one token.", true),
   };
+  const plain = await plainStream();
+  console.log(JSON.stringify(plain));
   console.log(JSON.stringify(out));
 })().catch((e) => {
   console.error(e && e.stack ? e.stack : String(e));

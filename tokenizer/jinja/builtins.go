@@ -268,11 +268,13 @@ func (s *scope) evalFilter(e *filterExpr) (any, error) {
 	return s.filter(e.name, v, args, kw)
 }
 
+// needString is Jinja2's soft_str: the filters that work on text take
+// str() of any other value (trim of None is "None").
 func needString(filter string, v any) (string, error) {
 	if s, ok := v.(string); ok {
 		return s, nil
 	}
-	return "", errorf("filter %s: cannot apply to %s", filter, typeName(v))
+	return toString(v), nil
 }
 
 func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {

@@ -743,23 +743,14 @@ func binary(op string, l, r any) (any, error) {
 		}
 		return c >= 0, nil
 	case "+":
+		// Python: str + str and list + list; a string added to anything
+		// else is a TypeError (an undefined operand, an UndefinedError).
 		switch a := l.(type) {
 		case string:
-			switch b := r.(type) {
-			case string:
+			if b, ok := r.(string); ok {
 				return a + b, nil
-			case *List:
-				// @huggingface/jinja concatenates a list's elements
-				// (JavaScript's Array.toString).
-				parts := make([]string, len(b.Items))
-				for i, x := range b.Items {
-					parts[i] = toString(x)
-				}
-				return a + strings.Join(parts, ","), nil
-			case nil, Undefined:
-				return nil, errorf("cannot add %s to a string", typeName(r))
 			}
-			return a + toString(r), nil
+			return nil, errorf("can only concatenate str (not %q) to str", typeName(r))
 		case *List:
 			if b, ok := r.(*List); ok {
 				out := append(append([]any{}, a.Items...), b.Items...)
@@ -767,13 +758,7 @@ func binary(op string, l, r any) (any, error) {
 			}
 		}
 		if _, ok := r.(string); ok {
-			if l == nil {
-				return nil, errorf("cannot add a string to none")
-			}
-			if _, u := l.(Undefined); u {
-				return nil, errorf("cannot add a string to undefined")
-			}
-			return toString(l) + r.(string), nil
+			return nil, errorf("unsupported operand types for +: %s and str", typeName(l))
 		}
 	case "*":
 		if s, ok := l.(string); ok {

@@ -40,7 +40,7 @@ func TestRender(t *testing.T) {
 		{`{% set ns = namespace(x=1) %}{% for i in [1] %}{% set ns.x = 2 %}{% endfor %}{{ ns.x }}`, "2"},
 		{`{% macro m(a, b='d') %}{{ a }}{{ b }}{% endmacro %}{{ m('x') }}{{ m('x', b='y') }}`, "xdxy"},
 		{`{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 4 / 2 }} {{ 2 ** 10 }}`, "3 -4 -2 2.0 1024"},
-		{`{{ x is defined }} {{ none is none }} {{ 'a' is string }} {{ 3 is divisibleby 3 }}`, "false true true true"},
+		{`{{ x is defined }} {{ none is none }} {{ 'a' is string }} {{ 3 is divisibleby 3 }}`, "False True True True"},
 		{`{%- if true -%}   a   {%- endif -%}  b`, "ab"},
 		{"{% if true %}\n    x\n{% endif %}\n", "    x\n"},
 		{`{{ "a" if false }}|{{ "b" if false else "c" }}`, "|c"},

@@ -10,8 +10,8 @@ import (
 )
 
 // FromJSON decodes JSON into template values, keeping object key order;
-// integral numbers become int64 (as JSON.parse + Number.isInteger see
-// them). A hand-written parser: chat requests are tens of kilobytes of
+// a number without a fraction or exponent becomes int64, any other a
+// float64 (as Python's json.loads: 1.0 stays a float and renders "1.0"). A hand-written parser: chat requests are tens of kilobytes of
 // JSON on the routing path.
 func FromJSON(raw []byte) (any, error) {
 	p := jsonParser{b: raw}
@@ -191,9 +191,6 @@ func (p *jsonParser) number() (any, error) {
 	}
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return nil, p.errorf("invalid number %q", s)
-	}
-	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
-		return int64(f), nil
 	}
 	return f, nil
 }

@@ -206,6 +206,19 @@ func lex(src string) ([]token, error) {
 					j++
 				}
 			}
+			// An exponent (1e16, 2.5E-3), as Python Jinja2's float literal.
+			if !prevDot && j+1 < len(rest) && (rest[j] == 'e' || rest[j] == 'E') {
+				k := j + 1
+				if rest[k] == '+' || rest[k] == '-' {
+					k++
+				}
+				if k < len(rest) && rest[k] >= '0' && rest[k] <= '9' {
+					for k < len(rest) && rest[k] >= '0' && rest[k] <= '9' {
+						k++
+					}
+					j = k
+				}
+			}
 			toks = append(toks, token{tNumber, rest[:j], line})
 			i += j
 		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':

@@ -137,44 +137,31 @@ func truthy(v any) bool {
 	return true
 }
 
-// toString renders a value into the output.
+// toString is Python's str() of a value, as Jinja2 renders it into the
+// output (None, True, a list's repr); undefined renders nothing.
 func toString(v any) string {
 	switch v := v.(type) {
-	case nil, Undefined:
+	case Undefined:
 		return ""
+	case nil:
+		return "None"
 	case string:
 		return v
 	case bool:
 		if v {
-			return "true"
+			return "True"
 		}
-		return "false"
+		return "False"
 	case int64:
 		return strconv.FormatInt(v, 10)
 	case float64:
-		return formatFloat(v)
+		return pyFloatRepr(v)
 	case *List, *Dict:
-		return toJSON(v, jsonOpts{}, 0)
+		return pyRepr(v)
 	case Func:
 		return "<function>"
 	}
 	return fmt.Sprint(v)
-}
-
-func formatFloat(f float64) string {
-	if math.IsInf(f, 1) {
-		return "inf"
-	}
-	if math.IsInf(f, -1) {
-		return "-inf"
-	}
-	if math.IsNaN(f) {
-		return "nan"
-	}
-	if f == math.Trunc(f) && math.Abs(f) < 1e16 {
-		return strconv.FormatFloat(f, 'f', 1, 64)
-	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 func typeName(v any) string {
@@ -240,10 +227,15 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) {
 	case int64:
 		b.WriteString(strconv.FormatInt(v, 10))
 	case float64:
-		if v == math.Trunc(v) && math.Abs(v) < 1e21 {
-			b.WriteString(strconv.FormatFloat(v, 'f', -1, 64))
-		} else {
-			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		switch {
+		case math.IsNaN(v):
+			b.WriteString("NaN")
+		case math.IsInf(v, 1):
+			b.WriteString("Infinity")
+		case math.IsInf(v, -1):
+			b.WriteString("-Infinity")
+		default:
+			b.WriteString(pyFloatRepr(v))
 		}
 	case string:
 		writeJSONString(b, v, o.ensureASCII)

@@ -465,3 +465,60 @@ if (only.length === 0 || only.includes("tokens") || only.includes("chat")) {
     console.log("chat", fx.cases.length, "cases");
   }
 }
+// ---------- token ids of the engine-chat goldens ----------
+// chat_golden.py (python3-jinja2 and the engines' message preprocessing)
+// writes golden/chat_engine.json without ids; this adds each render's
+// ids from the reference tokenizer (add_special_tokens false, as engines
+// encode a rendered chat).
+if (only.includes("engine-ids")) {
+  const file = path.join(outDir, "chat_engine.json");
+  const doc = JSON.parse(fs.readFileSync(file, "utf8"));
+  const toks = {};
+  for (const c of doc.cases) {
+    if (c.rendered === undefined) continue;
+    if (!toks[c.tokenizer]) toks[c.tokenizer] = TokenizerLoader.fromPreTrained(loadModel(c.tokenizer));
+    c.ids = toks[c.tokenizer].encode(c.rendered, { add_special_tokens: false });
+  }
+  doc.ids_generator = `@lenml/tokenizers ${lenmlVersion} under node ${process.version}`;
+  fs.writeFileSync(file, JSON.stringify(doc, null, 1) + "\n");
+  console.log("chat_engine ids:", doc.cases.filter((c) => c.ids).length, "renders");
+}
+
+// ---------- random code points ----------
+// 15,000 code points drawn uniformly (fixed seed, surrogates redrawn),
+// each encoded alone by the tokenizers whose pipeline depends on Unicode
+// data: qwen3 (NFC normalizer) and llama3_1 (\p{L}/\p{N} split classes).
+if (only.includes("unicode-points")) {
+  const rnd = mulberry32(15000);
+  const points = [];
+  while (points.length < 15000) {
+    const cp = Math.floor(rnd() * 0x110000);
+    if (cp >= 0xd800 && cp <= 0xdfff) continue;
+    points.push(cp);
+  }
+  const out = { generator: `@lenml/tokenizers ${lenmlVersion} under node ${process.version} (Unicode ${process.versions.unicode}, ICU ${process.versions.icu})`, seed: 15000, points, ids: {} };
+  for (const name of ["qwen3", "llama3_1"]) {
+    const tok = TokenizerLoader.fromPreTrained(loadModel(name));
+    out.ids[name] = points.map((cp) => tok.encode(String.fromCodePoint(cp), { add_special_tokens: false }));
+  }
+  fs.writeFileSync(path.join(outDir, "unicode_points.json"), JSON.stringify(out) + "\n");
+  console.log("unicode points:", points.length);
+}
+
+// ---------- normalization data ----------
+// Every code point whose normalization is not itself in the reference's
+// Unicode (ICU): its NFD, its NFKD, and the NFD of it followed by U+0334
+// (combining class 1), which reorders exactly when its own class is
+// above 1. The Go test compares golang.org/x/text's tables with these.
+if (only.includes("normalization")) {
+  const rows = [];
+  for (let cp = 0; cp <= 0x10ffff; cp++) {
+    if (cp >= 0xd800 && cp <= 0xdfff) continue;
+    const s = String.fromCodePoint(cp);
+    const d = s.normalize("NFD"), kd = s.normalize("NFKD"), r = (s + "\u0334").normalize("NFD");
+    if (d !== s || kd !== s || r !== s + "\u0334") rows.push([cp, d, kd, r]);
+  }
+  const out = { generator: `node ${process.version} String.prototype.normalize (Unicode ${process.versions.unicode}, ICU ${process.versions.icu})`, rows };
+  fs.writeFileSync(path.join(outDir, "normalization.json"), JSON.stringify(out) + "\n");
+  console.log("normalization rows:", rows.length);
+}
