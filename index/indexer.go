@@ -20,8 +20,10 @@ type TieredMatches = map[kv.WorkerWithDpRank]TierMatch
 
 // Indexer is the index of one shard: a Tree per storage tier. Only the
 // device tier earns full credit; host and disk count blocks a rank could
-// copy back, continuing its device prefix. The external tier is indexed
-// (so its events are not lost and can be inspected) but not scored.
+// copy back, continuing its device prefix. The external tier (a remote or
+// network store a rank can load from) continues device+host+disk and is
+// scored in the disk bucket, as Dynamo scores its External tier with the
+// disk weight.
 type Indexer struct {
 	tiers [kv.NumTiers]*Tree
 	// scratch for tier walks, reused across FindMatches calls
@@ -78,7 +80,8 @@ func (x *Indexer) Apply(ev *kv.Event) error {
 // FindMatches scores a prompt's local block hashes against every tier.
 // For each rank, Device is its device prefix; Host counts the host-tier
 // blocks right after that prefix (the rank's host prefix minus its device
-// prefix); Disk counts disk-tier blocks right after device+host.
+// prefix); Disk counts disk-tier blocks right after device+host, then
+// external-tier blocks right after device+host+disk.
 func (x *Indexer) FindMatches(hashes []kv.LocalBlockHash) TieredMatches {
 	return x.FindMatchesInto(nil, hashes)
 }
@@ -101,6 +104,7 @@ func (x *Indexer) FindMatchesInto(out TieredMatches, hashes []kv.LocalBlockHash)
 	}
 	x.continueTier(out, kv.TierHostPinned, hashes)
 	x.continueTier(out, kv.TierDisk, hashes)
+	x.continueTier(out, kv.TierExternal, hashes)
 	return out
 }
 
@@ -119,13 +123,19 @@ func (x *Indexer) continueTier(out TieredMatches, tier kv.StorageTier, hashes []
 			m.TreeSize = x.deviceSize(r)
 		}
 		covered := m.Device + m.Host
+		if tier == kv.TierExternal {
+			covered += m.Disk
+		}
 		if d.depth <= covered {
 			continue
 		}
 		extra := d.depth - covered
-		if tier == kv.TierHostPinned {
+		switch tier {
+		case kv.TierHostPinned:
 			m.Host = extra
-		} else {
+		case kv.TierExternal:
+			m.Disk += extra
+		default:
 			m.Disk = extra
 		}
 		out[r] = m

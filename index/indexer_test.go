@@ -38,14 +38,17 @@ func TestIndexerTieredMatches(t *testing.T) {
 		onTier(kv.TierDisk, storedRoot(w2, chain(2, 1, 2, 3, 4, 5)...)),
 		// w3: nothing on device, host 1..2.
 		onTier(kv.TierHostPinned, storedRoot(w3, chain(3, 1, 2)...)),
-		// External blocks are indexed but never scored.
+		// External blocks continue device+host+disk in the disk bucket
+		// (Dynamo scores External with the disk weight).
 		onTier(kv.TierExternal, storedRoot(w1r1, chain(4, 1, 2, 3)...)),
+		onTier(kv.TierExternal, storedRoot(w1, chain(1, 1, 2, 3, 4, 5, 6, 7)...)),
 	)
 	got := x.FindMatches(locals(1, 2, 3, 4, 5, 6, 7))
 	want := TieredMatches{
-		w1: {Device: 2, Host: 2, Disk: 2, TreeSize: 2},
-		w2: {Device: 3, Host: 0, Disk: 2, TreeSize: 3},
-		w3: {Device: 0, Host: 2, Disk: 0, TreeSize: 0},
+		w1:   {Device: 2, Host: 2, Disk: 3, TreeSize: 2},
+		w2:   {Device: 3, Host: 0, Disk: 2, TreeSize: 3},
+		w3:   {Device: 0, Host: 2, Disk: 0, TreeSize: 0},
+		w1r1: {Device: 0, Host: 0, Disk: 3, TreeSize: 0},
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("got %v\nwant %v", got, want)
@@ -55,7 +58,7 @@ func TestIndexerTieredMatches(t *testing.T) {
 	if again := x.FindMatchesInto(stale, locals(1, 2, 3, 4, 5, 6, 7)); !maps.Equal(again, want) {
 		t.Fatalf("into a reused map: got %v\nwant %v", again, want)
 	}
-	if x.Len() != 5 || x.Tier(kv.TierExternal).Len() != 3 || x.Tier(kv.NumTiers) != nil {
+	if x.Len() != 5 || x.Tier(kv.TierExternal).Len() != 10 || x.Tier(kv.NumTiers) != nil {
 		t.Fatalf("len %d external %d", x.Len(), x.Tier(kv.TierExternal).Len())
 	}
 	if got := x.WorkerBlockCounts(); !maps.Equal(got, map[kv.WorkerWithDpRank]uint64{w1: 2, w2: 3}) {

@@ -88,10 +88,10 @@ func (t *Tree) rankMatch(id, depth uint32) RankMatch {
 
 // AppendMatches appends FindMatches's answer to dst as a slice in rank
 // order (kv.CompareRanks): what a shard sends, without a map or a sort
-// when only the device tier holds blocks. With host or disk blocks the
+// when only the device tier holds blocks. With lower-tier blocks the
 // tiers are merged by rank through FindMatches, then sorted.
 func (x *Indexer) AppendMatches(dst []RankMatch, hashes []kv.LocalBlockHash) []RankMatch {
-	if x.tiers[kv.TierHostPinned].entries == 0 && x.tiers[kv.TierDisk].entries == 0 {
+	if x.tiers[kv.TierHostPinned].entries == 0 && x.tiers[kv.TierDisk].entries == 0 && x.tiers[kv.TierExternal].entries == 0 {
 		dev := x.tiers[kv.TierDevice]
 		x.depths = dev.matchDepths(hashes, x.depths[:0])
 		return dev.appendOrdered(dst, x.depths)
