@@ -46,9 +46,13 @@ type shardState struct {
 	cfg     IndexConfig
 	log     *slog.Logger
 	obs     Observer
+	trust   shardTrust
 }
 
-type shardActor struct{ st *shardState }
+type shardActor struct {
+	st  *shardState
+	ctx actor.Context // the message being handled's (trust reports)
+}
 
 // shardTurns is how many messages a shard handles before it yields its
 // processor (runtime.Gosched once more than this many were handled;
@@ -72,7 +76,10 @@ func newShardProps(st *shardState, d actor.Dispatcher, middleware ...actor.Recei
 
 func (a *shardActor) Receive(ctx actor.Context) {
 	st := a.st
+	a.ctx = ctx
 	switch m := ctx.Message().(type) {
+	case *trustTable:
+		st.trust.setTable(m)
 	case *actor.Started:
 		a.ensureIndex()
 	case *actor.Restarting:
@@ -108,6 +115,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 			st.pred.Expire(time.Unix(0, m.UnixNano))
 		}
 		st.gate.expire(time.Unix(0, m.UnixNano))
+		st.trust.flush(ctx)
 	case *messages.ShardStatsQuery:
 		ctx.Respond(a.stats(m.Digest))
 	case *messages.Barrier:
@@ -147,13 +155,30 @@ func (a *shardActor) reset() {
 		})
 	default:
 		st.idx = index.New()
-		if st.cfg.PredictedTTL > 0 {
+		if ttl := st.predictedTTL(); ttl > 0 {
 			st.pred = index.NewApprox(index.ApproxConfig{
-				TTL: st.cfg.PredictedTTL, MaxTreeSize: st.cfg.MaxTreeSize, PruneTargetRatio: st.cfg.PruneTargetRatio,
+				TTL: ttl, MaxTreeSize: st.cfg.MaxTreeSize, PruneTargetRatio: st.cfg.PruneTargetRatio,
 			})
 		}
 	}
 }
+
+// predictedTTL is the lifetime of event mode's predictions: the
+// predicted TTL when set, else the trust fallback's (0: no predictions).
+func (st *shardState) predictedTTL() time.Duration {
+	if st.cfg.PredictedTTL > 0 {
+		return st.cfg.PredictedTTL
+	}
+	if st.trust.on() {
+		return st.trust.ttl
+	}
+	return 0
+}
+
+// mergePredictions: event mode's predictions extend every rank's index
+// matches (router-predicted-ttl-secs); without it they serve only the
+// untrusted ranks.
+func (st *shardState) mergePredictions() bool { return st.cfg.PredictedTTL > 0 }
 
 // tree is the structure the shard answers from in either mode.
 func (a *shardActor) tree() indexView {
@@ -176,6 +201,7 @@ func (a *shardActor) apply(m *messages.KvEvent) {
 		a.st.obs.EventDropped("approx_mode")
 		return
 	}
+	a.st.trust.noteEvent(ev.Worker, time.Now())
 	if !a.st.gate.admit(*ev) {
 		return // held until the worker registers, or dropped and counted
 	}
@@ -199,7 +225,9 @@ func (a *shardActor) trimScratch() {
 
 // index applies an event of a registered worker to the engines' index.
 func (a *shardActor) index(ev *kv.Event) {
-	if err := a.st.idx.Apply(ev); err != nil {
+	err := a.st.idx.Apply(ev)
+	a.st.trust.noteApplied(a.ctx, ev, err, time.Now())
+	if err != nil {
 		a.st.obs.EventDropped(index.ErrorReason(err))
 		return
 	}
@@ -212,7 +240,7 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 	if a.st.idx != nil {
 		reply.SharedBlocks = a.st.idx.SharedPrefix(local)
 	}
-	if a.st.idx != nil && a.st.pred == nil {
+	if a.st.idx != nil && (a.st.pred == nil || !a.st.mergePredictions() && !a.st.trust.anyUntrusted) {
 		// The common case: the engines' index alone, answered in rank
 		// order with no map and no sort.
 		a.st.packed = a.st.idx.AppendMatches(a.st.packed[:0], local)
@@ -230,7 +258,14 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 	}
 	var predicted map[kv.WorkerWithDpRank]uint32 // confirmed depth of predicted rows
 	if a.st.pred != nil && !a.st.approx {
-		for w, p := range a.st.pred.FindMatches(local) {
+		preds := a.st.pred.FindMatches(local)
+		if a.st.trust.anyUntrusted {
+			a.st.trust.fallBack(matches, preds)
+		}
+		for w, p := range preds {
+			if !a.st.mergePredictions() || a.st.trust.untrusted(w) {
+				continue // untrusted ranks' rows are predictions already
+			}
 			if t, ok := matches[w]; !ok || p.Device > t.Device {
 				// The prediction extends the device prefix; lower-tier
 				// continuation no longer lines up, so it is dropped.

@@ -1,0 +1,149 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testutil"
+	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
+)
+
+func waitTrust(t *testing.T, r *Router, w kv.WorkerWithDpRank, state, reason string) {
+	t.Helper()
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		if got := r.IndexTrust(w); got.State != state || reason != "" && got.Reason != reason {
+			return fmt.Errorf("%s trust %+v, want %s (%s)", w, got, state, reason)
+		}
+		return nil
+	})
+}
+
+func deviceOverlap(t *testing.T, r *Router, tokens []uint32, w kv.WorkerWithDpRank) uint32 {
+	t.Helper()
+	reply, err := r.OverlapScores(context.Background(), tokens, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks := reply.GetRanks()
+	for i := range ranks.GetWorkerIds() {
+		if rankAt(ranks, i) == w {
+			return ranks.DeviceBlocks[i]
+		}
+	}
+	return 0
+}
+
+// An untrusted rank is scored from the blocks predicted by routing
+// decisions (approximate mode's rule), not from its event index; a
+// completed replay restores the index's scores. The state shows in
+// Status.
+func TestUntrustedRankScoredFromPredictions(t *testing.T) {
+	r := startRouter(t, nil)
+	register(t, r, 1, 2)
+	waitWorkers(t, r, 2)
+	w1 := kv.WorkerWithDpRank{WorkerID: 1}
+	indexed := prompt(160, 1) // 10 blocks, announced by worker 1's events
+	storeChain(r, w1, indexed)
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		if n := deviceOverlap(t, r, indexed, w1); n != 10 {
+			return fmt.Errorf("indexed overlap %d, want 10", n)
+		}
+		return nil
+	})
+
+	r.ReplayFailed(w1, "test")
+	waitTrust(t, r, w1, "untrusted", "replay_failed")
+	if n := deviceOverlap(t, r, indexed, w1); n != 0 {
+		t.Fatalf("untrusted rank still scored from its index: overlap %d, want 0 (nothing predicted)", n)
+	}
+	// A request routed to the untrusted rank predicts its blocks there.
+	routed := prompt(96, 2) // 6 blocks
+	reply, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: "r1", TokenIds: routed, UpdateStates: true,
+		PinnedWorker: rankMsg(w1)})
+	if err != nil || rankOf(reply.Worker) != w1 {
+		t.Fatalf("route: %v, %v", reply, err)
+	}
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		if n := deviceOverlap(t, r, routed, w1); n != 6 {
+			return fmt.Errorf("predicted overlap %d, want 6", n)
+		}
+		return nil
+	})
+	st, err := r.Status(ctxT(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Workers[0].Ranks[0].IndexTrust; got.State != "untrusted" || got.Reason != "replay_failed" {
+		t.Fatalf("status trust %+v", got)
+	}
+	if got := st.Workers[1].Ranks[0].IndexTrust.State; got != "exact" {
+		t.Fatalf("worker 2 trust %s, want exact", got)
+	}
+	if st.IndexTrustTransitions["untrusted/replay_failed"] != 1 {
+		t.Fatalf("transitions %v", st.IndexTrustTransitions)
+	}
+
+	r.ReplayCompleted(w1)
+	waitTrust(t, r, w1, "exact", "")
+	if n := deviceOverlap(t, r, indexed, w1); n != 10 {
+		t.Fatalf("restored rank's overlap %d, want the index's 10", n)
+	}
+	if n := deviceOverlap(t, r, routed, w1); n != 0 {
+		t.Fatalf("restored rank still scored from predictions: %d", n)
+	}
+}
+
+// A rank routed requests for StaleAfter with no KV event is untrusted;
+// an event arriving (no gap) lifts it.
+func TestStaleStreamUntrusted(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.Trust.StaleAfter = 500 * time.Millisecond })
+	register(t, r, 1)
+	waitWorkers(t, r, 1)
+	w1 := kv.WorkerWithDpRank{WorkerID: 1}
+	storeChain(r, w1, prompt(32, 9))
+	start := time.Now()
+	for i := 0; r.IndexTrust(w1).State == "exact"; i++ {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("a silent rank serving requests never went untrusted")
+		}
+		id := fmt.Sprintf("s%d", i)
+		if _, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: id, TokenIds: prompt(32, uint32(i+10)), UpdateStates: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Free(ctxT(t), id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := r.IndexTrust(w1); got.State != "untrusted" || got.Reason != "stale_stream" {
+		t.Fatalf("trust %+v, want untrusted (stale_stream)", got)
+	}
+	if el := time.Since(start); el < 500*time.Millisecond {
+		t.Fatalf("untrusted after %s, before StaleAfter", el)
+	}
+	storeChain(r, w1, prompt(32, 99))
+	waitTrust(t, r, w1, "exact", "")
+}
+
+// Refused events degrade a rank; enough of them in a window untrust it;
+// a Cleared of that rank restores it.
+func TestRefusedEventsAndClear(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.Trust.RefusedUntrusted = 3 })
+	register(t, r, 1)
+	waitWorkers(t, r, 1)
+	w1 := kv.WorkerWithDpRank{WorkerID: 1}
+	orphan := func(i int) *kv.Event {
+		return &kv.Event{Worker: w1, Kind: kv.EventStored, HasParent: true, ParentHash: kv.ExternalBlockHash(0xdead0000 + uint64(i)),
+			Blocks: []kv.StoredBlock{{BlockHash: kv.ExternalBlockHash(0xbeef0000 + uint64(i)), TokensHash: 1}}}
+	}
+	r.ApplyEvent(orphan(0))
+	waitTrust(t, r, w1, "degraded", "refused_events")
+	r.ApplyEvent(orphan(1))
+	r.ApplyEvent(orphan(2))
+	waitTrust(t, r, w1, "untrusted", "refused_events")
+	r.ApplyEvent(&kv.Event{Worker: w1, Kind: kv.EventCleared})
+	waitTrust(t, r, w1, "exact", "")
+}
