@@ -111,26 +111,6 @@ type Config struct {
 	NATSServerConfig string `flag:"nats-server-config" help:"nats-server configuration file for the embedded server (authorization users with permissions, accounts, operator and resolver, tls); --nats-listen, --data-dir and --jetstream override its listen and jetstream settings, and --nats-user/--nats-nkey are added to its users"`
 	NATSInsecure     bool   `flag:"nats-insecure" help:"let the embedded NATS listen beyond loopback without authentication: anyone who reaches it can then publish KV events and heartbeats, clear workers' indexes and purge the stream"`
 
-	// ---- routing (Dynamo names) ----
-	BlockSize                  int      `flag:"block-size" help:"KV block size in tokens; workers must match"`
-	OverlapScoreWeight         float64  `flag:"overlap-score-weight" help:"Dynamo's deprecated weight of prefill blocks; when >= 0 it sets prefill_load_scale (and 0 also zeroes overlap_score_credit); negative = unset"`
-	OverlapScoreCredit         float64  `flag:"overlap-score-credit" help:"credit per device-cached prefix block, 0..1"`
-	PrefillLoadScale           float64  `flag:"prefill-load-scale" help:"scale of adjusted prefill blocks in the cost"`
-	HostCacheHitWeight         float64  `flag:"host-cache-hit-weight" help:"credit per host-pinned cached block"`
-	DiskCacheHitWeight         float64  `flag:"disk-cache-hit-weight" help:"credit per disk cached block"`
-	SharedCacheMultiplier      float64  `flag:"shared-cache-multiplier" help:"Dynamo's shared_cache_multiplier: credit per block of the prompt's shared-tier prefix (KV events with medium/storage_tier shared, or from --shared-cache-workers) beyond a worker's own device prefix, given to every worker; 0 = off (Dynamo's default; its CLI uses 0.5 with a shared cache)"`
-	SharedCacheWorkers         []string `flag:"shared-cache-workers" help:"comma-separated worker ids that are the fleet's shared KV store (an LMCache or Mooncake store publishing KV events as a worker): all their events index into the shared tier, they need no registration and are refused as routing candidates"`
-	RouterTemperature          float64  `flag:"router-temperature" help:"softmax temperature; 0 = argmin"`
-	UseKVEvents                bool     `flag:"use-kv-events" help:"index workers' KV events; false = approximate mode from routing decisions"`
-	RouterTrackActiveBlocks    bool     `flag:"router-track-active-blocks" help:"count active (decode) blocks per worker"`
-	RouterTrackOutputBlocks    bool     `flag:"router-track-output-blocks" help:"count generated blocks as they grow"`
-	RouterTrackPrefillTokens   bool     `flag:"router-track-prefill-tokens" help:"count prompt tokens still to prefill as load"`
-	RouterAssumeKVReuse        bool     `flag:"router-assume-kv-reuse" help:"deduplicate shared prefix blocks in the active-block count"`
-	RouterActiveSequenceStride int      `flag:"router-active-sequence-stride" help:"keep one sequence hash per N prompt blocks in the active-sequence tracker and its gossip (fewer hashes per add on every peer; shared prefixes deduplicated in steps of N blocks); every replica must use the same value (Dynamo's default: 1)"`
-	RouterTTLSecs              float64  `flag:"router-ttl-secs" help:"approximate mode: TTL of predicted blocks"`
-	RouterMaxTreeSize          int      `flag:"router-max-tree-size" help:"approximate mode: max predicted blocks before pruning"`
-	RouterPruneTargetRatio     float64  `flag:"router-prune-target-ratio" help:"approximate mode: prune down to this fraction of the max"`
-	RouterPredictedTTLSecs     float64  `flag:"router-predicted-ttl-secs" help:"event mode: predict a routed prompt's blocks as cached for this long, until its KV events arrive (Dynamo suggests 5); 0 disables (default, as Dynamo)"`
 	// ---- index trust per rank (docs/index-trust.md) ----
 	IndexTrust                 bool          `flag:"index-trust" help:"rate each worker rank's KV event index exact, degraded or untrusted (gaps, failed replays, refused events, stale streams, parity drift) and score untrusted ranks from predicted blocks (approximate mode's rule) until a replay, a clear or a clean parity window restores them; event mode only"`
 	IndexTrustGapGrace         time.Duration `flag:"index-trust-gap-grace" help:"an event-id gap neither replayed nor followed by a clear of the rank within this long makes the rank untrusted (degraded meanwhile)"`
@@ -142,6 +122,27 @@ type Config struct {
 	IndexTrustParityUntrusted  float64       `flag:"index-trust-parity-untrusted" help:"a parity window whose false-hit fraction exceeds this makes the rank untrusted"`
 	IndexTrustParityClean      float64       `flag:"index-trust-parity-clean" help:"a parity window whose false-hit fraction is at most this restores the rank to exact"`
 	IndexTrustFallbackTTL      time.Duration `flag:"index-trust-fallback-ttl" help:"how long a routed prompt's blocks are predicted cached on a rank that is not exact, when router-predicted-ttl-secs is 0"`
+
+	// ---- routing (Dynamo names) ----
+	BlockSize                  int           `flag:"block-size" help:"KV block size in tokens; workers must match"`
+	OverlapScoreWeight         float64       `flag:"overlap-score-weight" help:"Dynamo's deprecated weight of prefill blocks; when >= 0 it sets prefill_load_scale (and 0 also zeroes overlap_score_credit); negative = unset"`
+	OverlapScoreCredit         float64       `flag:"overlap-score-credit" help:"credit per device-cached prefix block, 0..1"`
+	PrefillLoadScale           float64       `flag:"prefill-load-scale" help:"scale of adjusted prefill blocks in the cost"`
+	HostCacheHitWeight         float64       `flag:"host-cache-hit-weight" help:"credit per host-pinned cached block"`
+	DiskCacheHitWeight         float64       `flag:"disk-cache-hit-weight" help:"credit per disk cached block"`
+	SharedCacheMultiplier      float64       `flag:"shared-cache-multiplier" help:"Dynamo's shared_cache_multiplier: credit per block of the prompt's shared-tier prefix (KV events with medium/storage_tier shared, or from --shared-cache-workers) beyond a worker's own device prefix, given to every worker; 0 = off (Dynamo's default; its CLI uses 0.5 with a shared cache)"`
+	SharedCacheWorkers         []string      `flag:"shared-cache-workers" help:"comma-separated worker ids that are the fleet's shared KV store (an LMCache or Mooncake store publishing KV events as a worker): all their events index into the shared tier, they need no registration and are refused as routing candidates"`
+	RouterTemperature          float64       `flag:"router-temperature" help:"softmax temperature; 0 = argmin"`
+	UseKVEvents                bool          `flag:"use-kv-events" help:"index workers' KV events; false = approximate mode from routing decisions"`
+	RouterTrackActiveBlocks    bool          `flag:"router-track-active-blocks" help:"count active (decode) blocks per worker"`
+	RouterTrackOutputBlocks    bool          `flag:"router-track-output-blocks" help:"count generated blocks as they grow"`
+	RouterTrackPrefillTokens   bool          `flag:"router-track-prefill-tokens" help:"count prompt tokens still to prefill as load"`
+	RouterAssumeKVReuse        bool          `flag:"router-assume-kv-reuse" help:"deduplicate shared prefix blocks in the active-block count"`
+	RouterActiveSequenceStride int           `flag:"router-active-sequence-stride" help:"keep one sequence hash per N prompt blocks in the active-sequence tracker and its gossip (fewer hashes per add on every peer; shared prefixes deduplicated in steps of N blocks); every replica must use the same value (Dynamo's default: 1)"`
+	RouterTTLSecs              float64       `flag:"router-ttl-secs" help:"approximate mode: TTL of predicted blocks"`
+	RouterMaxTreeSize          int           `flag:"router-max-tree-size" help:"approximate mode: max predicted blocks before pruning"`
+	RouterPruneTargetRatio     float64       `flag:"router-prune-target-ratio" help:"approximate mode: prune down to this fraction of the max"`
+	RouterPredictedTTLSecs     float64       `flag:"router-predicted-ttl-secs" help:"event mode: predict a routed prompt's blocks as cached for this long, until its KV events arrive (Dynamo suggests 5); 0 disables (default, as Dynamo)"`
 	RouterQueueThreshold       float64       `flag:"router-queue-threshold" help:"queue when every worker's prefill tokens exceed this x max_num_batched_tokens; negative disables"`
 	RouterQueuePolicy          string        `flag:"router-queue-policy" help:"fcfs or wspt"`
 	RouterMaxQueueLength       int           `flag:"router-max-queue-length" help:"requests that may wait; more are rejected with 429"`
