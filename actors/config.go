@@ -50,11 +50,12 @@ type Config struct {
 	// blocks do not enter the cost.
 	TrackActiveBlocks bool
 	Index             IndexConfig
+	Scheduling        scheduling.Config
+	Sequence          sequence.Config
+
 	// Trust rates each rank's index (exact, degraded, untrusted) and
 	// scores untrusted ranks from predicted blocks; event mode only.
-	Trust      trust.Config
-	Scheduling scheduling.Config
-	Sequence   sequence.Config
+	Trust trust.Config
 
 	// ShardBacklog bounds the KV events sent to one shard and not yet
 	// applied; past it, ApplyEvent waits up to BackpressureWait (slowing
