@@ -128,6 +128,7 @@ type proxied struct {
 	lora string
 	// session is the sticky-session id ("" = none).
 	session string
+	trust   string // the serving rank's index trust (IndexTrustHeader)
 }
 
 func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
@@ -197,6 +198,7 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 	if err != nil {
 		return nil, 0, &routeFailure{err}
 	}
+	p.trust = s.indexTrust(reply.Worker)
 	if reply.PrefillWorker != nil {
 		return p.disaggregated(ctx, reply)
 	}
@@ -248,6 +250,7 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 		}
 	}
 	w.Header().Set("X-Request-Id", p.requestID)
+	w.Header().Set(IndexTrustHeader, p.trust)
 	w.WriteHeader(resp.StatusCode)
 	if resp.StatusCode != http.StatusOK {
 		if _, err := io.Copy(w, resp.Body); err != nil {

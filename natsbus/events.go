@@ -15,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/events"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/trust"
 )
 
 // Defaults of the NATS names the router and the engines agree on.
@@ -74,6 +75,8 @@ type EventSourceConfig struct {
 	// (after loading a snapshot that reflects everything before it).
 	StartSeq uint64
 	Log      *slog.Logger
+	// Trust hears of each rank's event-id gaps (index trust); nil: nobody.
+	Trust trust.StreamObserver
 }
 
 func (c *EventSourceConfig) applyDefaults() {
@@ -241,6 +244,9 @@ func (s *EventSource) track(ev *kv.Event) {
 	if seen {
 		if skipped, ok := EventIDStep(last, ev.EventID); ok {
 			s.gaps.Add(skipped)
+			if skipped > 0 && s.cfg.Trust != nil {
+				s.cfg.Trust.GapOpened(ev.Worker, skipped)
+			}
 		} else {
 			s.reordered.Add(1)
 		}
