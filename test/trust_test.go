@@ -22,8 +22,8 @@ type trustRoute struct {
 // served is one request as the router predicted it and the engine
 // answered it.
 type served struct {
-	worker              uint64
-	trust               string
+	worker               uint64
+	trust                string
 	predicted, confirmed int
 }
 
