@@ -147,3 +147,45 @@ func TestRefusedEventsAndClear(t *testing.T) {
 	r.ApplyEvent(&kv.Event{Worker: w1, Kind: kv.EventCleared})
 	waitTrust(t, r, w1, "exact", "")
 }
+
+// Parity reports (the proxy's predicted vs confirmed cached tokens)
+// untrust a rank whose predicted hits the engine does not confirm; a
+// clean window restores it.
+func TestParityDriftAndCleanWindow(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.Trust.ParityWindow = 4 })
+	register(t, r, 1)
+	waitWorkers(t, r, 1)
+	w1 := kv.WorkerWithDpRank{WorkerID: 1}
+	for range 4 {
+		r.ObserveParity(w1, 128, 16, time.Now())
+	}
+	waitTrust(t, r, w1, "untrusted", "parity_drift")
+	for range 4 {
+		r.ObserveParity(w1, 128, 128, time.Now())
+	}
+	waitTrust(t, r, w1, "exact", "")
+}
+
+// Approximate mode has no events to judge, and --index-trust=false turns
+// the rules off: every rank stays exact whatever is reported.
+func TestTrustOffInApproxModeOrDisabled(t *testing.T) {
+	for name, mutate := range map[string]func(*Config){
+		"approximate mode": func(c *Config) { c.UseKVEvents = false },
+		"disabled":         func(c *Config) { c.Trust.Enabled = false },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := startRouter(t, mutate)
+			register(t, r, 1)
+			waitWorkers(t, r, 1)
+			w1 := kv.WorkerWithDpRank{WorkerID: 1}
+			r.ReplayFailed(w1, "test")
+			if err := r.Barrier(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if got := r.IndexTrust(w1); got.State != "exact" || r.trust != nil {
+				t.Fatalf("trust %+v (actor %v)", got, r.trust)
+			}
+		})
+	}
+}
