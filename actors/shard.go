@@ -201,7 +201,7 @@ func (a *shardActor) apply(m *messages.KvEvent) {
 		a.st.obs.EventDropped("approx_mode")
 		return
 	}
-	a.st.trust.noteEvent(ev.Worker, time.Now())
+	a.st.trust.noteEvent(ev.Worker)
 	if !a.st.gate.admit(*ev) {
 		return // held until the worker registers, or dropped and counted
 	}
@@ -226,7 +226,7 @@ func (a *shardActor) trimScratch() {
 // index applies an event of a registered worker to the engines' index.
 func (a *shardActor) index(ev *kv.Event) {
 	err := a.st.idx.Apply(ev)
-	a.st.trust.noteApplied(a.ctx, ev, err, time.Now())
+	a.st.trust.noteApplied(a.ctx, ev, err)
 	if err != nil {
 		a.st.obs.EventDropped(index.ErrorReason(err))
 		return

@@ -31,10 +31,11 @@ type shardTrust struct {
 func (t *shardTrust) on() bool { return t != nil && t.pid != nil }
 
 // noteEvent records an event of w arriving (applied or not).
-func (t *shardTrust) noteEvent(w kv.WorkerWithDpRank, now time.Time) {
+func (t *shardTrust) noteEvent(w kv.WorkerWithDpRank) {
 	if !t.on() {
 		return
 	}
+	now := time.Now()
 	if t.seen == nil {
 		t.seen = map[kv.WorkerWithDpRank]int64{}
 	}
@@ -43,17 +44,17 @@ func (t *shardTrust) noteEvent(w kv.WorkerWithDpRank, now time.Time) {
 
 // noteApplied reports an event's outcome that bears on trust: a refusal,
 // or a clear (the rank's index is exact again).
-func (t *shardTrust) noteApplied(ctx actor.SenderContext, ev *kv.Event, err error, now time.Time) {
+func (t *shardTrust) noteApplied(ctx actor.SenderContext, ev *kv.Event, err error) {
 	if !t.on() || ctx == nil {
 		return
 	}
 	switch {
 	case err != nil:
 		if reason := index.ErrorReason(err); trust.Counts(reason) {
-			ctx.Send(t.pid, trustRefused{rank: ev.Worker, reason: reason, at: now.UnixNano()})
+			ctx.Send(t.pid, trustRefused{rank: ev.Worker, reason: reason, at: time.Now().UnixNano()})
 		}
 	case ev.Kind == kv.EventCleared:
-		ctx.Send(t.pid, trustCleared{rank: ev.Worker, at: now.UnixNano()})
+		ctx.Send(t.pid, trustCleared{rank: ev.Worker, at: time.Now().UnixNano()})
 	}
 }
 
