@@ -119,6 +119,9 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.onLoad(ctx, m)
 	case *messages.RankLoad:
 		s.board.apply(m)
+		if m.ActiveRequests > 0 { // serving: any replica's requests (index trust's staleness)
+			s.noteTrustRouted(ctx, rankOf(m.Worker))
+		}
 		if s.queue.Len() > 0 {
 			s.tryDequeue(ctx) // a free shows in the load only now
 		}

@@ -22,8 +22,10 @@ import (
 // untrusted ranks from predicted blocks) and the scheduler (which
 // records predictions for them), and a snapshot for status readers.
 
-// trustRouted: the scheduler routed a request to rank at (unix nanos).
-// The scheduler sends at most a few per rank per second.
+// trustRouted: rank was serving at (unix nanos): the scheduler routed a
+// request to it, or its published load has requests in flight (from any
+// replica, so replicas agree on which ranks serve). The scheduler sends
+// at most a few per rank per second.
 type trustRouted struct {
 	rank kv.WorkerWithDpRank
 	at   int64
@@ -211,8 +213,9 @@ func (a *trustActor) logTransition(c trust.Transition, now time.Time) {
 // cost messages.
 const trustNoteEvery = 250 * time.Millisecond
 
-// noteTrustRouted tells the trust actor a request was routed to w (the
-// rank is serving), at most once per trustNoteEvery per rank.
+// noteTrustRouted tells the trust actor w is serving (a request routed
+// to it, or requests in flight on it), at most once per trustNoteEvery
+// per rank.
 func (s *schedulerActor) noteTrustRouted(ctx actor.Context, w kv.WorkerWithDpRank) {
 	if s.trust == nil {
 		return

@@ -13,7 +13,7 @@
 //     ParityDegraded. Still scored from the index; shown everywhere.
 //   - untrusted: the index is known or presumed wrong: a failed replay, a
 //     gap not repaired within GapGrace, RefusedUntrusted refused events
-//     within one window, a stale stream (requests routed to the rank for
+//     within one window, a stale stream (the rank serving requests for
 //     StaleAfter with no event from it), or a parity window over
 //     ParityUntrusted. Scored from predicted blocks (approximate mode's
 //     rule) instead of the index.
@@ -56,7 +56,7 @@ const (
 	ReasonGapUnrepaired = "gap_unrepaired"  // the gap outlived GapGrace
 	ReasonReplayFailed  = "replay_failed"   // a replay failed or left holes
 	ReasonRefused       = "refused_events"  // events refused by the index
-	ReasonStale         = "stale_stream"    // requests routed, no event for StaleAfter
+	ReasonStale         = "stale_stream"    // serving, no event for StaleAfter
 	ReasonParityDrift   = "parity_drift"    // predicted hits the engine did not confirm
 	ReasonReplayDone    = "replay_complete" // restored: a replay completed
 	ReasonCleared       = "cleared"         // restored: the rank's cache was cleared

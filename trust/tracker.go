@@ -19,8 +19,8 @@ type rankState struct {
 	state  State
 	reason string // the cause of the current state (last transition's)
 
-	// routedSince is when the first request routed to the rank after its
-	// last KV event was routed (zero: none since the last event).
+	// routedSince is when the rank was first seen serving (Routed) after
+	// its last KV event (zero: not since the last event).
 	routedSince time.Time
 	lastEvent   time.Time
 
@@ -143,7 +143,8 @@ func (t *Tracker) settle(w kv.WorkerWithDpRank, r *rankState, now time.Time, res
 	return out
 }
 
-// Routed notes a request routed to w at now (the rank is serving).
+// Routed notes that w was serving at now: a request was routed to it, or
+// it had requests in flight.
 func (t *Tracker) Routed(w kv.WorkerWithDpRank, now time.Time) {
 	if r := t.ranks[w]; r != nil && r.routedSince.IsZero() {
 		r.routedSince = now
