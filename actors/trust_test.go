@@ -189,3 +189,23 @@ func TestTrustOffInApproxModeOrDisabled(t *testing.T) {
 		})
 	}
 }
+
+// A rank serving a peer replica's request counts as serving here too:
+// replicas agree that its silent stream is stale even when only one of
+// them routes to it.
+func TestStaleFromPeersRequests(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.Trust.StaleAfter = 500 * time.Millisecond })
+	register(t, r, 1, 2)
+	waitWorkers(t, r, 2)
+	w1, w2 := kv.WorkerWithDpRank{WorkerID: 1}, kv.WorkerWithDpRank{WorkerID: 2}
+	start := time.Now()
+	r.ApplyRemote(&messages.SequenceEvent{Origin: "peer", Data: &messages.SequenceEvent_Add{Add: &messages.AddRequest{
+		RequestId: "peer-1", Worker: rankMsg(w1), SequenceHashes: []uint64{42}, PromptBlocks: 1, Isl: 16, Stride: 1}}})
+	waitTrust(t, r, w1, "untrusted", "stale_stream")
+	if el := time.Since(start); el < 500*time.Millisecond {
+		t.Fatalf("untrusted after %s, before StaleAfter", el)
+	}
+	if got := r.IndexTrust(w2); got.State != "exact" {
+		t.Fatalf("an idle rank went %+v", got)
+	}
+}
