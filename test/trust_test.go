@@ -195,10 +195,15 @@ func TestDeadEventStreamFallsBackToPredictions(t *testing.T) {
 	}
 	// Hits the predictions do get right: a prompt served twice.
 	var repeats []served
+	var onUntrusted []uint32 // a prompt the untrusted rank served twice
 	for i := range 6 {
 		p := tokens(16*blocks+1, uint32(7000+i))
 		serveVia(t, base, urls, fmt.Sprintf("first-%d", i), p)
-		repeats = append(repeats, serveVia(t, base, urls, fmt.Sprintf("again-%d", i), p))
+		again := serveVia(t, base, urls, fmt.Sprintf("again-%d", i), p)
+		repeats = append(repeats, again)
+		if again.worker == 1 {
+			onUntrusted = p
+		}
 	}
 
 	fb, ft, fp := falseHits(before)
@@ -238,14 +243,19 @@ func TestDeadEventStreamFallsBackToPredictions(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	body, _ := json.Marshal(map[string]any{"prompt": tokens(64, 9999), "max_tokens": 1})
+	// Through the proxy, a prompt predicted on the untrusted rank goes
+	// there, and the answer says whose index it was scored from.
+	if onUntrusted == nil {
+		t.Fatal("no repeated prompt was served by the untrusted rank")
+	}
+	body, _ := json.Marshal(map[string]any{"prompt": onUntrusted, "max_tokens": 1})
 	resp, err := http.Post(base+"/v1/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if h := resp.Header.Get("X-Kvrouter-Index-Trust"); h != "exact" && h != "untrusted" {
-		t.Fatalf("proxied answer's index trust header %q", h)
+	if h := resp.Header.Get("X-Kvrouter-Index-Trust"); resp.StatusCode != 200 || h != "untrusted" {
+		t.Fatalf("proxied answer: %d, index trust header %q, want untrusted", resp.StatusCode, h)
 	}
 
 	// The stream comes back and the engine clears its cache: exact again.
