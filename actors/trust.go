@@ -127,6 +127,9 @@ func (a *trustActor) Receive(ctx actor.Context) {
 			list = append(list, rankOf(e.Worker))
 		}
 		a.tracker.SetRanks(list)
+		// The scheduler forwards every rank table, including the one a
+		// restarted scheduler asks for: it gets the verdicts again.
+		a.published = nil
 	case trustRouted:
 		a.tracker.Routed(m.rank, time.Unix(0, m.at))
 	case trustEventsSeen:
@@ -168,10 +171,10 @@ func (a *trustActor) publish(ctx actor.Context, changes []trust.Transition) {
 		a.logTransition(c, now)
 	}
 	cur := a.tracker.NotExact()
-	if maps.Equal(cur, a.published) && len(changes) == 0 {
+	if a.published != nil && maps.Equal(cur, a.published) && len(changes) == 0 {
 		return
 	}
-	if !maps.Equal(cur, a.published) {
+	if a.published == nil || !maps.Equal(cur, a.published) {
 		a.published = cur
 		t := &trustTable{notExact: cur}
 		for _, sh := range a.shards {
