@@ -81,6 +81,9 @@ func (t *trustTable) state(w kv.WorkerWithDpRank) trust.State {
 type RankTrust struct {
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
+	// Detail qualifies the last evidence (a refused event's reason, a
+	// failed replay's, how many events a gap lost).
+	Detail string `json:"detail,omitempty"`
 	// SinceUnixNano is when the rank entered State (0 for exact ranks
 	// never otherwise).
 	SinceUnixNano int64 `json:"since_unix_nano,omitempty"`
@@ -144,11 +147,11 @@ func (a *trustActor) Receive(ctx actor.Context) {
 		now := time.Unix(0, m.at)
 		switch m.kind {
 		case "gap":
-			changes = a.tracker.GapOpened(m.rank, now)
+			changes = a.tracker.GapOpened(m.rank, m.missed, now)
 		case "replay_ok":
 			changes = a.tracker.ReplayCompleted(m.rank, now)
 		case "replay_failed":
-			changes = a.tracker.ReplayFailed(m.rank, now)
+			changes = a.tracker.ReplayFailed(m.rank, m.detail, now)
 		}
 	case trustParity:
 		changes = a.tracker.ObserveParity(m.rank, m.predicted, m.confirmed, time.Unix(0, m.at))
@@ -185,7 +188,7 @@ func (a *trustActor) publish(ctx actor.Context, changes []trust.Transition) {
 	snap := &trustSnapshot{ranks: make(map[kv.WorkerWithDpRank]RankTrust, len(cur)), transitions: maps.Clone(a.counts)}
 	for w, s := range cur {
 		_, why := a.tracker.State(w)
-		snap.ranks[w] = RankTrust{State: s.String(), Reason: why, SinceUnixNano: a.since[w]}
+		snap.ranks[w] = RankTrust{State: s.String(), Reason: why, Detail: a.tracker.Detail(w), SinceUnixNano: a.since[w]}
 	}
 	for w := range a.since {
 		if _, ok := cur[w]; !ok {
@@ -208,7 +211,7 @@ func (a *trustActor) logTransition(c trust.Transition, now time.Time) {
 		level = slog.LevelInfo
 	}
 	a.log.Log(context.Background(), level, "index trust changed", "worker", uint64(c.Rank.WorkerID), "dp_rank", c.Rank.DpRank,
-		"from", c.From.String(), "to", c.To.String(), "reason", c.Reason, "suppressed", suppressed)
+		"from", c.From.String(), "to", c.To.String(), "reason", c.Reason, "detail", a.tracker.Detail(c.Rank), "suppressed", suppressed)
 }
 
 // trustNoteEvery spaces the scheduler's routed reports per rank: the

@@ -76,7 +76,7 @@ func TestUntrustedRankScoredFromPredictions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.Workers[0].Ranks[0].IndexTrust; got.State != "untrusted" || got.Reason != "replay_failed" {
+	if got := st.Workers[0].Ranks[0].IndexTrust; got.State != "untrusted" || got.Reason != "replay_failed" || got.Detail != "test" {
 		t.Fatalf("status trust %+v", got)
 	}
 	if got := st.Workers[1].Ranks[0].IndexTrust.State; got != "exact" {

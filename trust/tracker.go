@@ -1,6 +1,7 @@
 package trust
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -18,6 +19,9 @@ type Transition struct {
 type rankState struct {
 	state  State
 	reason string // the cause of the current state (last transition's)
+	// detail qualifies the last evidence recorded (a refusal's reason, a
+	// failed replay's, the events a gap lost), for operators.
+	detail string
 
 	// routedSince is when the rank was first seen serving (Routed) after
 	// its last KV event (zero: not since the last event).
@@ -109,6 +113,14 @@ func (t *Tracker) State(w kv.WorkerWithDpRank) (State, string) {
 	return Exact, ""
 }
 
+// Detail is the last evidence recorded against w ("" when exact).
+func (t *Tracker) Detail(w kv.WorkerWithDpRank) string {
+	if r := t.ranks[w]; r != nil && r.state != Exact {
+		return r.detail
+	}
+	return ""
+}
+
 // NotExact returns every rank that is degraded or untrusted, with its
 // state: what the actor publishes (exact is everyone else).
 func (t *Tracker) NotExact() map[kv.WorkerWithDpRank]State {
@@ -176,7 +188,7 @@ func (t *Tracker) EventSeen(w kv.WorkerWithDpRank, at time.Time) []Transition {
 // GapOpened notes an event-id gap on w's stream (events lost). It is
 // degraded until a replay completes or a clear arrives, untrusted once
 // the gap is older than GapGrace (Tick).
-func (t *Tracker) GapOpened(w kv.WorkerWithDpRank, now time.Time) []Transition {
+func (t *Tracker) GapOpened(w kv.WorkerWithDpRank, missed uint64, now time.Time) []Transition {
 	r := t.ranks[w]
 	if r == nil {
 		return nil
@@ -184,6 +196,7 @@ func (t *Tracker) GapOpened(w kv.WorkerWithDpRank, now time.Time) []Transition {
 	if r.gapSince.IsZero() {
 		r.gapSince = now
 	}
+	r.detail = fmt.Sprintf("%d events lost", missed)
 	return t.settle(w, r, now, "", nil)
 }
 
@@ -211,12 +224,13 @@ func (t *Tracker) restore(w kv.WorkerWithDpRank, now time.Time, why string) []Tr
 
 // ReplayFailed notes a replay that failed, timed out or could not reach
 // back far enough: the rank is untrusted.
-func (t *Tracker) ReplayFailed(w kv.WorkerWithDpRank, now time.Time) []Transition {
+func (t *Tracker) ReplayFailed(w kv.WorkerWithDpRank, why string, now time.Time) []Transition {
 	r := t.ranks[w]
 	if r == nil {
 		return nil
 	}
 	r.replayFailed = true
+	r.detail = why
 	return t.settle(w, r, now, "", nil)
 }
 
@@ -229,6 +243,7 @@ func (t *Tracker) Refused(w kv.WorkerWithDpRank, reason string, now time.Time) [
 		return nil
 	}
 	r.refused = append(trimBefore(r.refused, now.Add(-t.cfg.RefusedWindow)), now)
+	r.detail = reason
 	if len(r.refused) >= t.cfg.RefusedUntrusted {
 		r.refusedLatched = true
 	}
@@ -260,8 +275,9 @@ func (t *Tracker) Tick(now time.Time) []Transition {
 		if !r.gapSince.IsZero() && now.Sub(r.gapSince) >= t.cfg.GapGrace {
 			r.gapUnrepaired = true
 		}
-		if !r.routedSince.IsZero() && now.Sub(r.routedSince) >= t.cfg.StaleAfter {
+		if !r.routedSince.IsZero() && now.Sub(r.routedSince) >= t.cfg.StaleAfter && !r.stale {
 			r.stale = true
+			r.detail = fmt.Sprintf("no event for %s while serving", now.Sub(r.routedSince).Round(time.Second))
 		}
 		quiet := ""
 		if n := len(r.refused); n > 0 {
@@ -296,6 +312,7 @@ func (t *Tracker) ObserveParity(w kv.WorkerWithDpRank, predicted, confirmed int,
 		return nil
 	}
 	miss := float64(r.parityMissed) / float64(r.parityPredicted)
+	r.detail = fmt.Sprintf("%.0f%% of predicted cached tokens unconfirmed", 100*miss)
 	r.parityN, r.parityPredicted, r.parityMissed = 0, 0, 0
 	switch {
 	case miss > t.cfg.ParityUntrusted:

@@ -27,13 +27,13 @@ func seen(w kv.WorkerWithDpRank) func(*Tracker, time.Time) []Transition {
 	return func(t *Tracker, now time.Time) []Transition { return t.EventSeen(w, now) }
 }
 func gap(w kv.WorkerWithDpRank) func(*Tracker, time.Time) []Transition {
-	return func(t *Tracker, now time.Time) []Transition { return t.GapOpened(w, now) }
+	return func(t *Tracker, now time.Time) []Transition { return t.GapOpened(w, 3, now) }
 }
 func replayOK(w kv.WorkerWithDpRank) func(*Tracker, time.Time) []Transition {
 	return func(t *Tracker, now time.Time) []Transition { return t.ReplayCompleted(w, now) }
 }
 func replayFail(w kv.WorkerWithDpRank) func(*Tracker, time.Time) []Transition {
-	return func(t *Tracker, now time.Time) []Transition { return t.ReplayFailed(w, now) }
+	return func(t *Tracker, now time.Time) []Transition { return t.ReplayFailed(w, "replay_error", now) }
 }
 func cleared(w kv.WorkerWithDpRank) func(*Tracker, time.Time) []Transition {
 	return func(t *Tracker, now time.Time) []Transition { return t.Cleared(w, now) }
@@ -190,12 +190,12 @@ func TestTransitionsReported(t *testing.T) {
 	tr := New(testConfig())
 	tr.SetRanks([]kv.WorkerWithDpRank{r0, r1})
 	t0 := time.Unix(1_000_000, 0)
-	got := tr.GapOpened(r0, t0)
+	got := tr.GapOpened(r0, 2, t0)
 	want := Transition{Rank: r0, From: Exact, To: Degraded, Reason: ReasonGapOpen}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("gap: %+v, want %+v", got, want)
 	}
-	tr.GapOpened(r1, t0)
+	tr.GapOpened(r1, 2, t0)
 	got = tr.Tick(t0.Add(5 * time.Second))
 	if len(got) != 2 || got[0].Rank != r0 || got[1].Rank != r1 || got[0].To != Untrusted || got[0].Reason != ReasonGapUnrepaired {
 		t.Fatalf("tick: %+v", got)
@@ -210,16 +210,22 @@ func TestTransitionsReported(t *testing.T) {
 	if ne := tr.NotExact(); len(ne) != 1 || ne[r1] != Untrusted {
 		t.Fatalf("NotExact = %v, want only r1 untrusted", ne)
 	}
+	if d := tr.Detail(r1); d != "2 events lost" {
+		t.Fatalf("detail %q", d)
+	}
+	if d := tr.Detail(r0); d != "" {
+		t.Fatalf("an exact rank has detail %q", d)
+	}
 }
 
 func TestUnknownRanksIgnoredAndForgotten(t *testing.T) {
 	tr := New(testConfig())
 	t0 := time.Unix(1_000_000, 0)
-	if got := tr.ReplayFailed(r0, t0); got != nil {
+	if got := tr.ReplayFailed(r0, "x", t0); got != nil {
 		t.Fatalf("unknown rank changed: %+v", got)
 	}
 	tr.SetRanks([]kv.WorkerWithDpRank{r0})
-	tr.ReplayFailed(r0, t0)
+	tr.ReplayFailed(r0, "x", t0)
 	tr.SetRanks(nil)
 	tr.SetRanks([]kv.WorkerWithDpRank{r0})
 	if s, _ := tr.State(r0); s != Exact {
