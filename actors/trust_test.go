@@ -41,7 +41,16 @@ func deviceOverlap(t *testing.T, r *Router, tokens []uint32, w kv.WorkerWithDpRa
 // completed replay restores the index's scores. The state shows in
 // Status.
 func TestUntrustedRankScoredFromPredictions(t *testing.T) {
-	r := startRouter(t, nil)
+	for _, ttl := range []time.Duration{0, 30 * time.Second} {
+		t.Run(fmt.Sprintf("router-predicted-ttl %s", ttl), func(t *testing.T) { untrustedScoredFromPredictions(t, ttl) })
+	}
+}
+
+// untrustedScoredFromPredictions: with a predicted TTL, predictions also
+// extend exact ranks' matches (Dynamo's predict-on-route), so after the
+// restore the routed prompt still scores there.
+func untrustedScoredFromPredictions(t *testing.T, predictedTTL time.Duration) {
+	r := startRouter(t, func(c *Config) { c.Index.PredictedTTL = predictedTTL })
 	register(t, r, 1, 2)
 	waitWorkers(t, r, 2)
 	w1 := kv.WorkerWithDpRank{WorkerID: 1}
@@ -91,8 +100,12 @@ func TestUntrustedRankScoredFromPredictions(t *testing.T) {
 	if n := deviceOverlap(t, r, indexed, w1); n != 10 {
 		t.Fatalf("restored rank's overlap %d, want the index's 10", n)
 	}
-	if n := deviceOverlap(t, r, routed, w1); n != 0 {
-		t.Fatalf("restored rank still scored from predictions: %d", n)
+	want := uint32(0)
+	if predictedTTL > 0 {
+		want = 6
+	}
+	if n := deviceOverlap(t, r, routed, w1); n != want {
+		t.Fatalf("restored rank's overlap for the routed prompt %d, want %d", n, want)
 	}
 }
 
