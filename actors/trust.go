@@ -174,9 +174,6 @@ func (a *trustActor) publish(ctx actor.Context, changes []trust.Transition) {
 		a.logTransition(c, now)
 	}
 	cur := a.tracker.NotExact()
-	if a.published != nil && maps.Equal(cur, a.published) && len(changes) == 0 {
-		return
-	}
 	if a.published == nil || !maps.Equal(cur, a.published) {
 		a.published = cur
 		t := &trustTable{notExact: cur}
@@ -185,17 +182,27 @@ func (a *trustActor) publish(ctx actor.Context, changes []trust.Transition) {
 		}
 		ctx.Send(a.scheduler, t)
 	}
-	snap := &trustSnapshot{ranks: make(map[kv.WorkerWithDpRank]RankTrust, len(cur)), transitions: maps.Clone(a.counts)}
-	for w, s := range cur {
-		_, why := a.tracker.State(w)
-		snap.ranks[w] = RankTrust{State: s.String(), Reason: why, Detail: a.tracker.Detail(w), SinceUnixNano: a.since[w]}
-	}
 	for w := range a.since {
 		if _, ok := cur[w]; !ok {
 			delete(a.since, w)
 		}
 	}
-	a.snap.Store(snap)
+	// The snapshot is replaced when anything readers see changed: a
+	// state, or the cause or detail of one (a latched rank's reason moves
+	// to the cause that now holds it).
+	old := a.snap.Load()
+	if len(cur) == 0 && len(changes) == 0 && old != nil && len(old.ranks) == 0 {
+		return
+	}
+	ranks := make(map[kv.WorkerWithDpRank]RankTrust, len(cur))
+	for w, s := range cur {
+		_, why := a.tracker.State(w)
+		ranks[w] = RankTrust{State: s.String(), Reason: why, Detail: a.tracker.Detail(w), SinceUnixNano: a.since[w]}
+	}
+	if old != nil && len(changes) == 0 && maps.Equal(ranks, old.ranks) {
+		return
+	}
+	a.snap.Store(&trustSnapshot{ranks: ranks, transitions: maps.Clone(a.counts)})
 }
 
 // logTransition writes a line per transition: WARN when a rank loses

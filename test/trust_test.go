@@ -116,7 +116,7 @@ func falseHits(rs []served) (requests, tokens, predicted int) {
 // the rank.
 func TestDeadEventStreamFallsBackToPredictions(t *testing.T) {
 	const staleAfter = 2 * time.Second
-	rep := StartReplica(t, func(c *config.Config) { c.IndexTrustStaleAfter = staleAfter })
+	rep := StartReplica(t, func(c *config.Config) { c.IndexTrustStaleAfter = staleAfter; c.IndexTrustGapGrace = time.Second })
 	base := BaseURL(rep)
 	urls := map[uint64]string{1: StartMockWorker(t, rep, 1, nil), 2: StartMockWorker(t, rep, 2, nil)}
 	testutil.EventuallyNil(t, 10*time.Second, func() error {
@@ -258,8 +258,21 @@ func TestDeadEventStreamFallsBackToPredictions(t *testing.T) {
 		t.Fatalf("proxied answer: %d, index trust header %q, want untrusted", resp.StatusCode, h)
 	}
 
-	// The stream comes back and the engine clears its cache: exact again.
+	// The stream comes back: its event ids show what the mute lost (a
+	// gap NATS cannot replay), so the rank stays untrusted.
 	Post(t, urls[1]+"/fault", map[string]any{"events_muted": false}, nil)
+	body, _ = json.Marshal(map[string]any{"prompt": tokens(64, 8888), "max_tokens": 1})
+	if resp, err = http.Post(urls[1]+"/v1/completions", "application/json", bytes.NewReader(body)); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		if s, why, _ := rankTrust(t, base, 1); s != "untrusted" || why != "gap_unrepaired" {
+			return fmt.Errorf("after the stream resumed worker 1 is %s (%s), want untrusted (gap_unrepaired)", s, why)
+		}
+		return nil
+	})
+	// The engine clears its cache: exact again.
 	Post(t, urls[1]+"/reset_prefix_cache", "{}", nil)
 	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		if s, why, _ := rankTrust(t, base, 1); s != "exact" {
