@@ -292,7 +292,9 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		ctx.Send(pid, add)
 	}
 	s.noteRouted(routed, entry, onRank)
-	s.noteTrustRouted(ctx, d.Worker)
+	if uint32(p.blocks) > d.OverlapBlocks {
+		s.noteTrustRouted(ctx, d.Worker) // the engine will store blocks: it owes us events
+	}
 	if !s.cfg.UseKVEvents || s.cfg.Index.PredictedTTL > 0 || s.trustTable.state(d.Worker) != trust.Exact {
 		local := make([]uint64, len(p.local))
 		for i, h := range p.local {

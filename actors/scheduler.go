@@ -118,10 +118,8 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 	case *messages.LoadReply:
 		s.onLoad(ctx, m)
 	case *messages.RankLoad:
+		s.notePeerStart(ctx, m) // before the board takes the new load
 		s.board.apply(m)
-		if m.ActiveRequests > 0 { // serving: any replica's requests (index trust's staleness)
-			s.noteTrustRouted(ctx, rankOf(m.Worker))
-		}
 		if s.queue.Len() > 0 {
 			s.tryDequeue(ctx) // a free shows in the load only now
 		}

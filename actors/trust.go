@@ -22,10 +22,11 @@ import (
 // untrusted ranks from predicted blocks) and the scheduler (which
 // records predictions for them), and a snapshot for status readers.
 
-// trustRouted: rank was serving at (unix nanos): the scheduler routed a
-// request to it, or its published load has requests in flight (from any
-// replica, so replicas agree on which ranks serve). The scheduler sends
-// at most a few per rank per second.
+// trustRouted: rank was sent work at (unix nanos) that makes its engine
+// store blocks, so KV events are due: the scheduler routed it a request
+// with blocks not counted as cached there, or its published load shows a
+// request started (any replica's) with at least a block to prefill. The
+// scheduler sends at most a few per rank per second.
 type trustRouted struct {
 	rank kv.WorkerWithDpRank
 	at   int64
@@ -226,9 +227,8 @@ func (a *trustActor) logTransition(c trust.Transition, now time.Time) {
 // cost messages.
 const trustNoteEvery = 250 * time.Millisecond
 
-// noteTrustRouted tells the trust actor w is serving (a request routed
-// to it, or requests in flight on it), at most once per trustNoteEvery
-// per rank.
+// noteTrustRouted tells the trust actor w was sent work that owes KV
+// events, at most once per trustNoteEvery per rank.
 func (s *schedulerActor) noteTrustRouted(ctx actor.Context, w kv.WorkerWithDpRank) {
 	if s.trust == nil {
 		return
@@ -245,4 +245,23 @@ func (s *schedulerActor) noteTrustRouted(ctx actor.Context, w kv.WorkerWithDpRan
 	}
 	s.trustNoted[w] = now
 	ctx.Send(s.trust, trustRouted{rank: w, at: now})
+}
+
+// notePeerStart notes a rank whose published load shows a request
+// started with at least one block to prefill: a peer replica's decision
+// (or this one's, noted already) that makes the engine store blocks.
+// Replicas thus agree on which ranks owe events. A request started and
+// freed within one publication, or a fleet that does not track prefill
+// tokens, shows nothing here (only own decisions then count).
+func (s *schedulerActor) notePeerStart(ctx actor.Context, m *messages.RankLoad) {
+	if s.trust == nil || m.Full {
+		return
+	}
+	e := s.board.ranks[rankOf(m.Worker)]
+	if e == nil || e.load == nil {
+		return
+	}
+	if m.ActiveRequests > e.load.ActiveRequests && m.ActivePrefillTokens >= e.load.ActivePrefillTokens+uint64(s.cfg.BlockSize) {
+		s.noteTrustRouted(ctx, rankOf(m.Worker))
+	}
 }

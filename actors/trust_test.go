@@ -203,9 +203,9 @@ func TestTrustOffInApproxModeOrDisabled(t *testing.T) {
 	}
 }
 
-// A rank serving a peer replica's request counts as serving here too:
-// replicas agree that its silent stream is stale even when only one of
-// them routes to it.
+// A peer replica's request that makes the engine store blocks counts
+// here too: replicas agree that a silent stream is stale even when only
+// one of them routes to the rank.
 func TestStaleFromPeersRequests(t *testing.T) {
 	r := startRouter(t, func(c *Config) { c.Trust.StaleAfter = 500 * time.Millisecond })
 	register(t, r, 1, 2)
@@ -213,12 +213,44 @@ func TestStaleFromPeersRequests(t *testing.T) {
 	w1, w2 := kv.WorkerWithDpRank{WorkerID: 1}, kv.WorkerWithDpRank{WorkerID: 2}
 	start := time.Now()
 	r.ApplyRemote(&messages.SequenceEvent{Origin: "peer", Data: &messages.SequenceEvent_Add{Add: &messages.AddRequest{
-		RequestId: "peer-1", Worker: rankMsg(w1), SequenceHashes: []uint64{42}, PromptBlocks: 1, Isl: 16, Stride: 1}}})
+		RequestId: "peer-1", Worker: rankMsg(w1), SequenceHashes: []uint64{42, 43, 44, 45}, PromptBlocks: 4, Isl: 64, Stride: 1,
+		PrefillTokens: 64, TrackPrefillTokens: true}}})
 	waitTrust(t, r, w1, "untrusted", "stale_stream")
 	if el := time.Since(start); el < 500*time.Millisecond {
 		t.Fatalf("untrusted after %s, before StaleAfter", el)
 	}
 	if got := r.IndexTrust(w2); got.State != "exact" {
 		t.Fatalf("an idle rank went %+v", got)
+	}
+}
+
+// Requests whose every block the index counts as cached make the engine
+// store nothing, so no event is owed: a rank serving only those for
+// longer than StaleAfter stays exact.
+func TestCachedRequestsOweNoEvents(t *testing.T) {
+	r := startRouter(t, func(c *Config) { c.Trust.StaleAfter = 300 * time.Millisecond })
+	register(t, r, 1)
+	waitWorkers(t, r, 1)
+	w1 := kv.WorkerWithDpRank{WorkerID: 1}
+	cached := prompt(32, 3)
+	storeChain(r, w1, cached)
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		if n := deviceOverlap(t, r, cached, w1); n != 2 {
+			return fmt.Errorf("overlap %d, want 2", n)
+		}
+		return nil
+	})
+	for i := range 30 {
+		id := fmt.Sprintf("c%d", i)
+		if _, err := r.Route(ctxT(t), &messages.RouteRequest{RequestId: id, TokenIds: cached, UpdateStates: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Free(ctxT(t), id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := r.IndexTrust(w1); got.State != "exact" {
+		t.Fatalf("a rank serving only cached prompts went %+v", got)
 	}
 }

@@ -13,11 +13,10 @@ const (
 	// at most its timeout (5 s by default); NATS has no replay, so only a
 	// clear can repair a gap there.
 	DefaultGapGrace = 5 * time.Second
-	// DefaultStaleAfter: a rank routed requests for this long without a
-	// single KV event from it is untrusted (its stream is presumed dead).
-	// An engine stores a new block for nearly every request it serves
-	// (at least its output's), so 30 s of traffic with no event is not
-	// an idle engine.
+	// DefaultStaleAfter: a rank sent work that makes its engine store
+	// blocks this long ago, with no KV event from it since, is untrusted
+	// (its stream is presumed dead). An engine announces a stored block
+	// within a step of computing it, so 30 s is far past any batch.
 	DefaultStaleAfter = 30 * time.Second
 	// DefaultRefusedWindow and DefaultRefusedUntrusted: any refused event
 	// degrades a rank for RefusedWindow; RefusedUntrusted of them within

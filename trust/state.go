@@ -13,8 +13,9 @@
 //     ParityDegraded. Still scored from the index; shown everywhere.
 //   - untrusted: the index is known or presumed wrong: a failed replay, a
 //     gap not repaired within GapGrace, RefusedUntrusted refused events
-//     within one window, a stale stream (the rank serving requests for
-//     StaleAfter with no event from it), or a parity window over
+//     within one window, a stale stream (no event for StaleAfter after
+//     the rank was sent work that makes its engine store blocks), or a
+//     parity window over
 //     ParityUntrusted. Scored from predicted blocks (approximate mode's
 //     rule) instead of the index.
 //
@@ -56,7 +57,7 @@ const (
 	ReasonGapUnrepaired = "gap_unrepaired"  // the gap outlived GapGrace
 	ReasonReplayFailed  = "replay_failed"   // a replay failed or left holes
 	ReasonRefused       = "refused_events"  // events refused by the index
-	ReasonStale         = "stale_stream"    // serving, no event for StaleAfter
+	ReasonStale         = "stale_stream"    // work owing events, none for StaleAfter
 	ReasonParityDrift   = "parity_drift"    // predicted hits the engine did not confirm
 	ReasonReplayDone    = "replay_complete" // restored: a replay completed
 	ReasonCleared       = "cleared"         // restored: the rank's cache was cleared

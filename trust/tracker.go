@@ -23,8 +23,8 @@ type rankState struct {
 	// failed replay's, the events a gap lost), for operators.
 	detail string
 
-	// routedSince is when the rank was first seen serving (Routed) after
-	// its last KV event (zero: not since the last event).
+	// routedSince is when the rank was first sent work owing events
+	// (Routed) after its last KV event (zero: none since).
 	routedSince time.Time
 	lastEvent   time.Time
 
@@ -155,8 +155,8 @@ func (t *Tracker) settle(w kv.WorkerWithDpRank, r *rankState, now time.Time, res
 	return out
 }
 
-// Routed notes that w was serving at now: a request was routed to it, or
-// it had requests in flight.
+// Routed notes that w was sent work at now that owes KV events (its
+// engine must store blocks).
 func (t *Tracker) Routed(w kv.WorkerWithDpRank, now time.Time) {
 	if r := t.ranks[w]; r != nil && r.routedSince.IsZero() {
 		r.routedSince = now
