@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
 	"github.com/kvrouter/kvrouter/sessions"
+	"github.com/kvrouter/kvrouter/trust"
 )
 
 // IndexConfig sizes approximate mode (use_kv_events=false).
@@ -51,6 +52,10 @@ type Config struct {
 	Index             IndexConfig
 	Scheduling        scheduling.Config
 	Sequence          sequence.Config
+
+	// Trust rates each rank's index (exact, degraded, untrusted) and
+	// scores untrusted ranks from predicted blocks; event mode only.
+	Trust trust.Config
 
 	// ShardBacklog bounds the KV events sent to one shard and not yet
 	// applied; past it, ApplyEvent waits up to BackpressureWait (slowing
@@ -142,6 +147,7 @@ func DefaultConfig() Config {
 			HoldBlocks:       1 << 20,
 			HoldAge:          time.Minute,
 		},
+		Trust:                      trust.DefaultConfig(),
 		Scheduling:                 scheduling.DefaultConfig(),
 		Sequence:                   sequence.DefaultConfig(),
 		DefaultMaxNumBatchedTokens: 8192,
@@ -196,6 +202,11 @@ func (c *Config) Validate() error {
 	if c.Index.MaxTreeSize <= 0 {
 		errs = append(errs, fmt.Errorf("router_max_tree_size must be > 0, got %d", c.Index.MaxTreeSize))
 	}
+	if c.Trust.Enabled {
+		if err := c.Trust.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := c.sessionsConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -206,6 +217,18 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// trustOn reports whether index trust is tracked: it needs KV events.
+func (c *Config) trustOn() bool { return c.Trust.Enabled && c.UseKVEvents }
+
+// fallbackTTL is how long a prediction lives on a rank that is not
+// exact: router-predicted-ttl-secs when set, else the trust fallback's.
+func (c IndexConfig) fallbackTTL(t trust.Config) time.Duration {
+	if c.PredictedTTL > 0 {
+		return c.PredictedTTL
+	}
+	return t.FallbackTTL
 }
 
 func (c *Config) shardCount() int {

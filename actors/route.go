@@ -16,6 +16,7 @@ import (
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
 	"github.com/kvrouter/kvrouter/tracking"
+	"github.com/kvrouter/kvrouter/trust"
 )
 
 func routeErr(code messages.RouteErrorCode, format string, args ...any) *messages.RouteError {
@@ -291,7 +292,10 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		ctx.Send(pid, add)
 	}
 	s.noteRouted(routed, entry, onRank)
-	if !s.cfg.UseKVEvents || s.cfg.Index.PredictedTTL > 0 {
+	if uint32(p.blocks) > d.OverlapBlocks {
+		s.noteTrustRouted(ctx, d.Worker) // the engine will store blocks: it owes us events
+	}
+	if !s.cfg.UseKVEvents || s.cfg.Index.PredictedTTL > 0 || s.trustTable.state(d.Worker) != trust.Exact {
 		local := make([]uint64, len(p.local))
 		for i, h := range p.local {
 			local[i] = uint64(h)

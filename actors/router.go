@@ -44,6 +44,10 @@ type Router struct {
 	shardBacklogs []*backlog
 	replBacklog   *backlog
 	digests       *digestGate // bounds the shards' time in index digests
+	// trust is the index-trust actor (nil when trust is off); trustSnap
+	// its last published verdicts, read without asking it.
+	trust     *actor.PID
+	trustSnap atomic.Pointer[trustSnapshot]
 }
 
 // Errors returned by Router methods; the HTTP layer maps them to codes.
@@ -108,13 +112,18 @@ func Start(cfg Config) (*Router, error) {
 	shardIndex := cfg.Index
 	shardIndex.MaxTreeSize = max(cfg.Index.MaxTreeSize/cfg.shardCount(), 1)
 	shardIndex.HoldBlocks = max(cfg.Index.HoldBlocks/cfg.shardCount(), 1)
+	var trustPID *actor.PID
+	if cfg.trustOn() {
+		trustPID = actor.NewPID(sys.Address(), "trust")
+	}
 	for i := 0; i < cfg.shardCount(); i++ {
 		gate, err := newEventGate(shardIndex, cfg.Observer)
 		if err != nil {
 			return nil, err
 		}
 		st := &shardState{id: uint32(i), approx: !cfg.UseKVEvents, cfg: shardIndex, log: cfg.Logger, obs: cfg.Observer,
-			gate: gate, backlog: newBacklog(cfg.ShardBacklog)}
+			gate: gate, backlog: newBacklog(cfg.ShardBacklog),
+			trust: shardTrust{pid: trustPID, ttl: cfg.Index.fallbackTTL(cfg.Trust)}}
 		r.shardBacklogs = append(r.shardBacklogs, st.backlog)
 		r.shards = append(r.shards, guardian.Spawn(newShardProps(st, shardDispatch, cfg.shardMiddleware...)))
 	}
@@ -126,7 +135,7 @@ func Start(cfg Config) (*Router, error) {
 	replicationPID := actor.NewPID(sys.Address(), "replication")
 	registryPID := actor.NewPID(sys.Address(), "registry")
 	var err error
-	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.gate, r.shards, replicationPID, registryPID, schedDispatch), schedulerPID.Id); err != nil {
+	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.gate, r.shards, replicationPID, registryPID, trustPID, schedDispatch), schedulerPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn scheduler: %w", err)
 	}
 	r.replBacklog = newBacklog(cfg.ReplicationBacklog)
@@ -136,6 +145,12 @@ func Start(cfg Config) (*Router, error) {
 	if r.registry, err = sys.Root.SpawnNamed(newRegistryProps(cfg, r.shards, r.scheduler, r.replication).
 		Configure(actor.WithDispatcher(regDispatch)), registryPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn registry: %w", err)
+	}
+	if trustPID != nil {
+		props := newTrustProps(cfg.Trust, r.shards, r.scheduler, &r.trustSnap, cfg.Logger)
+		if r.trust, err = sys.Root.SpawnNamed(props, trustPID.Id); err != nil {
+			return nil, fmt.Errorf("spawn index trust: %w", err)
+		}
 	}
 	go r.ticker()
 	return r, nil
@@ -170,6 +185,9 @@ func (r *Router) ticker() {
 			if now.Sub(registryTicked) >= time.Second {
 				registryTicked = now
 				r.system.Root.Send(r.registry, tick)
+				if r.trust != nil {
+					r.system.Root.Send(r.trust, tick)
+				}
 			}
 			wait = r.gate.period(r.cfg.TickInterval)
 			t.Reset(wait)
@@ -184,7 +202,11 @@ func (r *Router) Stop() {
 		r.stopped.Store(true)
 		close(r.stop)
 		<-r.done
-		for _, pid := range append([]*actor.PID{r.registry, r.replication, r.scheduler}, r.shards...) {
+		pids := append([]*actor.PID{r.registry, r.replication, r.scheduler}, r.shards...)
+		if r.trust != nil {
+			pids = append(pids, r.trust)
+		}
+		for _, pid := range pids {
 			if err := r.system.Root.StopFuture(pid).Wait(); err != nil {
 				r.log.Warn("actor did not stop in time", "actor", pid.Id, "err", err)
 			}

@@ -70,9 +70,15 @@ type schedulerActor struct {
 	// arrive as SessionUpdates); sessionStats its counters last reported.
 	sessions     *sessions.Table
 	sessionStats sessions.Stats
+
+	// trust is the index-trust actor (nil: trust is off); trustTable its
+	// last verdicts; trustNoted when each rank was last reported routed.
+	trust      *actor.PID
+	trustTable *trustTable
+	trustNoted map[kv.WorkerWithDpRank]int64
 }
 
-func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.PID, replication, registry *actor.PID, d actor.Dispatcher) *actor.Props {
+func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.PID, replication, registry, trustPID *actor.PID, d actor.Dispatcher) *actor.Props {
 	restarts := &restartNotice{}
 	return actor.PropsFromProducer(func() actor.Actor {
 		table, err := sessions.New(cfg.sessionsConfig())
@@ -87,7 +93,7 @@ func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue:    mustQueue(cfg.Scheduling),
 			rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-			registry: registry, restarts: restarts, gate: gate,
+			registry: registry, restarts: restarts, gate: gate, trust: trustPID,
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
 		actor.WithMailbox(priorityMailbox()), actor.WithDispatcher(d),
@@ -112,6 +118,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 	case *messages.LoadReply:
 		s.onLoad(ctx, m)
 	case *messages.RankLoad:
+		s.notePeerStart(ctx, m) // before the board takes the new load
 		s.board.apply(m)
 		if s.queue.Len() > 0 {
 			s.tryDequeue(ctx) // a free shows in the load only now
@@ -132,7 +139,12 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 				s.gossip.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: &messages.FreeRequest{RequestId: id}}})
 			}
 		}
+	case *trustTable:
+		s.trustTable = m
 	case *messages.RankTable:
+		if s.trust != nil {
+			ctx.Send(s.trust, m) // the trust actor tracks the registered ranks
+		}
 		s.ranks = newRankView(m, ctx.Self().Address)
 		s.board.sync(s.ranks, func(w kv.WorkerWithDpRank) { ctx.Send(s.ranks.pids[w], &messages.RankLoadQuery{}) })
 		s.local.DropUnregistered(s.ranks.has)

@@ -48,9 +48,13 @@ type shardState struct {
 	obs     Observer
 	// drops rate-limits the WARN line of every event the shard drops.
 	drops dropLog
+	trust shardTrust
 }
 
-type shardActor struct{ st *shardState }
+type shardActor struct {
+	st  *shardState
+	ctx actor.Context // the message being handled's (trust reports)
+}
 
 // shardTurns is how many messages a shard handles before it yields its
 // processor (runtime.Gosched once more than this many were handled;
@@ -74,7 +78,10 @@ func newShardProps(st *shardState, d actor.Dispatcher, middleware ...actor.Recei
 
 func (a *shardActor) Receive(ctx actor.Context) {
 	st := a.st
+	a.ctx = ctx
 	switch m := ctx.Message().(type) {
+	case *trustTable:
+		st.trust.setTable(m)
 	case *actor.Started:
 		a.ensureIndex()
 	case *actor.Restarting:
@@ -118,6 +125,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		if expired := st.gate.expire(time.Unix(0, m.UnixNano)); len(expired) > 0 {
 			st.drops.warnRanks(st.log, st.id, "unregistered_worker_expired", expired)
 		}
+		st.trust.flush(ctx)
 	case *messages.ShardStatsQuery:
 		ctx.Respond(a.stats(m.Digest))
 	case *messages.Barrier:
@@ -157,13 +165,30 @@ func (a *shardActor) reset() {
 		})
 	default:
 		st.idx = index.New()
-		if st.cfg.PredictedTTL > 0 {
+		if ttl := st.predictedTTL(); ttl > 0 {
 			st.pred = index.NewApprox(index.ApproxConfig{
-				TTL: st.cfg.PredictedTTL, MaxTreeSize: st.cfg.MaxTreeSize, PruneTargetRatio: st.cfg.PruneTargetRatio,
+				TTL: ttl, MaxTreeSize: st.cfg.MaxTreeSize, PruneTargetRatio: st.cfg.PruneTargetRatio,
 			})
 		}
 	}
 }
+
+// predictedTTL is the lifetime of event mode's predictions: the
+// predicted TTL when set, else the trust fallback's (0: no predictions).
+func (st *shardState) predictedTTL() time.Duration {
+	if st.cfg.PredictedTTL > 0 {
+		return st.cfg.PredictedTTL
+	}
+	if st.trust.on() {
+		return st.trust.ttl
+	}
+	return 0
+}
+
+// mergePredictions: event mode's predictions extend every rank's index
+// matches (router-predicted-ttl-secs); without it they serve only the
+// untrusted ranks.
+func (st *shardState) mergePredictions() bool { return st.cfg.PredictedTTL > 0 }
 
 // tree is the structure the shard answers from in either mode.
 func (a *shardActor) tree() indexView {
@@ -187,6 +212,7 @@ func (a *shardActor) apply(m *messages.KvEvent) {
 		a.drop(ev, "approx_mode", nil)
 		return
 	}
+	a.st.trust.noteEvent(ev.Worker)
 	switch a.st.gate.admit(*ev) {
 	case held:
 		return // applied when the worker registers, or dropped if it never does
@@ -227,7 +253,9 @@ func (a *shardActor) trimScratch() {
 
 // index applies an event of a registered worker to the engines' index.
 func (a *shardActor) index(ev *kv.Event) {
-	if err := a.st.idx.Apply(ev); err != nil {
+	err := a.st.idx.Apply(ev)
+	a.st.trust.noteApplied(a.ctx, ev, err)
+	if err != nil {
 		a.drop(ev, index.ErrorReason(err), err)
 		return
 	}
@@ -244,7 +272,7 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 	if a.st.idx != nil {
 		reply.SharedBlocks = a.st.idx.SharedPrefix(local)
 	}
-	if a.st.idx != nil && a.st.pred == nil {
+	if a.st.idx != nil && (a.st.pred == nil || !a.st.mergePredictions() && !a.st.trust.anyUntrusted) {
 		// The common case: the engines' index alone, answered in rank
 		// order with no map and no sort.
 		a.st.packed = a.st.idx.AppendMatches(a.st.packed[:0], local)
@@ -262,7 +290,14 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 	}
 	var predicted map[kv.WorkerWithDpRank]uint32 // confirmed depth of predicted rows
 	if a.st.pred != nil && !a.st.approx {
-		for w, p := range a.st.pred.FindMatches(local) {
+		preds := a.st.pred.FindMatches(local)
+		if a.st.trust.anyUntrusted {
+			a.st.trust.fallBack(matches, preds)
+		}
+		for w, p := range preds {
+			if !a.st.mergePredictions() || a.st.trust.untrusted(w) {
+				continue // untrusted ranks' rows are predictions already
+			}
 			if t, ok := matches[w]; !ok || p.Device > t.Device {
 				// The prediction extends the device prefix; lower-tier
 				// continuation no longer lines up, so it is dropped.

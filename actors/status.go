@@ -23,6 +23,9 @@ type RankStatus struct {
 	// PrefillTokensPerSec is the rank's measured prefill throughput
 	// (scheduling.PrefillRate, read by the ttft cost); 0 until measured.
 	PrefillTokensPerSec float64 `json:"prefill_tokens_per_sec,omitempty"`
+	// IndexTrust is how far the KV event index is believed for this rank
+	// (exact, degraded, untrusted: docs/index-trust.md), with its cause.
+	IndexTrust RankTrust `json:"index_trust"`
 }
 
 // WorkerStatus is one registered worker with its ranks.
@@ -61,6 +64,9 @@ type Status struct {
 	// UnregisteredIndexed counts blocks indexed for workers that never
 	// registered (events can precede the first heartbeat).
 	UnregisteredIndexed map[string]uint64 `json:"unregistered_indexed,omitempty"`
+	// IndexTrustTransitions counts the ranks' trust changes by target
+	// state and reason ("untrusted/stale_stream": n).
+	IndexTrustTransitions map[string]uint64 `json:"index_trust_transitions,omitempty"`
 }
 
 // Status gathers the registry, each shard's blocks and counters, and
@@ -108,7 +114,7 @@ func (r *Router) Status(ctx context.Context, withDigest bool) (*Status, error) {
 		for rk := hb.DataParallelStartRank; rk < hb.DataParallelStartRank+ws.DataParallelSize; rk++ {
 			key := kv.WorkerWithDpRank{WorkerID: kv.WorkerID(hb.WorkerId), DpRank: rk}
 			registered[key] = true
-			rs := RankStatus{DpRank: rk, State: cond.State(rk).String(), IndexedBlocks: blocks[key]}
+			rs := RankStatus{DpRank: rk, State: cond.State(rk).String(), IndexedBlocks: blocks[key], IndexTrust: r.IndexTrust(key)}
 			if l := load[key]; l != nil {
 				rs.ActiveRequests = l.ActiveRequests
 				rs.ActivePrefillTokens = l.PotentialPrefillTokens
@@ -128,5 +134,6 @@ func (r *Router) Status(ctx context.Context, withDigest bool) (*Status, error) {
 		}
 	}
 	slices.SortFunc(st.Workers, func(a, b WorkerStatus) int { return cmp.Compare(a.WorkerID, b.WorkerID) })
+	st.IndexTrustTransitions = r.IndexTrustTransitions()
 	return st, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
 	"github.com/kvrouter/kvrouter/sessions"
+	"github.com/kvrouter/kvrouter/trust"
 )
 
 // Config is every setting of one router replica.
@@ -119,6 +120,18 @@ type Config struct {
 	NATSTLSKey       string `flag:"nats-tls-key" help:"PEM private key of --nats-tls-cert"`
 	NATSServerConfig string `flag:"nats-server-config" help:"nats-server configuration file for the embedded server (authorization users with permissions, accounts, operator and resolver, tls); --nats-listen, --data-dir and --jetstream override its listen and jetstream settings, and --nats-user/--nats-nkey are added to its users"`
 	NATSInsecure     bool   `flag:"nats-insecure" help:"let the embedded NATS listen beyond loopback without authentication: anyone who reaches it can then publish KV events and heartbeats, clear workers' indexes and purge the stream"`
+
+	// ---- index trust per rank (docs/index-trust.md) ----
+	IndexTrust                 bool          `flag:"index-trust" help:"rate each worker rank's KV event index exact, degraded or untrusted (gaps, failed replays, refused events, stale streams, parity drift) and score untrusted ranks from predicted blocks (approximate mode's rule) until a replay, a clear or a clean parity window restores them; event mode only"`
+	IndexTrustGapGrace         time.Duration `flag:"index-trust-gap-grace" help:"an event-id gap neither replayed nor followed by a clear of the rank within this long makes the rank untrusted (degraded meanwhile)"`
+	IndexTrustStaleAfter       time.Duration `flag:"index-trust-stale-after" help:"a rank routed requests for this long with no KV event from it is untrusted (its event stream is presumed dead); events resuming with no gap lift it"`
+	IndexTrustRefusedWindow    time.Duration `flag:"index-trust-refused-window" help:"an event the index refused (parent_not_found, invalid_event, ...) degrades its rank for this long"`
+	IndexTrustRefusedUntrusted int           `flag:"index-trust-refused-untrusted" help:"this many refused events of one rank within index-trust-refused-window make it untrusted"`
+	IndexTrustParityWindow     int           `flag:"index-trust-parity-window" help:"requests with a predicted cache hit per parity judgement of a rank (predicted vs engine-confirmed cached tokens)"`
+	IndexTrustParityDegraded   float64       `flag:"index-trust-parity-degraded" help:"a parity window whose false-hit fraction (predicted cached tokens the engine did not confirm / predicted) exceeds this degrades the rank"`
+	IndexTrustParityUntrusted  float64       `flag:"index-trust-parity-untrusted" help:"a parity window whose false-hit fraction exceeds this makes the rank untrusted"`
+	IndexTrustParityClean      float64       `flag:"index-trust-parity-clean" help:"a parity window whose false-hit fraction is at most this restores the rank to exact"`
+	IndexTrustFallbackTTL      time.Duration `flag:"index-trust-fallback-ttl" help:"how long a routed prompt's blocks are predicted cached on a rank that is not exact, when router-predicted-ttl-secs is 0"`
 
 	// ---- routing (Dynamo names) ----
 	BlockSize                  int           `flag:"block-size" help:"KV block size in tokens; workers must match"`
@@ -294,6 +307,16 @@ func Default() Config {
 		RouterMaxTreeSize:          1 << 20,
 		RouterPruneTargetRatio:     0.8,
 		RouterPredictedTTLSecs:     0,
+		IndexTrust:                 true,
+		IndexTrustGapGrace:         trust.DefaultGapGrace,
+		IndexTrustStaleAfter:       trust.DefaultStaleAfter,
+		IndexTrustRefusedWindow:    trust.DefaultRefusedWindow,
+		IndexTrustRefusedUntrusted: trust.DefaultRefusedUntrusted,
+		IndexTrustParityWindow:     trust.DefaultParityWindow,
+		IndexTrustParityDegraded:   trust.DefaultParityDegraded,
+		IndexTrustParityUntrusted:  trust.DefaultParityUntrusted,
+		IndexTrustParityClean:      trust.DefaultParityClean,
+		IndexTrustFallbackTTL:      trust.DefaultFallbackTTL,
 		RouterQueueThreshold:       sc.RouterQueueThreshold,
 		RouterQueuePolicy:          string(sc.RouterQueuePolicy),
 		RouterMaxQueueLength:       sc.MaxQueueLength,
@@ -453,6 +476,7 @@ func (c *Config) Actors() actors.Config {
 	}
 	// A malformed list is Validate's error; here it declares no store.
 	ac.Index.SharedStores, _ = index.ParseSharedStores(c.SharedCacheWorkers)
+	ac.Trust = c.indexTrust()
 	ac.Scheduling = c.Scheduling()
 	ac.TrackActiveBlocks = c.RouterTrackActiveBlocks
 	ac.Sequence = sequence.Config{

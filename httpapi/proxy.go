@@ -149,6 +149,8 @@ type proxied struct {
 	// stripUsage: the proxy asked for the usage chunk the client did not.
 	stripUsage bool
 	parityDone bool
+	// trust is the serving rank's index trust (IndexTrustHeader).
+	trust string
 }
 
 // completionParity fills a completion's parity fields: its model, and
@@ -253,6 +255,7 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 	p.worker, p.rank = reply.Worker.GetWorkerId(), reply.Worker.GetDpRank()
 	p.predicted = int(reply.OverlapBlocks) * s.opts.BlockSize
 	p.hasPrediction = reply.PrefillWorker == nil
+	p.trust = s.indexTrust(reply.Worker)
 	if reply.PrefillWorker != nil {
 		return p.disaggregated(ctx, reply)
 	}
@@ -306,6 +309,7 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 		}
 	}
 	w.Header().Set("X-Request-Id", p.requestID)
+	w.Header().Set(IndexTrustHeader, p.trust)
 	w.WriteHeader(resp.StatusCode)
 	if resp.StatusCode != http.StatusOK {
 		if _, err := io.Copy(w, resp.Body); err != nil {

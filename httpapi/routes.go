@@ -55,6 +55,9 @@ type RouteResult struct {
 	// PromptTokens is the prompt's length in tokens when the router
 	// tokenized it (text or messages).
 	PromptTokens int `json:"prompt_tokens,omitempty"`
+	// IndexTrust is the chosen rank's index trust: exact, degraded, or
+	// untrusted (its overlap came from predicted blocks); docs/index-trust.md.
+	IndexTrust string `json:"index_trust"`
 	// In a disaggregated fleet, when the prompt is prefilled remotely:
 	// the prefill rank (worker_id/dp_rank above is the decode rank), its
 	// cached prefix, and the id its hop is tracked under (free it with
@@ -136,6 +139,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	res := RouteResult{
 		WorkerID: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
 		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens, PromptTokens: promptTokens,
+		IndexTrust: s.indexTrust(reply.Worker),
 	}
 	if pw := reply.PrefillWorker; pw != nil {
 		id, rank := pw.WorkerId, pw.DpRank

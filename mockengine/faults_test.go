@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kv"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -68,5 +72,64 @@ func TestFaults(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("bad fault body answered %d", resp.StatusCode)
+	}
+}
+
+// A muted worker keeps serving and caching but publishes no KV event;
+// the ids of the events it lost are spent, so when publishing resumes the
+// next event shows the gap.
+func TestEventsMuted(t *testing.T) {
+	pub := &fakePublisher{}
+	w := startWorker(t, nil, pub)
+	prompt := make([]uint32, 64)
+	for i := range prompt {
+		prompt[i] = uint32(1000 + i)
+	}
+	complete(t, w.url, prompt, 1, "", nil)
+	waitEvents := func(n int) []kv.Event {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			evs, _ := pub.snapshot()
+			if len(evs) >= n || time.Now().After(deadline) {
+				return evs
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	before := len(waitEvents(1))
+	if before == 0 {
+		t.Fatal("no event before muting")
+	}
+	resp, err := http.Post(w.url+"/fault", "application/json", bytes.NewReader([]byte(`{"events_muted":true}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	other := slices.Clone(prompt)
+	other[0] = 7
+	if got := complete(t, w.url, other, 1, "", nil); got.Usage == nil || got.Usage.PromptTokens != 64 {
+		t.Fatalf("muted worker did not serve: %+v", got)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if evs, _ := pub.snapshot(); len(evs) != before {
+		t.Fatalf("muted worker published %d events", len(evs)-before)
+	}
+	if _, page := get(t, w.url+"/metrics"); !strings.Contains(page, `kv_event_muted`) {
+		t.Fatal("muted events not counted")
+	}
+	if got := complete(t, w.url, other, 1, "", nil); got.Usage.PromptTokensDetails.CachedTokens == 0 {
+		t.Fatal("a muted worker stopped caching")
+	}
+	w.srv.SetEventsMuted(false)
+	third := slices.Clone(prompt)
+	third[0] = 8
+	complete(t, w.url, third, 1, "", nil)
+	evs := waitEvents(before + 1)
+	if len(evs) <= before {
+		t.Fatal("no event after unmuting")
+	}
+	if last, next := evs[before-1].EventID, evs[before].EventID; next <= last+1 {
+		t.Fatalf("event ids %d then %d: the muted events' ids were reused", last, next)
 	}
 }

@@ -123,4 +123,5 @@ func newServerMetrics(e *Engine, model, flavor string, f *faults) *serverMetrics
 type faults struct {
 	unhealthy    atomic.Bool
 	extraWaiting atomic.Int64
+	eventsMuted  atomic.Bool
 }

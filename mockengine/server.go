@@ -189,18 +189,27 @@ func (s *Server) SetHealthy(ok bool) { s.faults.unhealthy.Store(!ok) }
 // every rank, as if other clients had queued them on the engine.
 func (s *Server) SetExtraWaiting(n int) { s.faults.extraWaiting.Store(int64(n)) }
 
+// SetEventsMuted stops (true) or resumes (false) publishing KV events
+// while the engine keeps serving and caching: a dead event stream. Muted
+// events are lost, not queued (their event ids are spent, so a router
+// sees a gap when publishing resumes); each is counted as
+// publish_errors_total{kind="kv_event_muted"}.
+func (s *Server) SetEventsMuted(muted bool) { s.faults.eventsMuted.Store(muted) }
+
 // fault is POST /fault {"healthy": bool, "extra_waiting": n,
-// "restart_rank": r, "reset_rank": r}: the same fault injection for
-// workers in other processes (every field may be left out). restart_rank
-// restarts one dp rank's engine core (Engine.RestartRank), reset_rank
-// clears one rank's prefix cache (Engine.ResetRankPrefixCache); the other
-// ranks are untouched. Unknown fields are refused.
+// "restart_rank": r, "reset_rank": r, "events_muted": bool}: the same fault
+// injection for workers in other processes (every field may be left out).
+// restart_rank restarts one dp rank's engine core (Engine.RestartRank),
+// reset_rank clears one rank's prefix cache (Engine.ResetRankPrefixCache);
+// the other ranks are untouched. events_muted is SetEventsMuted. Unknown
+// fields are refused.
 func (s *Server) fault(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Healthy      *bool `json:"healthy"`
 		ExtraWaiting *int  `json:"extra_waiting"`
 		RestartRank  *int  `json:"restart_rank"`
 		ResetRank    *int  `json:"reset_rank"`
+		EventsMuted  *bool `json:"events_muted"`
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
 	dec.DisallowUnknownFields()
@@ -226,7 +235,11 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request) {
 	if body.ExtraWaiting != nil {
 		s.SetExtraWaiting(*body.ExtraWaiting)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"healthy": !s.faults.unhealthy.Load(), "extra_waiting": s.faults.extraWaiting.Load()})
+	if body.EventsMuted != nil {
+		s.SetEventsMuted(*body.EventsMuted)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"healthy": !s.faults.unhealthy.Load(), "extra_waiting": s.faults.extraWaiting.Load(),
+		"events_muted": s.faults.eventsMuted.Load()})
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
@@ -337,6 +350,10 @@ func advertisedURL(addr net.Addr) string {
 
 // enqueueEvent is the engine's event callback: it must not block.
 func (s *Server) enqueueEvent(ev kv.Event) {
+	if s.faults.eventsMuted.Load() {
+		s.metrics.publishErrors.WithLabelValues("kv_event_muted").Inc()
+		return
+	}
 	if s.pub != nil {
 		s.events.push(ev)
 	}

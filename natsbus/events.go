@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/events"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/trust"
 )
 
 // Defaults of the NATS names the router and the engines agree on.
@@ -81,6 +82,8 @@ type EventSourceConfig struct {
 	// unknown type: events.ReasonUnknownEventType), so it is counted
 	// with the router's other dropped events.
 	OnDrop func(reason string)
+	// Trust hears of each rank's event-id gaps (index trust); nil: nobody.
+	Trust trust.StreamObserver
 }
 
 func (c *EventSourceConfig) applyDefaults() {
@@ -319,6 +322,9 @@ func (s *EventSource) track(w kv.WorkerWithDpRank, id uint64) {
 	if seen {
 		if skipped, ok := EventIDStep(last, id); ok {
 			s.gaps.Add(skipped)
+			if skipped > 0 && s.cfg.Trust != nil {
+				s.cfg.Trust.GapOpened(w, skipped)
+			}
 		} else {
 			s.reordered.Add(1)
 		}

@@ -81,7 +81,7 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 	}
 	b.events, err = natsbus.StartEventSource(ctx, b.nc, natsbus.EventSourceConfig{
 		Subject: cfg.KVEventsSubject, Stream: stream, MaxAge: cfg.KVEventsMaxAge, MaxMsgs: cfg.KVEventsMaxMsgs,
-		MaxBytes: cfg.KVEventsMaxBytes, StartSeq: startSeq, Log: base,
+		MaxBytes: cfg.KVEventsMaxBytes, StartSeq: startSeq, Log: base, Trust: router,
 		OnDrop: m.EventDropped, // events of an unknown type, by reason
 	}, router.ApplyEvent)
 	if err != nil {

@@ -29,8 +29,10 @@ func (r *Replica) gatherState(ctx context.Context) (*metrics.State, error) {
 			out.WorkerGauges = append(out.WorkerGauges, metrics.WorkerGauge{Name: "worker_routable",
 				Help:     "1 while a worker rank takes new requests; 0 while it is busy, unhealthy or draining (see /workers).",
 				WorkerID: w.WorkerID, DpRank: rk.DpRank, Value: routable})
+			out.WorkerGauges = append(out.WorkerGauges, indexTrustGauge(w.WorkerID, rk))
 		}
 	}
+	out.Counters = append(out.Counters, indexTrustCounters(st.IndexTrustTransitions)...)
 	for name, v := range st.IndexCounters {
 		out.Counters = append(out.Counters, metrics.Counter{Name: "index_" + name, Source: "index", Value: v})
 	}

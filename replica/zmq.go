@@ -29,7 +29,7 @@ type zmqLink struct {
 
 func startZMQ(cfg config.Config, router *actors.Router, base *slog.Logger, onDrop func(reason string)) (*zmqLink, error) {
 	mgr, err := zmqevents.NewManager(zmqevents.Options{
-		BlockSize: cfg.BlockSize, Handler: router.ApplyEvent, Logger: base, OnDrop: onDrop,
+		BlockSize: cfg.BlockSize, Handler: router.ApplyEvent, Logger: base, OnDrop: onDrop, Trust: router,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("zmq ingestion: %w", err)

@@ -110,11 +110,14 @@ type rig struct {
 	got *index.Indexer
 
 	sent uint64 // batches the current publisher numbered
+
+	trust *trustRecorder // what index trust heard
 }
 
 func newRig(t testing.TB, enc zmqevents.Encoding, drop func(rank uint32, seq uint64) bool) *rig {
 	t.Helper()
-	r := &rig{t: t, engine: newEngineModel(kv.WorkerWithDpRank{WorkerID: 7}, 1), ref: index.New(), got: index.New()}
+	r := &rig{t: t, engine: newEngineModel(kv.WorkerWithDpRank{WorkerID: 7}, 1), ref: index.New(), got: index.New(),
+		trust: &trustRecorder{}}
 	pub, err := mockengine.NewZMQPublisher(mockengine.ZMQPublisherConfig{
 		Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", BlockSize: blockSize,
 		Encoding: enc, DropSeq: drop,
@@ -129,7 +132,7 @@ func newRig(t testing.TB, enc zmqevents.Encoding, drop func(rank uint32, seq uin
 	r.pub = pub
 	sub, err := zmqevents.StartSubscriber(context.Background(), zmqevents.WorkerEndpoint{
 		WorkerID: 7, Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(),
-	}, zmqevents.Options{BlockSize: blockSize, ReplayTimeout: 2 * time.Second, Handler: func(ev *kv.Event) {
+	}, zmqevents.Options{BlockSize: blockSize, ReplayTimeout: 2 * time.Second, Trust: r.trust, Handler: func(ev *kv.Event) {
 		r.mu.Lock()
 		_ = r.got.Apply(ev) // rejections are counted by the index
 		r.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/trust"
 )
 
 // Options configures how subscribers deliver events.
@@ -35,6 +36,8 @@ type Options struct {
 	// dropped events (kvrouter_kv_events_dropped_total{reason}). Ranks
 	// call it concurrently; it must not block.
 	OnDrop func(reason string)
+	// Trust hears of each rank's gaps and replays (index trust); nil: nobody.
+	Trust trust.StreamObserver
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -52,6 +55,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = 250 * time.Millisecond
+	}
+	if o.Trust == nil {
+		o.Trust = trust.NopStreamObserver{}
 	}
 	return o, nil
 }
@@ -450,6 +456,9 @@ func (rs *rankStream) onLive(ctx context.Context, frames [][]byte) {
 		// that published exactly as many batches as the old one before
 		// the socket reconnected is caught by the same check as a gap,
 		// the replayed batch at next-1 being a different one.
+		if seq > rs.next {
+			rs.s.opts.Trust.GapOpened(rs.id(), seq-rs.next)
+		}
 		if rs.replayEndpoint != "" {
 			rs.repairGap(ctx)
 		}
@@ -479,12 +488,14 @@ func (rs *rankStream) apply(seq uint64, topic, payload []byte) {
 // start on and applies those not applied yet, in order.
 func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
 	c := &rs.s.c
+	holes := false
 	err := Replay(ctx, rs.replayEndpoint, start, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) error {
 		if rs.started && seq < rs.next {
 			return nil
 		}
 		if rs.started && seq > rs.next {
 			c.addLost(rs.next, seq)
+			holes = true
 		}
 		rs.started, rs.next = true, seq+1
 		c.replayed.Add(1)
@@ -495,9 +506,11 @@ func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
 		c.replayErrors.Add(1)
 		if ctx.Err() == nil {
 			rs.s.log.Warn("kv event replay failed", "dp_rank", rs.rank, "from_seq", start, "err", err)
+			rs.s.opts.Trust.ReplayFailed(rs.id(), "replay_error")
 		}
 		return
 	}
+	rs.reportReplay(holes)
 	c.replays.Add(1)
 	if !rs.started { // an empty buffer: the engine has published nothing yet
 		rs.started, rs.next = true, start
@@ -520,6 +533,7 @@ func (rs *rankStream) repairGap(ctx context.Context) {
 	}
 	verify := rs.next - 1
 	c := &rs.s.c
+	holes := false
 	err := Replay(ctx, rs.replayEndpoint, verify, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) error {
 		switch {
 		case seq == verify:
@@ -531,6 +545,7 @@ func (rs *rankStream) repairGap(ctx context.Context) {
 			return nil
 		case seq > rs.next:
 			c.addLost(rs.next, seq)
+			holes = true
 		}
 		rs.next = seq + 1
 		c.replayed.Add(1)
@@ -549,8 +564,26 @@ func (rs *rankStream) repairGap(ctx context.Context) {
 		c.replayErrors.Add(1)
 		if ctx.Err() == nil {
 			rs.s.log.Warn("kv event replay failed", "dp_rank", rs.rank, "from_seq", verify, "err", err)
+			rs.s.opts.Trust.ReplayFailed(rs.id(), "replay_error")
 		}
 	default:
+		rs.reportReplay(holes)
 		c.replays.Add(1)
 	}
+}
+
+// id names the rank for index trust.
+func (rs *rankStream) id() kv.WorkerWithDpRank {
+	return kv.WorkerWithDpRank{WorkerID: rs.s.cfg.WorkerID, DpRank: rs.rank}
+}
+
+// reportReplay tells index trust how a replay that answered ended: with
+// holes (the engine's buffer did not reach back) the rank's index still
+// misses events.
+func (rs *rankStream) reportReplay(holes bool) {
+	if holes {
+		rs.s.opts.Trust.ReplayFailed(rs.id(), "replay_incomplete")
+		return
+	}
+	rs.s.opts.Trust.ReplayCompleted(rs.id())
 }
