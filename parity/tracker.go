@@ -82,6 +82,11 @@ type Drift struct {
 	// predicted).
 	Rate float64
 	At   time.Time
+	// RequestPredicted and RequestConfirmed are the request that brought
+	// this report: its predicted hit (capped as the engine caps it) and
+	// the cached tokens the engine confirmed, for an observer that keeps
+	// a window of its own (index trust).
+	RequestPredicted, RequestConfirmed int
 }
 
 // DriftObserver is told a rank's drift after every request to it that
@@ -239,7 +244,9 @@ func (t *Tracker) observeLocked(now time.Time, o Observation) (Result, Drift, Ra
 		return res, Drift{}, RankKey{}, false
 	}
 	r.push(res.Predicted, res.Unconfirmed)
-	return res, r.drift(now), key, true
+	d := r.drift(now)
+	d.RequestPredicted, d.RequestConfirmed = res.Predicted, res.Confirmed
+	return res, d, key, true
 }
 
 // capHit caps a predicted hit as engines cap theirs: the prompt's last

@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/events"
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/netpolicy"
 	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/zmqevents"
@@ -114,9 +115,14 @@ func (r *Replica) serveHTTP() error {
 	}
 	var tracker *parity.Tracker
 	if cfg.Parity && cfg.Proxy {
-		// The drift observer (index trust) is ParityDrift; nil until one
-		// is set.
-		if tracker, err = parity.New(cfg.ParityConfig(), r.parityDrift); err != nil {
+		// Every request whose predicted hit the engine's usage could
+		// check reaches index trust, which keeps its own parity window
+		// per rank (predicted hits the engine did not confirm).
+		drift := parity.DriftFunc(func(k parity.RankKey, d parity.Drift) {
+			r.router.ObserveParity(kv.WorkerWithDpRank{WorkerID: kv.WorkerID(k.Worker), DpRank: k.DpRank},
+				d.RequestPredicted, d.RequestConfirmed, d.At)
+		})
+		if tracker, err = parity.New(cfg.ParityConfig(), drift); err != nil {
 			return fmt.Errorf("parity: %w", err)
 		}
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/metrics"
 	"github.com/kvrouter/kvrouter/netpolicy"
-	"github.com/kvrouter/kvrouter/parity"
 )
 
 // Version is reported in cluster metadata and by `kvrouter version`.
@@ -35,10 +34,6 @@ const Version = "0.1.0"
 // Replica is one running router replica.
 type Replica struct {
 	cfg config.Config
-	// parityDrift is told each worker rank's rate of predicted hits the
-	// engine did not confirm (live cache parity); the index-trust side
-	// sets it before the HTTP API starts (nil: nobody listens).
-	parityDrift parity.DriftObserver
 	// base carries the replica id and is handed to the components
 	// (actors, cluster, natsbus, httpapi, zmqevents), which add their own
 	// "component" attribute; log is base with component=replica, for the

@@ -288,3 +288,63 @@ func ratio(a, b int) float64 {
 	}
 	return float64(a) / float64(b)
 }
+
+// TestParityDriftUntrustsARank: the engine behind worker 1 loses its cache
+// without an event reaching the router (its stream is muted while it
+// resets), but the stream is not stale long enough to be noticed. The
+// proxy's live cache parity sees the engine confirm none of the hits the
+// index predicts, and index trust marks the rank untrusted for
+// parity_drift: the proxy's usage reaches the trust actor.
+func TestParityDriftUntrustsARank(t *testing.T) {
+	const window = 8
+	rep := StartReplica(t, func(c *config.Config) {
+		c.IndexTrustStaleAfter = 10 * time.Minute
+		c.IndexTrustParityWindow = window
+	})
+	base := BaseURL(rep)
+	url := StartMockWorker(t, rep, 1, nil)
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if n := len(workers(t, base).Workers); n != 1 {
+			return fmt.Errorf("%d workers", n)
+		}
+		return nil
+	})
+	const blocks = 8
+	prompt := func(i int) []uint32 { return tokens(16*blocks+1, uint32(300+i)) }
+	complete := func(target string, p []uint32) *http.Response {
+		body, _ := json.Marshal(map[string]any{"prompt": p, "max_tokens": 1})
+		resp, err := http.Post(target+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", target, resp.StatusCode)
+		}
+		return resp
+	}
+	for i := range window {
+		complete(url, prompt(i))
+	}
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		if _, _, n := rankTrust(t, base, 1); n < window*blocks {
+			return fmt.Errorf("worker 1 has %d blocks indexed, want %d", n, window*blocks)
+		}
+		return nil
+	})
+	Post(t, url+"/fault", map[string]any{"events_muted": true}, nil)
+	Post(t, url+"/reset_prefix_cache", "{}", nil)
+
+	// Through the proxy: every prompt is predicted cached, none is.
+	for i := range window {
+		if h := complete(base, prompt(i)).Header.Get("X-Kvrouter-Index-Trust"); i == 0 && h != "exact" {
+			t.Fatalf("first proxied answer's index trust %q, want exact", h)
+		}
+	}
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		if s, why, _ := rankTrust(t, base, 1); s != "untrusted" || why != "parity_drift" {
+			return fmt.Errorf("worker 1 is %s (%s), want untrusted (parity_drift)", s, why)
+		}
+		return nil
+	})
+}
