@@ -185,6 +185,7 @@ func FromJSON(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 			model.merges.put(pairKey(int32(a), int32(b)), merge{rank: uint32(rank), id: c})
 		}
 	}
+	model.initRanks(len(merges))
 	t.model = model
 
 	if t.norm, err = buildNormalizer(f.Normalizer); err != nil {

@@ -1,0 +1,191 @@
+package tokenizer
+
+import (
+	"slices"
+	"sync"
+)
+
+// Merging a long word rank by rank.
+//
+// The reference merges a word with a priority queue of (rank, position)
+// candidates: O(n log n), but on a word of a million symbols (one
+// character repeated, a run of spaces) every pop walks a heap far larger
+// than the CPU caches, and that cost a microsecond per byte of text.
+//
+// mergeByRank pops the same candidates in the same order with far less
+// work: one bucket of positions per pending rank, and a small heap of the
+// pending ranks. A rank's candidates are applied in one left-to-right pass
+// over its bucket (sorted by position), which is the queue's order within
+// one rank: a merge never creates a pair of its own rank (the merged
+// token differs from both operands), so the bucket cannot grow during its
+// pass. A merge that creates a pair ranked *lower* than the pass's rank
+// (a merge table where a pair ranks before a merge producing one of its
+// operands: trained tables have none, but some files do) would be popped
+// next by the queue: the pass stops there, puts its rank back with the
+// positions it has not reached, and the lower rank goes first. Every
+// candidate is validated against the symbols it was made from, as the
+// queue's are, so stale ones are skipped the same way.
+
+// rankBucket holds the positions of one rank's pair.
+type rankBucket struct {
+	left, right int32
+	id          uint32
+	pos         []int32
+	unsorted    bool // an append went below the last position
+}
+
+// rankScratch is mergeByRank's working memory, kept between calls.
+type rankScratch struct {
+	slot    []int32 // rank → index in buckets (-1: none pending)
+	buckets []rankBucket
+	heap    []uint32 // pending ranks (min-heap)
+}
+
+// initRanks prepares mergeByRank's scratch pool (nRanks: how many
+// merges the file lists).
+func (m *bpe) initRanks(nRanks int) {
+	m.rankPool = &sync.Pool{New: func() any {
+		sc := &rankScratch{slot: make([]int32, nRanks)}
+		for i := range sc.slot {
+			sc.slot[i] = -1
+		}
+		return sc
+	}}
+}
+
+// mergeByRank merges a long word; see above.
+func (m *bpe) mergeByRank(syms []symbol) []symbol {
+	sc := m.rankPool.Get().(*rankScratch)
+	defer m.rankPool.Put(sc)
+	sc.buckets, sc.heap = sc.buckets[:0], sc.heap[:0]
+
+	n := len(syms)
+	next := make([]int32, n)
+	prev := make([]int32, n)
+	alive := make([]bool, n)
+	for i := range syms {
+		next[i], prev[i], alive[i] = int32(i+1), int32(i-1), true
+	}
+	next[n-1] = -1
+
+	cur, lower := uint32(noRank), false // the rank of the pass; a lower one was pushed
+	push := func(i int32) {
+		j := next[i]
+		if j < 0 {
+			return
+		}
+		mg := m.lookup(syms[i].id, syms[j].id)
+		if mg.rank == noRank {
+			return
+		}
+		lower = lower || mg.rank < cur
+		b := sc.slot[mg.rank]
+		if b < 0 {
+			b = int32(len(sc.buckets))
+			if len(sc.buckets) < cap(sc.buckets) {
+				sc.buckets = sc.buckets[:b+1]
+				old := sc.buckets[b].pos[:0]
+				sc.buckets[b] = rankBucket{left: syms[i].id, right: syms[j].id, id: mg.id, pos: old}
+			} else {
+				sc.buckets = append(sc.buckets, rankBucket{left: syms[i].id, right: syms[j].id, id: mg.id})
+			}
+			sc.slot[mg.rank] = b
+			sc.pushRank(mg.rank)
+		}
+		bk := &sc.buckets[b]
+		if len(bk.pos) > 0 && bk.pos[len(bk.pos)-1] > i {
+			bk.unsorted = true
+		}
+		bk.pos = append(bk.pos, i)
+	}
+	for i := int32(0); i < int32(n-1); i++ {
+		push(i)
+	}
+	for len(sc.heap) > 0 {
+		r := sc.popRank()
+		b := sc.slot[r]
+		// New buckets may be appended while this one is applied: read
+		// it by index, never through a pointer.
+		left, right, id := sc.buckets[b].left, sc.buckets[b].right, sc.buckets[b].id
+		pos := sc.buckets[b].pos
+		if sc.buckets[b].unsorted {
+			slices.Sort(pos)
+			sc.buckets[b].unsorted = false
+		}
+		cur, lower = r, false
+		k := 0
+		for k < len(pos) && !lower {
+			i := pos[k]
+			k++
+			if !alive[i] || syms[i].id != left {
+				continue
+			}
+			j := next[i]
+			if j < 0 || syms[j].id != right {
+				continue
+			}
+			syms[i].id = int32(id)
+			syms[i].end = syms[j].end
+			alive[j] = false
+			next[i] = next[j]
+			if next[j] >= 0 {
+				prev[next[j]] = i
+			}
+			if p := prev[i]; p >= 0 {
+				push(p)
+			}
+			push(i)
+		}
+		if k < len(pos) {
+			// A lower rank goes first; this one resumes after it.
+			sc.buckets[b].pos = pos[k:]
+			sc.pushRank(r)
+			continue
+		}
+		sc.buckets[b].pos = pos[:0]
+		sc.slot[r] = -1
+	}
+	out := syms[:0]
+	for i := int32(0); i >= 0 && int(i) < n; i = next[i] {
+		out = append(out, syms[i])
+	}
+	return out
+}
+
+func (sc *rankScratch) pushRank(r uint32) {
+	h := append(sc.heap, r)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p] <= h[i] {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	sc.heap = h
+}
+
+func (sc *rankScratch) popRank() uint32 {
+	h := sc.heap
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h[l] < h[m] {
+			m = l
+		}
+		if r < n && h[r] < h[m] {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	sc.heap = h
+	return top
+}
