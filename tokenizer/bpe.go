@@ -71,6 +71,11 @@ func (m *bpe) encodePiece(dst []uint32, piece string) []uint32 {
 			return append(dst, id)
 		}
 	}
+	if len(piece) == 1 && m.byteLevel && !m.ignoreMerges && m.byteIDs[piece[0]] >= 0 {
+		// One byte merges with nothing (a digit of a model that splits
+		// numbers digit by digit): skip the cache.
+		return append(dst, uint32(m.byteIDs[piece[0]]))
+	}
 	cacheable := len(piece) < maxCachedPiece
 	if cacheable {
 		if ids, ok := m.cache.get(piece); ok {

@@ -34,6 +34,11 @@ type Tokenizer struct {
 	tokens  []string // id → token (added tokens included)
 	special map[uint32]bool
 
+	// bound: how much input text a token covers at most; pieceBytes:
+	// how many bytes of a pre-tokenized piece (limit.go; 0: no bound).
+	bound      Bound
+	pieceBytes int
+
 	// Config is what tokenizer_config.json (and chat_template.jinja) say.
 	Config Config
 	// Path is where the tokenizer was loaded from.
@@ -198,6 +203,7 @@ func FromJSON(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	if err := model.init(byteLevel); err != nil {
 		return nil, err
 	}
+	t.deriveBound(f.Normalizer, f.PreTokenizer)
 	if t.post, err = buildPostProcessor(f.PostProcessor, vocab); err != nil {
 		return nil, err
 	}
@@ -293,41 +299,75 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 
 // AppendEncode is Encode appending to dst.
 func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecial bool) []uint32 {
+	dst, _ = t.appendEncode(dst, text, addSpecial, 0)
+	return dst
+}
+
+// appendEncode is AppendEncode that stops, returning false, as soon as
+// the encoding is sure to exceed limit tokens (limit <= 0: no limit): when
+// the ids so far pass it, or when the ids so far plus the fewest tokens
+// the rest of a section or piece can make (pieceBytes) do.
+func (t *Tokenizer) appendEncode(dst []uint32, text string, addSpecial bool, limit int) ([]uint32, bool) {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
+	base, suffix := len(dst), 0
 	if addSpecial && t.post != nil {
 		dst = append(dst, t.post.prefix...)
+		suffix = len(t.post.suffix)
 	}
-	emit := func(p string) { dst = t.model.encodePiece(dst, p) }
-	t.sections(text, func(idx int, sec string, added int) {
+	// over reports whether n more tokens than the ids so far cannot fit.
+	over := func(n int) bool { return limit > 0 && len(dst)-base+n+suffix > limit }
+	fewest := func(s string) int {
+		if t.pieceBytes == 0 {
+			return 0
+		}
+		return ceilDiv(len(s), t.pieceBytes)
+	}
+	ok := true
+	emit := func(p string) bool {
+		if over(fewest(p)) {
+			ok = false
+			return false
+		}
+		dst = t.model.encodePiece(dst, p)
+		ok = !over(0)
+		return ok
+	}
+	t.sections(text, func(idx int, sec string, added int) bool {
 		if added >= 0 {
 			dst = append(dst, t.added[added].ID)
-			return
+			ok = !over(0)
+			return ok
 		}
 		if t.norm != nil {
 			sec = t.norm(sec)
 		}
 		if sec == "" {
-			return
+			return true
 		}
 		if t.pre == nil {
-			emit(sec)
-			return
+			return emit(sec)
 		}
-		t.pre(sec, idx == 0, emit)
+		// A pre-tokenizer keeps every byte when pieceBytes is set.
+		if over(fewest(sec)) {
+			ok = false
+			return false
+		}
+		return t.pre(sec, idx == 0, emit)
 	})
-	if addSpecial && t.post != nil {
+	if ok && addSpecial && t.post != nil {
 		dst = append(dst, t.post.suffix...)
 	}
-	return dst
+	return dst, ok
 }
 
 // sections cuts text at added tokens (leftmost longest match, as the
 // reference) and calls fn with each piece in order: an added token (its
-// index in t.added) or the text between two of them (added = -1).
-// lstrip/rstrip added tokens eat the whitespace next to them.
-func (t *Tokenizer) sections(text string, fn func(idx int, sec string, added int)) {
+// index in t.added) or the text between two of them (added = -1),
+// until fn returns false. lstrip/rstrip added tokens eat the whitespace
+// next to them.
+func (t *Tokenizer) sections(text string, fn func(idx int, sec string, added int) bool) {
 	if t.trie.empty() {
 		fn(0, text, -1)
 		return
@@ -374,7 +414,9 @@ func (t *Tokenizer) sections(text string, fn func(idx int, sec string, added int
 		if s.added < 0 && s.s == "" {
 			continue
 		}
-		fn(k, s.s, s.added)
+		if !fn(k, s.s, s.added) {
+			return
+		}
 	}
 }
 
