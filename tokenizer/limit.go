@@ -1,11 +1,13 @@
 package tokenizer
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/bits"
 	"strings"
+	"unsafe"
 )
 
 // Token limits: a prompt longer than the router accepts is refused from
@@ -92,20 +94,28 @@ func (t *Tokenizer) Bound() Bound { return t.bound }
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // CountASCII returns how many bytes of s are ASCII.
-func CountASCII(s string) int {
-	high := 0
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		high += bits.OnesCount64(w & 0x8080808080808080)
+func CountASCII[T string | []byte](s T) int {
+	// A read-only view of the bytes, to load them eight at a time.
+	var b []byte
+	switch v := any(s).(type) {
+	case string:
+		b = unsafe.Slice(unsafe.StringData(v), len(v))
+	case []byte:
+		b = v
 	}
-	for ; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			high++
-		}
+	n, high := len(b), 0
+	const mask = 0x8080808080808080
+	for len(b) >= 32 {
+		// The high bits of four words, shifted apart: one popcount.
+		w := binary.LittleEndian.Uint64(b)&mask | binary.LittleEndian.Uint64(b[8:])&mask>>1 |
+			binary.LittleEndian.Uint64(b[16:])&mask>>2 | binary.LittleEndian.Uint64(b[24:])&mask>>3
+		high += bits.OnesCount64(w)
+		b = b[32:]
 	}
-	return len(s) - high
+	for _, c := range b {
+		high += int(c >> 7)
+	}
+	return n - high
 }
 
 // EncodeLimit is Encode refusing a text of more than limit tokens (limit
