@@ -83,7 +83,11 @@ func (m *bpe) encodePiece(dst []uint32, piece string) []uint32 {
 		}
 	}
 	var buf [128]symbol
-	syms := m.appendSymbols(buf[:0], piece)
+	syms := buf[:0]
+	if len(piece) > len(buf) {
+		syms = make([]symbol, 0, len(piece)) // a symbol takes a byte at least
+	}
+	syms = m.appendSymbols(syms, piece)
 	if len(syms) <= 128 {
 		syms = m.mergeSmall(syms)
 	} else {

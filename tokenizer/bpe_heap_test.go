@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -153,4 +155,46 @@ func FuzzMergeByRank(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Seeded random words, for every golden tokenizer: runs of a repeated
+// unit, mixes of a few units (what makes rank passes give way to lower
+// ranks), random text from the split alphabet.
+func TestMergeByRankMatchesQueue(t *testing.T) {
+	units := []string{"a", "aa", "ab", "aab", " ", "  \n", "7", "12", "=", "-=", "é", "好", "🙂", "\u3000", "the", "▁", "x ", "ー"}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var words []string
+	for range 300 {
+		var sb strings.Builder
+		switch rnd.IntN(3) {
+		case 0:
+			u := units[rnd.IntN(len(units))]
+			sb.WriteString(strings.Repeat(u, 130+rnd.IntN(2000)/len(u)))
+		case 1:
+			a, b := units[rnd.IntN(len(units))], units[rnd.IntN(len(units))]
+			for sb.Len() < 130+rnd.IntN(2000) {
+				if rnd.IntN(4) == 0 {
+					sb.WriteString(b)
+				} else {
+					sb.WriteString(a)
+				}
+			}
+		default:
+			for sb.Len() < 130+rnd.IntN(1000) {
+				sb.WriteRune(splitAlphabet[rnd.IntN(len(splitAlphabet))])
+			}
+		}
+		words = append(words, sb.String())
+	}
+	for _, name := range goldenModels {
+		m := golden(t, name).model
+		for _, w := range words {
+			syms := m.appendSymbols(nil, w)
+			a := m.mergeByRank(append([]symbol(nil), syms...))
+			b := m.mergeLarge(append([]symbol(nil), syms...))
+			if !slices.Equal(a, b) {
+				t.Fatalf("%s on %q: mergeByRank %d symbols, the queue %d", name, w, len(a), len(b))
+			}
+		}
+	}
 }

@@ -39,6 +39,8 @@ type rankScratch struct {
 	slot    []int32 // rank → index in buckets (-1: none pending)
 	buckets []rankBucket
 	heap    []uint32 // pending ranks (min-heap)
+	// the word's linked list of symbols
+	next, prev []int32
 }
 
 // initRanks prepares mergeByRank's scratch pool (nRanks: how many
@@ -60,34 +62,52 @@ func (m *bpe) mergeByRank(syms []symbol) []symbol {
 	sc.buckets, sc.heap = sc.buckets[:0], sc.heap[:0]
 
 	n := len(syms)
-	next := make([]int32, n)
-	prev := make([]int32, n)
-	alive := make([]bool, n)
+	if cap(sc.next) < n {
+		sc.next, sc.prev = make([]int32, n), make([]int32, n)
+	}
+	// prev[i] is -2 once symbol i is merged into the one before it.
+	next, prev := sc.next[:n], sc.prev[:n]
 	for i := range syms {
-		next[i], prev[i], alive[i] = int32(i+1), int32(i-1), true
+		next[i], prev[i] = int32(i+1), int32(i-1)
 	}
 	next[n-1] = -1
 
 	cur, lower := uint32(noRank), false // the rank of the pass; a lower one was pushed
-	push := func(i int32) {
+	// The last pair looked up: a long run repeats one pair.
+	lastKey, lastMerge := emptyPair, merge{rank: noRank}
+	// find returns the merge of the pair at i (ok false: none).
+	find := func(i int32) (merge, bool) {
 		j := next[i]
 		if j < 0 {
-			return
+			return merge{}, false
 		}
-		mg := m.lookup(syms[i].id, syms[j].id)
-		if mg.rank == noRank {
-			return
+		a, c := syms[i].id, syms[j].id
+		if a < 0 || c < 0 {
+			return merge{}, false
 		}
+		key := pairKey(a, c)
+		if key != lastKey {
+			mg, ok := m.merges.get(key)
+			if !ok {
+				mg.rank = noRank
+			}
+			lastKey, lastMerge = key, mg
+		}
+		return lastMerge, lastMerge.rank != noRank
+	}
+	// add files the pair at i under its merge's rank.
+	add := func(i int32, mg merge) {
 		lower = lower || mg.rank < cur
 		b := sc.slot[mg.rank]
 		if b < 0 {
 			b = int32(len(sc.buckets))
+			left, right := syms[i].id, syms[next[i]].id
 			if len(sc.buckets) < cap(sc.buckets) {
 				sc.buckets = sc.buckets[:b+1]
 				old := sc.buckets[b].pos[:0]
-				sc.buckets[b] = rankBucket{left: syms[i].id, right: syms[j].id, id: mg.id, pos: old}
+				sc.buckets[b] = rankBucket{left: left, right: right, id: mg.id, pos: old}
 			} else {
-				sc.buckets = append(sc.buckets, rankBucket{left: syms[i].id, right: syms[j].id, id: mg.id})
+				sc.buckets = append(sc.buckets, rankBucket{left: left, right: right, id: mg.id})
 			}
 			sc.slot[mg.rank] = b
 			sc.pushRank(mg.rank)
@@ -97,6 +117,11 @@ func (m *bpe) mergeByRank(syms []symbol) []symbol {
 			bk.unsorted = true
 		}
 		bk.pos = append(bk.pos, i)
+	}
+	push := func(i int32) {
+		if mg, ok := find(i); ok {
+			add(i, mg)
+		}
 	}
 	for i := int32(0); i < int32(n-1); i++ {
 		push(i)
@@ -113,20 +138,35 @@ func (m *bpe) mergeByRank(syms []symbol) []symbol {
 			sc.buckets[b].unsorted = false
 		}
 		cur, lower = r, false
+		// The pair to the right of a merge is filed only once the pass
+		// has moved on: when the pass's next merge takes its right
+		// symbol, the queue would find it stale and skip it. A pair
+		// ranked below the pass is filed at once (it goes first).
+		deferred, deferredMerge := int32(-1), merge{}
+		flush := func() {
+			if deferred >= 0 {
+				add(deferred, deferredMerge)
+				deferred = -1
+			}
+		}
 		k := 0
 		for k < len(pos) && !lower {
 			i := pos[k]
 			k++
-			if !alive[i] || syms[i].id != left {
+			if prev[i] == -2 || syms[i].id != left {
 				continue
 			}
 			j := next[i]
 			if j < 0 || syms[j].id != right {
 				continue
 			}
+			if deferred >= 0 && deferred != prev[i] {
+				flush()
+			}
+			deferred = -1 // (prev[i], i) is looked up again below
 			syms[i].id = int32(id)
 			syms[i].end = syms[j].end
-			alive[j] = false
+			prev[j] = -2
 			next[i] = next[j]
 			if next[j] >= 0 {
 				prev[next[j]] = i
@@ -134,8 +174,15 @@ func (m *bpe) mergeByRank(syms []symbol) []symbol {
 			if p := prev[i]; p >= 0 {
 				push(p)
 			}
-			push(i)
+			if mg, ok := find(i); ok {
+				if mg.rank < r {
+					add(i, mg)
+				} else {
+					deferred, deferredMerge = i, mg
+				}
+			}
 		}
+		flush()
 		if k < len(pos) {
 			// A lower rank goes first; this one resumes after it.
 			sc.buckets[b].pos = pos[k:]

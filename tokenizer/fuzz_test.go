@@ -103,7 +103,7 @@ func FuzzSplitters(f *testing.F) {
 	})
 }
 
-func benchText(b *testing.B, name string) string {
+func benchText(b testing.TB, name string) string {
 	raw, err := os.ReadFile(filepath.Join("testdata", "golden", name))
 	if err != nil {
 		b.Fatal(err)

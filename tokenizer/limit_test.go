@@ -81,7 +81,7 @@ func TestEncodeLimitStopsEarly(t *testing.T) {
 	// English: 4 bytes per token on average, far under the bound of 128
 	// ASCII bytes per token, so the length does not decide: the encoder
 	// stops.
-	en := strings.Repeat(benchTextT(t, "bench_en.txt"), 8) // ~136 kB, ~34k tokens
+	en := strings.Repeat(benchText(t, "bench_en.txt"), 8) // ~136 kB, ~34k tokens
 	_, err = tok.EncodeLimit(en, false, 2000)
 	if !errors.As(err, &le) || le.ByLength || le.Tokens < 1900 || le.Tokens > 2100 {
 		t.Fatalf("English over a 2000-token limit: %v", err)
