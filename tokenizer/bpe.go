@@ -82,27 +82,27 @@ func (m *bpe) encodePiece(dst []uint32, piece string) []uint32 {
 			return append(dst, ids...)
 		}
 	}
-	var buf [128]symbol
-	syms := buf[:0]
-	if len(piece) > len(buf) {
-		syms = make([]symbol, 0, len(piece)) // a symbol takes a byte at least
-	}
-	syms = m.appendSymbols(syms, piece)
-	if len(syms) <= 128 {
-		syms = m.mergeSmall(syms)
-	} else {
-		syms = m.mergeByRank(syms)
-	}
 	start := len(dst)
+	if len(piece) > 128 {
+		dst = m.encodeLong(dst, piece)
+	} else {
+		var buf [128]symbol
+		dst = m.appendIDs(dst, piece, m.mergeSmall(m.appendSymbols(buf[:0], piece)))
+	}
+	if cacheable {
+		m.cache.put(piece, dst[start:])
+	}
+	return dst
+}
+
+// appendIDs appends the ids of a piece's merged symbols.
+func (m *bpe) appendIDs(dst []uint32, piece string, syms []symbol) []uint32 {
 	for _, s := range syms {
 		if s.id >= 0 {
 			dst = append(dst, uint32(s.id))
 			continue
 		}
 		dst = m.appendUnknown(dst, piece[s.start:s.end])
-	}
-	if cacheable {
-		m.cache.put(piece, dst[start:])
 	}
 	return dst
 }

@@ -39,7 +39,8 @@ type rankScratch struct {
 	slot    []int32 // rank → index in buckets (-1: none pending)
 	buckets []rankBucket
 	heap    []uint32 // pending ranks (min-heap)
-	// the word's linked list of symbols
+	// the word's symbols and their linked list
+	syms       []symbol
 	next, prev []int32
 }
 
@@ -55,18 +56,43 @@ func (m *bpe) initRanks(nRanks int) {
 	}}
 }
 
+// maxKeptSymbols bounds the symbol buffer a scratch keeps between words
+// (12 bytes a symbol).
+const maxKeptSymbols = 1 << 20
+
+// encodeLong appends the ids of a long piece, its symbols in pooled
+// memory: a megabyte of one character is twelve of symbols.
+func (m *bpe) encodeLong(dst []uint32, piece string) []uint32 {
+	sc := m.rankPool.Get().(*rankScratch)
+	defer m.rankPool.Put(sc)
+	syms := m.appendSymbols(sc.syms[:0], piece)
+	if cap(syms) <= maxKeptSymbols {
+		sc.syms = syms[:0]
+	}
+	return m.appendIDs(dst, piece, m.mergeWith(sc, syms))
+}
+
 // mergeByRank merges a long word; see above.
 func (m *bpe) mergeByRank(syms []symbol) []symbol {
 	sc := m.rankPool.Get().(*rankScratch)
 	defer m.rankPool.Put(sc)
+	return m.mergeWith(sc, syms)
+}
+
+// mergeWith is mergeByRank with its scratch.
+func (m *bpe) mergeWith(sc *rankScratch, syms []symbol) []symbol {
 	sc.buckets, sc.heap = sc.buckets[:0], sc.heap[:0]
 
 	n := len(syms)
-	if cap(sc.next) < n {
-		sc.next, sc.prev = make([]int32, n), make([]int32, n)
+	next, prev := sc.next, sc.prev
+	if cap(next) < n {
+		next, prev = make([]int32, n), make([]int32, n)
+		if n <= maxKeptSymbols {
+			sc.next, sc.prev = next, prev
+		}
 	}
 	// prev[i] is -2 once symbol i is merged into the one before it.
-	next, prev := sc.next[:n], sc.prev[:n]
+	next, prev = next[:n], prev[:n]
 	for i := range syms {
 		next[i], prev[i] = int32(i+1), int32(i-1)
 	}
