@@ -65,10 +65,14 @@ const maxKeptSymbols = 1 << 20
 func (m *bpe) encodeLong(dst []uint32, piece string) []uint32 {
 	sc := m.rankPool.Get().(*rankScratch)
 	defer m.rankPool.Put(sc)
-	syms := m.appendSymbols(sc.syms[:0], piece)
-	if cap(syms) <= maxKeptSymbols {
-		sc.syms = syms[:0]
+	syms := sc.syms[:0]
+	if cap(syms) < len(piece) { // a symbol takes a byte at least
+		syms = make([]symbol, 0, len(piece))
+		if len(piece) <= maxKeptSymbols {
+			sc.syms = syms
+		}
 	}
+	syms = m.appendSymbols(syms, piece)
 	return m.appendIDs(dst, piece, m.mergeWith(sc, syms))
 }
 
@@ -99,8 +103,10 @@ func (m *bpe) mergeWith(sc *rankScratch, syms []symbol) []symbol {
 	next[n-1] = -1
 
 	cur, lower := uint32(noRank), false // the rank of the pass; a lower one was pushed
-	// The last pair looked up: a long run repeats one pair.
+	// The last two pairs looked up: a long run repeats one pair, and a
+	// pass over it alternates two (left of a merge, right of it).
 	lastKey, lastMerge := emptyPair, merge{rank: noRank}
+	prevKey, prevMerge := emptyPair, merge{rank: noRank}
 	// find returns the merge of the pair at i (ok false: none).
 	find := func(i int32) (merge, bool) {
 		j := next[i]
@@ -112,12 +118,16 @@ func (m *bpe) mergeWith(sc *rankScratch, syms []symbol) []symbol {
 			return merge{}, false
 		}
 		key := pairKey(a, c)
-		if key != lastKey {
+		switch key {
+		case lastKey:
+		case prevKey:
+			lastKey, lastMerge, prevKey, prevMerge = prevKey, prevMerge, lastKey, lastMerge
+		default:
 			mg, ok := m.merges.get(key)
 			if !ok {
 				mg.rank = noRank
 			}
-			lastKey, lastMerge = key, mg
+			lastKey, lastMerge, prevKey, prevMerge = key, mg, lastKey, lastMerge
 		}
 		return lastMerge, lastMerge.rank != noRank
 	}
