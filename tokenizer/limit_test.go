@@ -167,3 +167,32 @@ func TestCountASCII(t *testing.T) {
 		}
 	}
 }
+
+// Long words from many goroutines at once share the pooled scratch
+// safely (run under -race).
+func TestConcurrentLongWords(t *testing.T) {
+	tok := golden(t, "llama3_1")
+	texts := []string{strings.Repeat("a", 5000), strings.Repeat(" ", 3000) + "x", strings.Repeat("ab=", 900), strings.Repeat("好", 700)}
+	want := make([][]uint32, len(texts))
+	for i, s := range texts {
+		want[i] = tok.Encode(s, false)
+	}
+	done := make(chan error, 4)
+	for w := range 4 {
+		go func() {
+			for k := range 20 {
+				i := (k + w) % len(texts)
+				if got := tok.Encode(texts[i], false); !slices.Equal(got, want[i]) {
+					done <- errors.New("a concurrent encoding differs")
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
