@@ -157,7 +157,8 @@ func (s *Server) fewestTokens(n, ascii int) int {
 // its ASCII bytes, found without decoding (found false otherwise, or when
 // the object is malformed up to there: the decoder reports that).
 func promptTextSize(body []byte) (n, ascii int, found bool) {
-	_, _, found = findTopLevel(body, "prompt", func(b []byte, i int) (int, bool) {
+	_, end, found := findTopLevel(body, "prompt", func(b []byte, start int) (int, bool) {
+		i := start
 		if i < len(b) && b[i] == '[' {
 			i = skipWS(b, i+1)
 		}
@@ -167,9 +168,48 @@ func promptTextSize(body []byte) (n, ascii int, found bool) {
 		var end int
 		var ok bool
 		end, n, ascii, ok = jsonStringSize(b, i)
+		if ok && b[start] == '[' { // a list: its end
+			end, ok = skipValue(b, start)
+		}
 		return end, ok
 	})
-	return n, ascii, found
+	// encoding/json takes the last of repeated keys, matched without
+	// case (and unescaped): this "prompt" is the one decoded only when no
+	// later key can be another.
+	return n, ascii, found && noLaterKey(body, end, "prompt")
+}
+
+// noLaterKey reports whether the object's members after the value ending
+// at i are well formed and none is key (case-insensitively, or escaped).
+func noLaterKey(b []byte, i int, key string) bool {
+	for {
+		i = skipWS(b, i)
+		if i < len(b) && b[i] == '}' {
+			return true
+		}
+		if i >= len(b) || b[i] != ',' {
+			return false
+		}
+		i = skipWS(b, i+1)
+		if i >= len(b) || b[i] != '"' {
+			return false
+		}
+		kEnd, ok := skipString(b, i)
+		if !ok {
+			return false
+		}
+		name := b[i+1 : kEnd-1]
+		if bytes.IndexByte(name, '\\') >= 0 || bytes.EqualFold(name, []byte(key)) {
+			return false
+		}
+		i = skipWS(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		if i, ok = skipValue(b, skipWS(b, i+1)); !ok {
+			return false
+		}
+	}
 }
 
 // jsonStringSize returns the end of the JSON string starting at b[i] and

@@ -188,3 +188,29 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// A later key that encoding/json would decode as the prompt instead
+// (repeated, another case, escaped) keeps the guard out: it never
+// refuses a prompt the decoder would not see.
+func TestPromptTextSizeLastKeyWins(t *testing.T) {
+	for _, tc := range []struct {
+		body  string
+		found bool
+		n     int
+	}{
+		{`{"prompt":"abc"}`, true, 3},
+		{`{"model":"m","prompt":["abcd"],"max_tokens":3}`, true, 4},
+		{`{"prompt":[ "ab" , "c"] , "stream":true}`, true, 2},
+		{`{"prompt":"abc","prompt":"x"}`, false, 0},
+		{`{"prompt":"abc","Prompt":"x"}`, false, 0},
+		{`{"prompt":"abc","\u0070rompt":"x"}`, false, 0},
+		{`{"prompt":"abc","x":{"prompt":"y"}}`, true, 3},
+		{`{"prompt":[1,2,3]}`, false, 0},
+		{`{"prompt":"abc",}`, false, 0},
+	} {
+		n, _, found := promptTextSize([]byte(tc.body))
+		if found != tc.found || found && n != tc.n {
+			t.Errorf("%s: %d bytes, found %v; want %d, %v", tc.body, n, found, tc.n, tc.found)
+		}
+	}
+}
