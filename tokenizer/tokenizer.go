@@ -311,55 +311,75 @@ func (t *Tokenizer) appendEncode(dst []uint32, text string, addSpecial bool, lim
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
-	base, suffix := len(dst), 0
+	e := &encoding{t: t, dst: dst, base: len(dst), limit: limit, ok: true}
+	e.emitFn = e.emit
 	if addSpecial && t.post != nil {
-		dst = append(dst, t.post.prefix...)
-		suffix = len(t.post.suffix)
+		e.dst = append(e.dst, t.post.prefix...)
+		e.suffix = len(t.post.suffix)
 	}
-	// over reports whether n more tokens than the ids so far cannot fit.
-	over := func(n int) bool { return limit > 0 && len(dst)-base+n+suffix > limit }
-	fewest := func(s string) int {
-		if t.pieceBytes == 0 {
-			return 0
-		}
-		return ceilDiv(len(s), t.pieceBytes)
+	t.sections(text, e.section)
+	if e.ok && addSpecial && t.post != nil {
+		e.dst = append(e.dst, t.post.suffix...)
 	}
-	ok := true
-	emit := func(p string) bool {
-		if over(fewest(p)) {
-			ok = false
-			return false
-		}
-		dst = t.model.encodePiece(dst, p)
-		ok = !over(0)
-		return ok
+	return e.dst, e.ok
+}
+
+// encoding is the state of one appendEncode (one allocation for all of
+// it, where closures took one per captured variable).
+type encoding struct {
+	t                   *Tokenizer
+	dst                 []uint32
+	base, suffix, limit int
+	ok                  bool
+	emitFn              func(string) bool // e.emit, made once
+}
+
+// over reports whether n more tokens than the ids so far cannot fit.
+func (e *encoding) over(n int) bool {
+	return e.limit > 0 && len(e.dst)-e.base+n+e.suffix > e.limit
+}
+
+// fewest is the fewest tokens a piece (or a section whose pre-tokenizer
+// keeps every byte) of s can make.
+func (e *encoding) fewest(s string) int {
+	if e.t.pieceBytes == 0 {
+		return 0
 	}
-	t.sections(text, func(idx int, sec string, added int) bool {
-		if added >= 0 {
-			dst = append(dst, t.added[added].ID)
-			ok = !over(0)
-			return ok
-		}
-		if t.norm != nil {
-			sec = t.norm(sec)
-		}
-		if sec == "" {
-			return true
-		}
-		if t.pre == nil {
-			return emit(sec)
-		}
-		// A pre-tokenizer keeps every byte when pieceBytes is set.
-		if over(fewest(sec)) {
-			ok = false
-			return false
-		}
-		return t.pre(sec, idx == 0, emit)
-	})
-	if ok && addSpecial && t.post != nil {
-		dst = append(dst, t.post.suffix...)
+	return ceilDiv(len(s), e.t.pieceBytes)
+}
+
+func (e *encoding) emit(p string) bool {
+	if e.limit > 0 && e.over(e.fewest(p)) {
+		e.ok = false
+		return false
 	}
-	return dst, ok
+	e.dst = e.t.model.encodePiece(e.dst, p)
+	e.ok = !e.over(0)
+	return e.ok
+}
+
+func (e *encoding) section(idx int, sec string, added int) bool {
+	t := e.t
+	if added >= 0 {
+		e.dst = append(e.dst, t.added[added].ID)
+		e.ok = !e.over(0)
+		return e.ok
+	}
+	if t.norm != nil {
+		sec = t.norm(sec)
+	}
+	if sec == "" {
+		return true
+	}
+	if t.pre == nil {
+		return e.emit(sec)
+	}
+	// A pre-tokenizer keeps every byte when pieceBytes is set.
+	if e.limit > 0 && e.over(e.fewest(sec)) {
+		e.ok = false
+		return false
+	}
+	return t.pre(sec, idx == 0, e.emitFn)
 }
 
 // sections cuts text at added tokens (leftmost longest match, as the
