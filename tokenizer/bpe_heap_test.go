@@ -118,17 +118,16 @@ func (q *mergeQueue) pop() candidate {
 	return top
 }
 
-// mergeByRank gives the queue's symbols on any word, for every golden
-// tokenizer (their merge tables differ: some rank a pair before a merge
-// producing one of its operands, which makes the pass give way).
+// mergeByRank gives the queue's symbols on any word: Qwen3 (a merge
+// table where every pair ranks after the merges producing it) and
+// Llama-3.1 (one where some do not, which makes a pass give way).
+// TestMergeByRankMatchesQueue covers every golden tokenizer.
 func FuzzMergeByRank(f *testing.F) {
 	for _, s := range []string{"aaaaaaaa", "    \n\n  ", "1234567890", "hello world the cat", "你好世界", "ab ab ab aba"} {
 		f.Add(s, uint8(200))
 	}
-	toks := make([]*Tokenizer, 0, len(goldenModels))
-	for _, name := range goldenModels {
-		toks = append(toks, golden(f, name))
-	}
+	names := []string{"qwen3", "llama3_1"}
+	toks := []*Tokenizer{golden(f, names[0]), golden(f, names[1])}
 	f.Fuzz(func(t *testing.T, unit string, reps uint8) {
 		if unit == "" {
 			return
@@ -146,11 +145,11 @@ func FuzzMergeByRank(f *testing.F) {
 			a := m.mergeByRank(append([]symbol(nil), syms...))
 			b := m.mergeLarge(append([]symbol(nil), syms...))
 			if len(a) != len(b) {
-				t.Fatalf("%s on %q: mergeByRank %d symbols, queue %d", goldenModels[k], word, len(a), len(b))
+				t.Fatalf("%s on %q: mergeByRank %d symbols, queue %d", names[k], word, len(a), len(b))
 			}
 			for i := range a {
 				if a[i] != b[i] {
-					t.Fatalf("%s on %q: symbol %d differs: %+v vs %+v", goldenModels[k], word, i, a[i], b[i])
+					t.Fatalf("%s on %q: symbol %d differs: %+v vs %+v", names[k], word, i, a[i], b[i])
 				}
 			}
 		}
