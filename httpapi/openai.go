@@ -137,7 +137,7 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 		} else {
 			var prompt string
 			if prompt, err = m.tok.RenderChat(chat); err == nil {
-				ids = m.tok.Encode(prompt, special)
+				ids, err = m.tok.EncodeLimit(prompt, special, s.promptTokenLimit())
 			}
 		}
 	} else {
@@ -154,11 +154,11 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 		} else if m.tok == nil {
 			err = errNoTokenizer
 		} else {
-			ids = m.tok.Encode(text, special)
+			ids, err = m.tok.EncodeLimit(text, special, s.promptTokenLimit())
 		}
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, s.limitError(m.name, err)
 	}
 	if len(ids) == 0 {
 		return nil, nil, badInput("prompt is empty: it has no tokens")

@@ -114,6 +114,8 @@ type Server struct {
 	admin *http.ServeMux // the --admin-addr listener
 	log   *slog.Logger
 
+	promptLog loglimit.Limiter // prompts refused over max-prompt-tokens
+
 	urlsMu      sync.Mutex
 	urls        map[uint64]string // worker id → base URL, for the proxy
 	urlsRefresh time.Time
@@ -153,13 +155,14 @@ func New(opts Options) *Server {
 	if opts.Client == nil {
 		opts.Client = proxyClient(opts.WorkerPolicy)
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux(), admin: http.NewServeMux(), log: opts.Log.With("component", "httpapi")}
+	s := &Server{opts: opts, mux: http.NewServeMux(), admin: http.NewServeMux(), log: opts.Log.With("component", "httpapi"),
+		promptLog: loglimit.Limiter{Every: 10 * time.Second}}
 	routes := []route{
-		{"POST /route", "route", dataPlane, s.route},
+		{"POST /route", "route", dataPlane, s.guardPrompt("route", s.route)},
 		{"POST /prefill_done", "prefill_done", dataPlane, s.prefillDone},
 		{"POST /free", "free", dataPlane, s.free},
-		{"POST /overlap_scores", "overlap_scores", dataPlane, s.overlapScores},
-		{"POST /potential_loads", "potential_loads", dataPlane, s.potentialLoads},
+		{"POST /overlap_scores", "overlap_scores", dataPlane, s.guardPrompt("overlap_scores", s.overlapScores)},
+		{"POST /potential_loads", "potential_loads", dataPlane, s.guardPrompt("potential_loads", s.potentialLoads)},
 		{"GET /workers", "workers", dataPlane, s.listWorkers},
 		{"GET /sessions/{id}", "sessions", dataPlane, s.getSession},
 		{"DELETE /sessions/{id}", "sessions", dataPlane, s.endSession},
@@ -191,7 +194,7 @@ func New(opts Options) *Server {
 	}
 	if opts.Proxy {
 		routes = append(routes,
-			route{"POST /v1/completions", "completions", dataPlane, s.completions},
+			route{"POST /v1/completions", "completions", dataPlane, s.guardPrompt("completions", s.completions)},
 			route{"POST /v1/chat/completions", "chat_completions", dataPlane, s.chatCompletions})
 	}
 	if opts.Pprof {

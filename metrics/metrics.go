@@ -38,6 +38,7 @@ type Router struct {
 	GRPCRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
+	PromptsRefused  *prometheus.CounterVec
 	// Parity is the live cache-parity set (metrics/parity.go).
 	Parity *Parity
 }
@@ -126,12 +127,16 @@ func New() *Router {
 			Name: "kvrouter_proxy_time_to_first_token_seconds", Help: "Time to first token of proxied completions.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
 		}),
+		PromptsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_prompts_refused_total",
+			Help: "Text and chat prompts refused over max-prompt-tokens, by reason (length: the text's length proved it too long, before any tokenization; tokens: tokenization stopped once the count passed the limit).",
+		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions,
-		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT,
+		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 )
@@ -35,6 +36,8 @@ type bpe struct {
 	ignoreMerges bool
 
 	cache wordCache
+
+	rankPool *sync.Pool // mergeByRank's scratch
 }
 
 type merge struct{ rank, id uint32 }
@@ -68,36 +71,32 @@ func (m *bpe) encodePiece(dst []uint32, piece string) []uint32 {
 			return append(dst, id)
 		}
 	}
+	if len(piece) == 1 && m.byteLevel && !m.ignoreMerges && m.byteIDs[piece[0]] >= 0 {
+		// One byte merges with nothing (a digit of a model that splits
+		// numbers digit by digit): skip the cache.
+		return append(dst, uint32(m.byteIDs[piece[0]]))
+	}
 	cacheable := len(piece) < maxCachedPiece
 	if cacheable {
 		if ids, ok := m.cache.get(piece); ok {
 			return append(dst, ids...)
 		}
 	}
-	var buf [128]symbol
-	syms := buf[:0]
-	if m.byteLevel {
-		for i := 0; i < len(piece); i++ {
-			syms = append(syms, symbol{id: m.byteIDs[piece[i]], start: int32(i), end: int32(i + 1)})
-		}
-	} else {
-		for i := 0; i < len(piece); {
-			_, n := utf8.DecodeRuneInString(piece[i:])
-			id, ok := m.vocab[piece[i:i+n]]
-			sym := symbol{id: -1, start: int32(i), end: int32(i + n)}
-			if ok {
-				sym.id = int32(id)
-			}
-			syms = append(syms, sym)
-			i += n
-		}
-	}
-	if len(syms) <= 128 {
-		syms = m.mergeSmall(syms)
-	} else {
-		syms = m.mergeLarge(syms)
-	}
 	start := len(dst)
+	if len(piece) > 128 {
+		dst = m.encodeLong(dst, piece)
+	} else {
+		var buf [128]symbol
+		dst = m.appendIDs(dst, piece, m.mergeSmall(m.appendSymbols(buf[:0], piece)))
+	}
+	if cacheable {
+		m.cache.put(piece, dst[start:])
+	}
+	return dst
+}
+
+// appendIDs appends the ids of a piece's merged symbols.
+func (m *bpe) appendIDs(dst []uint32, piece string, syms []symbol) []uint32 {
 	for _, s := range syms {
 		if s.id >= 0 {
 			dst = append(dst, uint32(s.id))
@@ -105,10 +104,29 @@ func (m *bpe) encodePiece(dst []uint32, piece string) []uint32 {
 		}
 		dst = m.appendUnknown(dst, piece[s.start:s.end])
 	}
-	if cacheable {
-		m.cache.put(piece, dst[start:])
-	}
 	return dst
+}
+
+// appendSymbols appends a piece's initial symbols: its bytes
+// (byte-level) or its characters.
+func (m *bpe) appendSymbols(syms []symbol, piece string) []symbol {
+	if m.byteLevel {
+		for i := 0; i < len(piece); i++ {
+			syms = append(syms, symbol{id: m.byteIDs[piece[i]], start: int32(i), end: int32(i + 1)})
+		}
+		return syms
+	}
+	for i := 0; i < len(piece); {
+		_, n := utf8.DecodeRuneInString(piece[i:])
+		id, ok := m.vocab[piece[i:i+n]]
+		sym := symbol{id: -1, start: int32(i), end: int32(i + n)}
+		if ok {
+			sym.id = int32(id)
+		}
+		syms = append(syms, sym)
+		i += n
+	}
+	return syms
 }
 
 // appendUnknown appends the ids of a symbol with no vocabulary entry.
@@ -179,114 +197,6 @@ func (m *bpe) mergeSmall(syms []symbol) []symbol {
 		}
 	}
 	return syms
-}
-
-// mergeLarge merges a long word (a CJK run, a long token-less string)
-// with a priority queue over a linked list: O(n log n).
-func (m *bpe) mergeLarge(syms []symbol) []symbol {
-	n := len(syms)
-	next := make([]int32, n)
-	prev := make([]int32, n)
-	alive := make([]bool, n)
-	for i := range syms {
-		next[i], prev[i], alive[i] = int32(i+1), int32(i-1), true
-	}
-	next[n-1] = -1
-	q := make(mergeQueue, 0, n)
-	push := func(i int32) {
-		j := next[i]
-		if j < 0 {
-			return
-		}
-		mg := m.lookup(syms[i].id, syms[j].id)
-		if mg.rank == noRank {
-			return
-		}
-		q.push(candidate{rank: mg.rank, pos: i, left: syms[i].id, right: syms[j].id, id: mg.id})
-	}
-	for i := int32(0); i < int32(n-1); i++ {
-		push(i)
-	}
-	for len(q) > 0 {
-		c := q.pop()
-		i := c.pos
-		if !alive[i] || syms[i].id != c.left {
-			continue
-		}
-		j := next[i]
-		if j < 0 || syms[j].id != c.right {
-			continue
-		}
-		syms[i].id = int32(c.id)
-		syms[i].end = syms[j].end
-		alive[j] = false
-		next[i] = next[j]
-		if next[j] >= 0 {
-			prev[next[j]] = i
-		}
-		if p := prev[i]; p >= 0 {
-			push(p)
-		}
-		push(i)
-	}
-	out := syms[:0]
-	for i := int32(0); i >= 0 && int(i) < n; i = next[i] {
-		out = append(out, syms[i])
-	}
-	return out
-}
-
-type candidate struct {
-	rank        uint32
-	pos         int32
-	left, right int32
-	id          uint32
-}
-
-// mergeQueue is a binary min-heap of candidates by (rank, position).
-type mergeQueue []candidate
-
-func (c candidate) less(d candidate) bool {
-	return c.rank < d.rank || c.rank == d.rank && c.pos < d.pos
-}
-
-func (q *mergeQueue) push(c candidate) {
-	h := append(*q, c)
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h[i].less(h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-	*q = h
-}
-
-func (q *mergeQueue) pop() candidate {
-	h := *q
-	top := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	h = h[:n]
-	i := 0
-	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && h[l].less(h[m]) {
-			m = l
-		}
-		if r < n && h[r].less(h[m]) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	*q = h
-	return top
 }
 
 // wordCache maps pieces to their ids: a direct-mapped table of

@@ -54,7 +54,7 @@ func FuzzTokenize(f *testing.F) {
 // hasAdded reports whether text holds an added token.
 func (t *Tokenizer) hasAdded(text string) bool {
 	found := false
-	t.sections(text, func(_ int, _ string, added int) { found = found || added >= 0 })
+	t.sections(text, func(_ int, _ string, added int) bool { found = found || added >= 0; return true })
 	return found
 }
 
@@ -94,8 +94,8 @@ func FuzzSplitters(f *testing.F) {
 		s := sb.String()
 		for _, p := range pairs {
 			var got, want []string
-			p.hand(s, func(x string, _ bool) { got = append(got, x) })
-			p.re(s, func(x string, _ bool) { want = append(want, x) })
+			p.hand(s, func(x string, _ bool) bool { got = append(got, x); return true })
+			p.re(s, func(x string, _ bool) bool { want = append(want, x); return true })
 			if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
 				t.Fatalf("pattern %q on %q:\n hand-written %q\n regexp2      %q", p.name, s, got, want)
 			}
@@ -103,7 +103,7 @@ func FuzzSplitters(f *testing.F) {
 	})
 }
 
-func benchText(b *testing.B, name string) string {
+func benchText(b testing.TB, name string) string {
 	raw, err := os.ReadFile(filepath.Join("testdata", "golden", name))
 	if err != nil {
 		b.Fatal(err)
@@ -167,7 +167,7 @@ func BenchmarkSplit(b *testing.B) {
 			b.SetBytes(int64(len(s)))
 			n := 0
 			for b.Loop() {
-				c.sp(s, func(string, bool) { n++ })
+				c.sp(s, func(string, bool) bool { n++; return true })
 			}
 		})
 	}

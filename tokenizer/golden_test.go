@@ -196,3 +196,35 @@ func TestConcurrentEncode(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Long runs (one character repeated, spaces, digits, a letter run of a
+// paragraph): each is one long word for most models, merged by the
+// long-word path, and must give the reference's ids (testdata/gen/gen.js,
+// golden/long.json).
+func TestGoldenLongRuns(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "golden", "long.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Generator string                `json:"generator"`
+		Texts     []string              `json:"texts"`
+		IDs       map[string][][]uint32 `json:"ids"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range goldenModels {
+		tok := golden(t, name)
+		want := g.IDs[name]
+		if len(want) != len(g.Texts) {
+			t.Fatalf("%s: %d encodings for %d texts", name, len(want), len(g.Texts))
+		}
+		for i, text := range g.Texts {
+			if got := tok.Encode(text, false); !slices.Equal(got, want[i]) {
+				t.Errorf("%s: %s", name, describeDiff(tok, text, got, want[i]))
+			}
+		}
+	}
+	t.Logf("%d long texts × %d tokenizers match %s", len(g.Texts), len(goldenModels), g.Generator)
+}

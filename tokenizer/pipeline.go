@@ -128,8 +128,9 @@ func isJSSpace(r rune) bool { initClasses(); return class(r)&clsSpace != 0 }
 
 // preTokenizer cuts one section of normalized text into pieces. first
 // is true for the text's first section (Metaspace's prepend_scheme
-// "first").
-type preTokenizer func(s string, first bool, emit func(string))
+// "first"). It stops, and returns false, as soon as emit returns false
+// (the encoder's token limit is crossed).
+type preTokenizer func(s string, first bool, emit func(string) bool) bool
 
 // buildPreTokenizer returns the pre-tokenizer and whether the pieces it
 // emits are byte-level (a ByteLevel pre-tokenizer ends the chain).
@@ -192,15 +193,14 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 		if !prefix && !useRegex {
 			return nil, true, nil
 		}
-		return func(s string, _ bool, emit func(string)) {
+		return func(s string, _ bool, emit func(string) bool) bool {
 			if prefix && !strings.HasPrefix(s, " ") {
 				s = " " + s
 			}
 			if !useRegex {
-				emit(s)
-				return
+				return emit(s)
 			}
-			splitWith(matchGPT2, s, func(p string, _ bool) { emit(p) })
+			return splitWith(matchGPT2, s, func(p string, _ bool) bool { return emit(p) })
 		}, true, nil
 	case "Metaspace":
 		rep := c.Replacement
@@ -215,14 +215,13 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 			}
 		}
 		split := c.Split == nil || *c.Split
-		return func(s string, first bool, emit func(string)) {
+		return func(s string, first bool, emit func(string) bool) bool {
 			s = strings.ReplaceAll(s, " ", rep)
 			if (scheme == "always" || scheme == "first" && first) && !strings.HasPrefix(s, rep) {
 				s = rep + s
 			}
 			if !split {
-				emit(s)
-				return
+				return emit(s)
 			}
 			// Each piece starts at a replacement character (MergedWithNext).
 			start := 0
@@ -232,44 +231,45 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 					break
 				}
 				i += j
-				if i > start {
-					emit(s[start:i])
+				if i > start && !emit(s[start:i]) {
+					return false
 				}
 				start = i
 				i += len(rep)
 			}
-			if start < len(s) {
-				emit(s[start:])
-			}
+			return start >= len(s) || emit(s[start:])
 		}, false, nil
 	case "Digits":
 		individual := c.IndividualDigits
-		return func(s string, _ bool, emit func(string)) {
+		return func(s string, _ bool, emit func(string) bool) bool {
 			start := 0
 			for i := 0; i < len(s); i++ {
 				d := s[i] >= '0' && s[i] <= '9'
 				if !d {
 					continue
 				}
-				if start < i {
-					emit(s[start:i])
+				if start < i && !emit(s[start:i]) {
+					return false
 				}
 				e := i + 1
 				for !individual && e < len(s) && s[e] >= '0' && s[e] <= '9' {
 					e++
 				}
-				emit(s[i:e])
+				if !emit(s[i:e]) {
+					return false
+				}
 				start, i = e, e-1
 			}
-			if start < len(s) {
-				emit(s[start:])
-			}
+			return start >= len(s) || emit(s[start:])
 		}, false, nil
 	case "WhitespaceSplit":
-		return func(s string, _ bool, emit func(string)) {
+		return func(s string, _ bool, emit func(string) bool) bool {
 			for _, f := range strings.FieldsFunc(s, isJSSpace) {
-				emit(f)
+				if !emit(f) {
+					return false
+				}
 			}
+			return true
 		}, false, nil
 	}
 	return nil, false, fmt.Errorf("pre_tokenizer %q is not supported", c.Type)
@@ -283,34 +283,31 @@ func chain(list []preTokenizer) preTokenizer {
 		return list[0]
 	}
 	head, tail := list[0], chain(list[1:])
-	return func(s string, first bool, emit func(string)) {
-		head(s, first, func(p string) { tail(p, first, emit) })
+	return func(s string, first bool, emit func(string) bool) bool {
+		return head(s, first, func(p string) bool { return tail(p, first, emit) })
 	}
 }
 
 // literalSplitter splits on every occurrence of a fixed string.
 func literalSplitter(lit string) splitter {
-	return func(s string, emit func(string, bool)) {
+	return func(s string, emit func(string, bool) bool) bool {
 		if lit == "" {
-			if s != "" {
-				emit(s, false)
-			}
-			return
+			return s == "" || emit(s, false)
 		}
 		for {
 			i := strings.Index(s, lit)
 			if i < 0 {
 				break
 			}
-			if i > 0 {
-				emit(s[:i], false)
+			if i > 0 && !emit(s[:i], false) {
+				return false
 			}
-			emit(s[i:i+len(lit)], true)
+			if !emit(s[i:i+len(lit)], true) {
+				return false
+			}
 			s = s[i+len(lit):]
 		}
-		if s != "" {
-			emit(s, false)
-		}
+		return s == "" || emit(s, false)
 	}
 }
 
@@ -319,33 +316,30 @@ func literalSplitter(lit string) splitter {
 func behave(sp splitter, behavior string, invert bool) (preTokenizer, bool, error) {
 	switch strings.ToLower(behavior) {
 	case "isolated", "":
-		return func(s string, _ bool, emit func(string)) {
-			sp(s, func(p string, _ bool) { emit(p) })
+		return func(s string, _ bool, emit func(string) bool) bool {
+			return sp(s, func(p string, _ bool) bool { return emit(p) })
 		}, false, nil
 	case "removed":
-		return func(s string, _ bool, emit func(string)) {
-			sp(s, func(p string, m bool) {
-				if m == invert {
-					emit(p)
-				}
-			})
+		return func(s string, _ bool, emit func(string) bool) bool {
+			return sp(s, func(p string, m bool) bool { return m != invert || emit(p) })
 		}, false, nil
 	case "mergedwithprevious", "mergedwithnext", "contiguous":
 	default:
 		return nil, false, fmt.Errorf("pre_tokenizer Split: behavior %q is not supported", behavior)
 	}
 	b := strings.ToLower(behavior)
-	return func(s string, _ bool, emit func(string)) {
+	return func(s string, _ bool, emit func(string) bool) bool {
 		// Pieces are contiguous: merging is extending a byte range.
 		off, ps, pe := 0, -1, -1 // pending piece [ps, pe)
 		pendingMatch, prevMatch := false, false
+		ok := true // emit has not asked to stop
 		flush := func() {
-			if ps >= 0 && pe > ps {
-				emit(s[ps:pe])
+			if ps >= 0 && pe > ps && ok {
+				ok = emit(s[ps:pe])
 			}
 			ps, pe = -1, -1
 		}
-		sp(s, func(p string, m bool) {
+		sp(s, func(p string, m bool) bool {
 			m = m != invert
 			start, end := off, off+len(p)
 			off = end
@@ -356,7 +350,7 @@ func behave(sp splitter, behavior string, invert bool) (preTokenizer, bool, erro
 				if m && ps >= 0 && !prevMatch {
 					pe = end
 					prevMatch = true
-					return
+					return ok
 				}
 				flush()
 				ps, pe, prevMatch = start, end, m
@@ -366,26 +360,30 @@ func behave(sp splitter, behavior string, invert bool) (preTokenizer, bool, erro
 				if m {
 					flush()
 					ps, pe, pendingMatch = start, end, true
-					return
+					return ok
 				}
 				if ps >= 0 && pendingMatch {
 					pe = end
 					flush()
 					pendingMatch = false
-					return
+					return ok
 				}
 				flush()
-				emit(p)
+				if ok {
+					ok = emit(p)
+				}
 			case "contiguous":
 				if m && ps >= 0 && pendingMatch {
 					pe = end
-					return
+					return ok
 				}
 				flush()
 				ps, pe, pendingMatch = start, end, m
 			}
+			return ok
 		})
 		flush()
+		return ok
 	}, false, nil
 }
 

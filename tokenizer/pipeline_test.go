@@ -14,7 +14,7 @@ func preTokenize(t *testing.T, cfg string, s string, first bool) []string {
 		t.Fatal(err)
 	}
 	var out []string
-	p(s, first, func(x string) { out = append(out, x) })
+	p(s, first, func(x string) bool { out = append(out, x); return true })
 	return out
 }
 

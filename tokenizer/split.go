@@ -48,14 +48,15 @@ var handWritten = map[string]matcher{
 }
 
 // splitter calls emit with every match of a pattern in s and every gap
-// between matches, in order.
-type splitter func(s string, emit func(piece string, isMatch bool))
+// between matches, in order, and stops (returning false) as soon as emit
+// returns false.
+type splitter func(s string, emit func(piece string, isMatch bool) bool) bool
 
 // compilePattern returns the splitter of a split regex: hand-written when
 // the pattern is known, else regexp2.
 func compilePattern(pattern string) (splitter, bool, error) {
 	if m, ok := handWritten[pattern]; ok {
-		return func(s string, emit func(string, bool)) { splitWith(m, s, emit) }, true, nil
+		return func(s string, emit func(string, bool) bool) bool { return splitWith(m, s, emit) }, true, nil
 	}
 	sp, err := regexp2Splitter(pattern)
 	return sp, false, err
@@ -70,7 +71,7 @@ func regexp2Splitter(pattern string) (splitter, error) {
 		return nil, fmt.Errorf("split pattern %q: %w", pattern, err)
 	}
 	re.MatchTimeout = 5 * time.Second
-	return func(s string, emit func(string, bool)) {
+	return func(s string, emit func(string, bool) bool) bool {
 		rs := []rune(s)
 		// byte offset of every rune index
 		off := make([]int, len(rs)+1)
@@ -85,29 +86,31 @@ func regexp2Splitter(pattern string) (splitter, error) {
 		for err == nil && m != nil {
 			if m.Length > 0 {
 				start, end := off[m.Index], off[m.Index+m.Length]
-				if gap < start {
-					emit(s[gap:start], false)
+				if gap < start && !emit(s[gap:start], false) {
+					return false
 				}
-				emit(s[start:end], true)
+				if !emit(s[start:end], true) {
+					return false
+				}
 				gap = end
 			}
 			m, err = re.FindNextMatch(m)
 		}
-		if gap < len(s) {
-			emit(s[gap:], false)
-		}
+		return gap >= len(s) || emit(s[gap:], false)
 	}, nil
 }
 
 // splitWith splits s with a hand-written matcher.
-func splitWith(m matcher, s string, emit func(piece string, isMatch bool)) {
+func splitWith(m matcher, s string, emit func(piece string, isMatch bool) bool) bool {
 	gap := 0
 	for i := 0; i < len(s); {
 		if e := m(s, i); e > i {
-			if gap < i {
-				emit(s[gap:i], false)
+			if gap < i && !emit(s[gap:i], false) {
+				return false
 			}
-			emit(s[i:e], true)
+			if !emit(s[i:e], true) {
+				return false
+			}
 			i, gap = e, e
 			continue
 		}
@@ -118,9 +121,7 @@ func splitWith(m matcher, s string, emit func(piece string, isMatch bool)) {
 			i += n
 		}
 	}
-	if gap < len(s) {
-		emit(s[gap:], false)
-	}
+	return gap >= len(s) || emit(s[gap:], false)
 }
 
 // ---- shared pieces ----

@@ -34,6 +34,11 @@ type Tokenizer struct {
 	tokens  []string // id → token (added tokens included)
 	special map[uint32]bool
 
+	// bound: how much input text a token covers at most; pieceBytes:
+	// how many bytes of a pre-tokenized piece (limit.go; 0: no bound).
+	bound      Bound
+	pieceBytes int
+
 	// Config is what tokenizer_config.json (and chat_template.jinja) say.
 	Config Config
 	// Path is where the tokenizer was loaded from.
@@ -185,6 +190,7 @@ func FromJSON(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 			model.merges.put(pairKey(int32(a), int32(b)), merge{rank: uint32(rank), id: c})
 		}
 	}
+	model.initRanks(len(merges))
 	t.model = model
 
 	if t.norm, err = buildNormalizer(f.Normalizer); err != nil {
@@ -197,6 +203,7 @@ func FromJSON(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	if err := model.init(byteLevel); err != nil {
 		return nil, err
 	}
+	t.deriveBound(f.Normalizer, f.PreTokenizer)
 	if t.post, err = buildPostProcessor(f.PostProcessor, vocab); err != nil {
 		return nil, err
 	}
@@ -292,41 +299,95 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 
 // AppendEncode is Encode appending to dst.
 func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecial bool) []uint32 {
+	dst, _ = t.appendEncode(dst, text, addSpecial, 0)
+	return dst
+}
+
+// appendEncode is AppendEncode that stops, returning false, as soon as
+// the encoding is sure to exceed limit tokens (limit <= 0: no limit): when
+// the ids so far pass it, or when the ids so far plus the fewest tokens
+// the rest of a section or piece can make (pieceBytes) do.
+func (t *Tokenizer) appendEncode(dst []uint32, text string, addSpecial bool, limit int) ([]uint32, bool) {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
+	e := &encoding{t: t, dst: dst, base: len(dst), limit: limit, ok: true}
+	e.emitFn = e.emit
 	if addSpecial && t.post != nil {
-		dst = append(dst, t.post.prefix...)
+		e.dst = append(e.dst, t.post.prefix...)
+		e.suffix = len(t.post.suffix)
 	}
-	emit := func(p string) { dst = t.model.encodePiece(dst, p) }
-	t.sections(text, func(idx int, sec string, added int) {
-		if added >= 0 {
-			dst = append(dst, t.added[added].ID)
-			return
-		}
-		if t.norm != nil {
-			sec = t.norm(sec)
-		}
-		if sec == "" {
-			return
-		}
-		if t.pre == nil {
-			emit(sec)
-			return
-		}
-		t.pre(sec, idx == 0, emit)
-	})
-	if addSpecial && t.post != nil {
-		dst = append(dst, t.post.suffix...)
+	t.sections(text, e.section)
+	if e.ok && addSpecial && t.post != nil {
+		e.dst = append(e.dst, t.post.suffix...)
 	}
-	return dst
+	return e.dst, e.ok
+}
+
+// encoding is the state of one appendEncode (one allocation for all of
+// it, where closures took one per captured variable).
+type encoding struct {
+	t                   *Tokenizer
+	dst                 []uint32
+	base, suffix, limit int
+	ok                  bool
+	emitFn              func(string) bool // e.emit, made once
+}
+
+// over reports whether n more tokens than the ids so far cannot fit.
+func (e *encoding) over(n int) bool {
+	return e.limit > 0 && len(e.dst)-e.base+n+e.suffix > e.limit
+}
+
+// fewest is the fewest tokens a piece (or a section whose pre-tokenizer
+// keeps every byte) of s can make.
+func (e *encoding) fewest(s string) int {
+	if e.t.pieceBytes == 0 {
+		return 0
+	}
+	return ceilDiv(len(s), e.t.pieceBytes)
+}
+
+func (e *encoding) emit(p string) bool {
+	if e.limit > 0 && e.over(e.fewest(p)) {
+		e.ok = false
+		return false
+	}
+	e.dst = e.t.model.encodePiece(e.dst, p)
+	e.ok = !e.over(0)
+	return e.ok
+}
+
+func (e *encoding) section(idx int, sec string, added int) bool {
+	t := e.t
+	if added >= 0 {
+		e.dst = append(e.dst, t.added[added].ID)
+		e.ok = !e.over(0)
+		return e.ok
+	}
+	if t.norm != nil {
+		sec = t.norm(sec)
+	}
+	if sec == "" {
+		return true
+	}
+	if t.pre == nil {
+		return e.emit(sec)
+	}
+	// A pre-tokenizer keeps every byte when pieceBytes is set.
+	if e.limit > 0 && e.over(e.fewest(sec)) {
+		e.ok = false
+		return false
+	}
+	return t.pre(sec, idx == 0, e.emitFn)
 }
 
 // sections cuts text at added tokens (leftmost longest match, as the
 // reference) and calls fn with each piece in order: an added token (its
-// index in t.added) or the text between two of them (added = -1).
-// lstrip/rstrip added tokens eat the whitespace next to them.
-func (t *Tokenizer) sections(text string, fn func(idx int, sec string, added int)) {
+// index in t.added) or the text between two of them (added = -1),
+// until fn returns false. lstrip/rstrip added tokens eat the whitespace
+// next to them.
+func (t *Tokenizer) sections(text string, fn func(idx int, sec string, added int) bool) {
 	if t.trie.empty() {
 		fn(0, text, -1)
 		return
@@ -373,7 +434,9 @@ func (t *Tokenizer) sections(text string, fn func(idx int, sec string, added int
 		if s.added < 0 && s.s == "" {
 			continue
 		}
-		fn(k, s.s, s.added)
+		if !fn(k, s.s, s.added) {
+			return
+		}
 	}
 }
 

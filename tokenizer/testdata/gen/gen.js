@@ -4,6 +4,9 @@
 //   golden/<model>.json       token ids from @lenml/tokenizers (a fork of
 //                             transformers.js) over the corpus below and 200
 //                             seeded random strings per tokenizer
+//   golden/long.json          token ids of long runs (one character
+//                             repeated, spaces, digits): the words the
+//                             merge loop spends most on
 //   golden/chat.json          chat renders from @huggingface/jinja with each
 //                             model's own template, and their token ids
 //   ../unicode_tables.go      the Unicode classes the split regexes use, as
@@ -428,16 +431,66 @@ function unicodeTables() {
   return ranges.length;
 }
 
+// The Metaspace pre-tokenizer (Mistral/Llama-2 tokenizer.json files of
+// newer transformers) over llama2's vocabulary.
+function metaspaceData(llama2) {
+  const ms = JSON.parse(JSON.stringify(llama2));
+  ms.tokenizerJSON.normalizer = null;
+  ms.tokenizerJSON.pre_tokenizer = {
+    type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false,
+  };
+  ms.tokenizerConfig.legacy = true;
+  return ms;
+}
+
+// ---------- long runs ----------
+// Each text is one long pre-tokenized piece (or a few) for most models:
+// what the merge loop costs most on. Short enough to keep the file small,
+// long enough to pass the word cache (256 bytes) and the short-word path
+// (128 symbols).
+const longTexts = [
+  "a".repeat(1500),
+  " ".repeat(1500),
+  "x" + " ".repeat(999) + "y",
+  "7".repeat(600),
+  "1234567890".repeat(40),
+  "\n".repeat(400),
+  "\t \n".repeat(200),
+  ".".repeat(1500),
+  "=".repeat(1000),
+  "-".repeat(1000),
+  "ab".repeat(600),
+  "é".repeat(600),
+  "好".repeat(400),
+  "🙂".repeat(150),
+  "\u3000".repeat(400),
+  englishSentences.join("").replace(/[^A-Za-z]/g, ""),
+];
+function longFixtures(models, metaspace) {
+  const out = { generator: `@lenml/tokenizers ${lenmlVersion} under node ${process.version}`, texts: longTexts, ids: {} };
+  const all = Object.entries(models).map(([name, m]) => [name, m.tok]);
+  all.push(["llama2_metaspace", TokenizerLoader.fromPreTrained(metaspace)]);
+  for (const [name, tok] of all) {
+    out.ids[name] = longTexts.map((t) => tok.encode(t, { add_special_tokens: false }));
+  }
+  return out;
+}
+
 // ---------- main ----------
 const only = process.argv.slice(2);
 if (only.length === 0 || only.includes("unicode")) {
   console.log("unicode ranges:", unicodeTables());
 }
-if (only.length === 0 || only.includes("tokens") || only.includes("chat")) {
+if (only.length === 0 || only.includes("tokens") || only.includes("chat") || only.includes("long")) {
   const models = {};
   for (const name of MODELS) {
     const data = loadModel(name);
     models[name] = { data, tok: TokenizerLoader.fromPreTrained(data) };
+  }
+  if (only.length === 0 || only.includes("long")) {
+    const fx = longFixtures(models, metaspaceData(models.llama2.data));
+    fs.writeFileSync(path.join(outDir, "long.json"), JSON.stringify(fx) + "\n");
+    console.log("long", longTexts.length, "texts");
   }
   if (only.length === 0 || only.includes("tokens")) {
     for (const name of MODELS) {
@@ -448,12 +501,7 @@ if (only.length === 0 || only.includes("tokens") || only.includes("chat")) {
     // The Metaspace pre-tokenizer (Mistral/Llama-2 tokenizer.json files
     // of newer transformers) over the same vocabulary: what llama2's
     // Prepend+Replace normalizer does, done by the pre-tokenizer.
-    const ms = JSON.parse(JSON.stringify(models.llama2.data));
-    ms.tokenizerJSON.normalizer = null;
-    ms.tokenizerJSON.pre_tokenizer = {
-      type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false,
-    };
-    ms.tokenizerConfig.legacy = true;
+    const ms = metaspaceData(models.llama2.data);
     const fx = tokenFixtures("llama2", ms, "llama2_metaspace");
     fx.tokenizer_json_patch = { normalizer: ms.tokenizerJSON.normalizer, pre_tokenizer: ms.tokenizerJSON.pre_tokenizer };
     fs.writeFileSync(path.join(outDir, "llama2_metaspace.json"), JSON.stringify(fx) + "\n");
