@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // engineGolden reads the Python Jinja2 renders of the tokenizer package
@@ -64,6 +66,7 @@ func TestRouteChatAsEngine(t *testing.T) {
 			if len(cases) < 5 {
 				t.Fatalf("%d golden cases for qwen3/%s", len(cases), dialect)
 			}
+			refused := 0
 			for name, c := range cases {
 				var fields map[string]json.RawMessage
 				if err := json.Unmarshal(c.Request, &fields); err != nil {
@@ -74,6 +77,7 @@ func TestRouteChatAsEngine(t *testing.T) {
 				body, _ := json.Marshal(fields)
 				code, out := post(t, g.url+"/route", string(body))
 				if c.Error != nil {
+					refused++
 					if code != 400 {
 						t.Errorf("%s: %d %v, the engine refuses it (%s)", name, code, out, *c.Error)
 					}
@@ -82,6 +86,12 @@ func TestRouteChatAsEngine(t *testing.T) {
 				if code != 200 || out["prompt_tokens"] != float64(len(c.IDs)) {
 					t.Errorf("%s: %d %v, want prompt_tokens %d", name, code, out, len(c.IDs))
 				}
+			}
+			// Every refusal is counted by reason, none silently.
+			vec := g.s.opts.Metrics.PromptsRefused
+			if n := testutil.ToFloat64(vec.WithLabelValues("messages")) + testutil.ToFloat64(vec.WithLabelValues("template")) +
+				testutil.ToFloat64(vec.WithLabelValues("input")); int(n) != refused {
+				t.Errorf("kvrouter_prompts_refused_total counts %v chats refused, the golden refuses %d", n, refused)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 	"unicode/utf8"
 
 	"github.com/kvrouter/kvrouter/parity"
@@ -20,12 +21,19 @@ import (
 
 var errNoTokenizer = errors.New("text and chat prompts need a tokenizer: start kvrouter with --tokenizer PATH or --served-model NAME=PATH (token-id prompts need none)")
 
-// inputError is a request the client must fix (HTTP 400).
-type inputError struct{ msg string }
+// inputError is a request the client must fix (HTTP 400). counted: the
+// refusal was already counted and logged where it was found (a prompt
+// over max-prompt-tokens), so writeInputError does not count it again.
+type inputError struct {
+	msg     string
+	counted bool
+}
 
 func (e *inputError) Error() string { return e.msg }
 
-func badInput(format string, args ...any) error { return &inputError{fmt.Sprintf(format, args...)} }
+func badInput(format string, args ...any) error {
+	return &inputError{msg: fmt.Sprintf(format, args...)}
+}
 
 // textInput is what a request may carry instead of token ids: a text
 // prompt, or chat messages (with tools and template options), and the
@@ -181,9 +189,13 @@ func (s *Server) writeInputError(w http.ResponseWriter, err error) {
 		if unknown.model == "" {
 			code = http.StatusBadRequest
 		}
+		s.inputRefused("unknown_model", err)
 		writeJSON(w, code, map[string]any{"error": err.Error(), "models": unknown.served})
 	case errors.As(err, &msgs), errors.As(err, &tpl), errors.As(err, &in),
 		errors.Is(err, tokenizer.ErrNoChatTemplate), errors.Is(err, errNoTokenizer):
+		if in == nil || !in.counted {
+			s.inputRefused(inputRefusalReason(msgs, tpl, err), err)
+		}
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.As(err, &eng):
 		writeError(w, eng.status, "%v", err)
@@ -192,6 +204,34 @@ func (s *Server) writeInputError(w http.ResponseWriter, err error) {
 	default:
 		s.log.Error("tokenization failed", "err", err)
 		writeError(w, http.StatusInternalServerError, "%v", err)
+	}
+}
+
+// inputRefusalReason names a 400 for kvrouter_prompts_refused_total.
+func inputRefusalReason(msgs *tokenizer.MessagesError, tpl *tokenizer.TemplateError, err error) string {
+	switch {
+	case msgs != nil:
+		return "messages"
+	case tpl != nil:
+		return "template"
+	case errors.Is(err, tokenizer.ErrNoChatTemplate):
+		return "no_chat_template"
+	case errors.Is(err, errNoTokenizer):
+		return "no_tokenizer"
+	}
+	return "input"
+}
+
+// inputRefused counts a prompt the router could not tokenize because of
+// the client's input (unknown model, messages the engine's rules refuse,
+// a template error) and logs it, rate-limited: a client whose chats all
+// fail to render shows up on the dashboard, not only in its own 400s.
+func (s *Server) inputRefused(reason string, err error) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.PromptsRefused.WithLabelValues(reason).Inc()
+	}
+	if ok, suppressed := s.inputLog.Allow(time.Now()); ok {
+		s.log.Warn("refused a prompt the router cannot tokenize", "reason", reason, "err", err, "suppressed", suppressed)
 	}
 }
 

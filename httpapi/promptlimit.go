@@ -50,7 +50,7 @@ func (s *Server) limitError(model string, err error) error {
 		reason = refusedLength
 	}
 	s.promptRefused("", model, reason, le.Bytes)
-	return &inputError{fmt.Sprintf("%v (max-prompt-tokens %d)", err, le.Limit)}
+	return &inputError{msg: fmt.Sprintf("%v (max-prompt-tokens %d)", err, le.Limit), counted: true}
 }
 
 // promptRefused counts a refused prompt and logs it (rate-limited). The

@@ -115,6 +115,7 @@ type Server struct {
 	log   *slog.Logger
 
 	promptLog loglimit.Limiter // prompts refused over max-prompt-tokens
+	inputLog  loglimit.Limiter // prompts refused for their input (writeInputError)
 
 	urlsMu      sync.Mutex
 	urls        map[uint64]string // worker id → base URL, for the proxy
@@ -156,7 +157,8 @@ func New(opts Options) *Server {
 		opts.Client = proxyClient(opts.WorkerPolicy)
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), admin: http.NewServeMux(), log: opts.Log.With("component", "httpapi"),
-		promptLog: loglimit.Limiter{Every: 10 * time.Second}}
+		promptLog: loglimit.Limiter{Every: 10 * time.Second},
+		inputLog:  loglimit.Limiter{Every: 10 * time.Second}}
 	routes := []route{
 		{"POST /route", "route", dataPlane, s.guardPrompt("route", s.route)},
 		{"POST /prefill_done", "prefill_done", dataPlane, s.prefillDone},

@@ -129,7 +129,7 @@ func New() *Router {
 		}),
 		PromptsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_prompts_refused_total",
-			Help: "Text and chat prompts refused over max-prompt-tokens, by reason (length: the text's length proved it too long, before any tokenization; tokens: tokenization stopped once the count passed the limit).",
+			Help: "Text and chat prompts refused with a 4xx before routing, by reason (length: over max-prompt-tokens by the text's length, before any tokenization; tokens: tokenization stopped once the count passed max-prompt-tokens; unknown_model; messages: messages the engine's preprocessing refuses; template: the chat template failed; no_chat_template; no_tokenizer; input: another client error).",
 		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
