@@ -63,6 +63,17 @@ type Skipped struct {
 type Batch struct {
 	Events  []kv.Event
 	Skipped []Skipped
+	// UnknownFields counts the object keys the decoder did not use
+	// (fields a newer publisher added); UnknownNames holds the first few
+	// distinct ones. The events are applied without them.
+	UnknownFields int
+	UnknownNames  []string
+}
+
+// withUnknown copies the scanner's unknown-key report into b.
+func (b Batch) withUnknown(s *scanner) Batch {
+	b.UnknownFields, b.UnknownNames = s.unknownKeys, s.unknownNames
+	return b
 }
 
 // unknownEventError is the cause of an event skipped for its type.
@@ -188,14 +199,17 @@ func DecodeRouterEventsBatchJSON(data []byte) (Batch, error) {
 		if isEnvelopeJSON(data) {
 			return decodeEnvelopeJSON(data)
 		}
-		ev, err := DecodeRouterEventJSON(data)
+		ev, err := s.routerEvent()
+		if err == nil {
+			err = s.end()
+		}
 		if sk, ok := skippedOf(err); ok {
-			return Batch{Events: []kv.Event{}, Skipped: []Skipped{sk}}, nil
+			return Batch{Events: []kv.Event{}, Skipped: []Skipped{sk}}.withUnknown(&s), nil
 		}
 		if err != nil {
-			return Batch{}, err
+			return Batch{}, finish(err)
 		}
-		return Batch{Events: []kv.Event{ev}}, nil
+		return Batch{Events: []kv.Event{ev}}.withUnknown(&s), nil
 	}
 	var b Batch
 	err := s.array(func(i int) error {
@@ -220,7 +234,7 @@ func DecodeRouterEventsBatchJSON(data []byte) (Batch, error) {
 	if b.Events == nil {
 		b.Events = []kv.Event{}
 	}
-	return b, nil
+	return b.withUnknown(&s), nil
 }
 
 // Bits of the keys a document has set, to refuse duplicates.
@@ -298,7 +312,7 @@ func (s *scanner) routerEvent() (kv.Event, error) {
 				}
 			}
 		default:
-			return s.skip()
+			return s.unknownKey(key)
 		}
 		return atKey(key, err)
 	})
@@ -367,7 +381,7 @@ func (s *scanner) kvEvent(ev *kv.Event) (rank uint64, hasRank bool, err error) {
 				err = s.eventData(ev)
 			}
 		default:
-			return s.skip()
+			return s.unknownKey(key)
 		}
 		return atKey(key, err)
 	})
@@ -455,7 +469,7 @@ func (s *scanner) stored(ev *kv.Event) error {
 				})
 			}
 		default:
-			return s.skip()
+			return s.unknownKey(key)
 		}
 		return atKey(key, err)
 	})
@@ -482,7 +496,7 @@ func (s *scanner) block() (kv.StoredBlock, error) {
 				b.TokensHash = kv.LocalBlockHash(v)
 			}
 		default:
-			return s.skip()
+			return s.unknownKey(key)
 		}
 		return atKey(key, err)
 	})
@@ -500,7 +514,7 @@ func (s *scanner) removed(ev *kv.Event) error {
 	var seen uint32
 	err := s.object(func(key []byte) error {
 		if string(key) != "block_hashes" {
-			return s.skip()
+			return s.unknownKey(key)
 		}
 		err := once(&seen, seenBlockHashes, key)
 		if err == nil && !s.null() {

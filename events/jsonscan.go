@@ -1,6 +1,7 @@
 package events
 
 import (
+	"slices"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -24,6 +25,26 @@ type scanner struct {
 	// unknownType is the name of an event type the current event's data
 	// has and the decoder does not know ("" if none); see routerEvent.
 	unknownType string
+	// unknownKeys counts object keys the decoder does not use (a newer
+	// Dynamo's fields); unknownNames keeps the first few distinct ones for
+	// the report. The events are still applied, and the consumer counts
+	// and logs what was not used, so a new field is never silent.
+	unknownKeys  int
+	unknownNames []string
+}
+
+// maxUnknownNames bounds the distinct unknown key names one message
+// reports (a hostile message can carry any number of keys).
+const maxUnknownNames = 4
+
+// unknownKey skips the value of a key the decoder does not use and
+// records the key for the message's report.
+func (s *scanner) unknownKey(key []byte) error {
+	s.unknownKeys++
+	if len(s.unknownNames) < maxUnknownNames && !slices.Contains(s.unknownNames, string(key)) {
+		s.unknownNames = append(s.unknownNames, truncate(string(key)))
+	}
+	return s.skip()
 }
 
 // maxDepth bounds nesting in skipped values so hostile input cannot

@@ -168,3 +168,36 @@ func containsAll(s string, parts []string) bool {
 	}
 	return true
 }
+
+// A RouterEvent with fields this router does not use (a newer Dynamo's
+// additions) is applied, and the fields are counted and logged by name,
+// never dropped silently.
+func TestEventSourceCountsUnknownFields(t *testing.T) {
+	e := startServer(t)
+	nc := dial(t, e)
+	var c collector
+	var logs bytes.Buffer
+	src, err := StartEventSource(context.Background(), nc, EventSourceConfig{Subject: "kv.events",
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}, c.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	batch := `[{"worker_id":4,"priority_hint":3,"event":{"event_id":0,"dp_rank":1,"origin":"x",
+	  "data":{"stored":{"parent_hash":null,"lineage":7,"blocks":[{"block_hash":1,"tokens_hash":2,"mm_hash":9}]}}}},
+	 {"worker_id":4,"event":{"event_id":1,"dp_rank":1,"data":{"removed":{"block_hashes":[1],"reason":"evicted"}}}}]`
+	if err := nc.Publish("kv.events", []byte(batch)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitTimeout, "both events applied", func() bool { return c.len() == 2 })
+	if st := src.Stats(); st.UnknownFields != 5 || len(st.Malformed) != 0 {
+		t.Fatalf("unknown fields %d (want 5), malformed %v", st.UnknownFields, st.Malformed)
+	}
+	src.Close()
+	line := logs.String()
+	for _, want := range []string{"does not use", "priority_hint", "origin", "lineage", "mm_hash", "worker=4", "dp_rank=1"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log lacks %q:\n%s", want, line)
+		}
+	}
+}

@@ -132,9 +132,12 @@ type EventStats struct {
 	Malformed map[string]uint64 // dropped messages by reason (MalformedJSON, MalformedProtobuf, MalformedEnvelope)
 	// Skipped counts events left out of messages that were otherwise
 	// applied, by reason (events.ReasonUnknownEventType).
-	Skipped   map[string]uint64
-	Gaps      uint64 // event ids skipped (per worker rank), at most MaxEventIDGap per event
-	Reordered uint64 // event ids not above the last seen (replay or restart) or past MaxEventIDGap above it
+	Skipped map[string]uint64
+	// UnknownFields counts fields of applied messages that the decoder
+	// does not use (a newer publisher's additions).
+	UnknownFields uint64
+	Gaps          uint64 // event ids skipped (per worker rank), at most MaxEventIDGap per event
+	Reordered     uint64 // event ids not above the last seen (replay or restart) or past MaxEventIDGap above it
 	// StreamGaps counts stream messages this replica never saw: purged by
 	// a snapshot before it read them (it then lacks their effect until
 	// the affected workers re-store those blocks or it restarts).
@@ -170,6 +173,7 @@ type EventSource struct {
 	closed    bool
 	malformed map[string]uint64
 	skipped   map[string]uint64
+	unknown   uint64 // fields decoded messages carried and the decoder did not use
 	lastID    map[kv.WorkerWithDpRank]uint64
 }
 
@@ -279,6 +283,24 @@ func (s *EventSource) handle(subject string, hdr nats.Header, data []byte) {
 	for ; next < len(b.Skipped); next++ {
 		s.skip(subject, &b.Skipped[next])
 	}
+	if b.UnknownFields > 0 {
+		s.unknownFields(subject, &b)
+	}
+}
+
+// unknownFields counts and logs the fields a message carried that the
+// decoder does not use (called with mu held). The events were applied:
+// a newer publisher's extra field must not drop its events, and must not
+// go unseen either (it may change what an event means).
+func (s *EventSource) unknownFields(subject string, b *events.Batch) {
+	s.unknown += uint64(b.UnknownFields)
+	if ok, suppressed := s.limiter("unknown_field").Allow(time.Now()); ok {
+		attrs := []any{"fields", b.UnknownNames, "count", b.UnknownFields, "subject", subject, "suppressed", suppressed}
+		if len(b.Events) > 0 {
+			attrs = append(attrs, "worker", uint64(b.Events[0].Worker.WorkerID), "dp_rank", b.Events[0].Worker.DpRank)
+		}
+		s.log.Warn("KV event message has fields this router does not use; its events were applied without them", attrs...)
+	}
 }
 
 // skip counts, reports and logs an event left out of a message (called
@@ -367,9 +389,10 @@ func (s *EventSource) Stats() EventStats {
 	s.mu.Lock()
 	mal := maps.Clone(s.malformed)
 	skipped := maps.Clone(s.skipped)
+	unknown := s.unknown
 	s.mu.Unlock()
 	return EventStats{
-		Messages: s.messages.Load(), Events: s.decoded.Load(), Malformed: mal, Skipped: skipped,
+		Messages: s.messages.Load(), Events: s.decoded.Load(), Malformed: mal, Skipped: skipped, UnknownFields: unknown,
 		Gaps: s.gaps.Load(), Reordered: s.reordered.Load(), StreamGaps: s.streamGaps.Load(),
 	}
 }

@@ -145,6 +145,7 @@ func (b *bus) addState(st *metrics.State) {
 			metrics.Counter{Name: "kv_event_id_gaps", Source: "nats", Value: es.Gaps},
 			metrics.Counter{Name: "kv_event_id_reordered", Source: "nats", Value: es.Reordered},
 			metrics.Counter{Name: "kv_event_stream_gaps", Source: "nats", Value: es.StreamGaps},
+			metrics.Counter{Name: "kv_event_unknown_fields", Source: "nats", Value: es.UnknownFields},
 		)
 		for reason, n := range es.Malformed {
 			st.Counters = append(st.Counters, metrics.Counter{Name: "kv_events_malformed", Source: reason, Value: n})
