@@ -1,10 +1,10 @@
 package events
 
 import (
-	"slices"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
