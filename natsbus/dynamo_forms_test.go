@@ -15,24 +15,6 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 )
 
-// syncBuffer collects log output written from subscription goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A batch with an event of a type the decoder does not know (as newer
 // engines add them) delivers its other events.
 func TestEventSourceAppliesTheRestOfABatch(t *testing.T) {
@@ -122,7 +104,7 @@ func TestEventSourceCountsAndLogsDrops(t *testing.T) {
 	e := startServer(t)
 	nc := dial(t, e)
 	var c collector
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	var mu sync.Mutex
 	dropped := map[string]int{}
 	src, err := StartEventSource(context.Background(), nc, EventSourceConfig{

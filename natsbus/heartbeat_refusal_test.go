@@ -18,7 +18,7 @@ import (
 func TestHeartbeatBlockSizeRefusalIsLoggedOncePerWorker(t *testing.T) {
 	e := startServer(t)
 	nc := dial(t, e)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	var mu sync.Mutex
 	rejected := map[uint64]int{}
 	got := make(chan events.Heartbeat, 16)
