@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 )
@@ -71,5 +72,34 @@ func matchesProtobuf[M any, P interface {
 	}
 	if werr == nil && !proto.Equal(want, got) {
 		t.Fatalf("%x: protobuf-go %v, ours %v", b, want, got)
+	}
+}
+
+// The server's codec writes a route reply as protobuf-go does, every
+// field included (index_trust among them): setsEveryField fails when a
+// field is added to RouteResponse and not set here.
+func TestRouteCodecEncodesEveryRouteResponseField(t *testing.T) {
+	res := &pb.RouteResponse{
+		RequestId: "r", WorkerId: 3, DpRank: 1, OverlapBlocks: 4, CachedTokens: 64,
+		PrefillWorker: &pb.WorkerRef{WorkerId: 5, DpRank: 2}, PrefillOverlapBlocks: 2, PrefillCachedTokens: 32,
+		PrefillRequestId: "r-prefill", IndexTrust: "untrusted",
+	}
+	setsEveryField(t, res)
+	bufs, err := newRouteCodec().Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got pb.RouteResponse
+	if err := proto.Unmarshal(bufs.Materialize(), &got); err != nil || !proto.Equal(&got, res) {
+		t.Fatalf("protobuf-go reads %v (%v), want %v", &got, err, res)
+	}
+}
+
+func setsEveryField(t *testing.T, m proto.Message) {
+	t.Helper()
+	set := 0
+	m.ProtoReflect().Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool { set++; return true })
+	if want := m.ProtoReflect().Descriptor().Fields().Len(); set != want {
+		t.Fatalf("%s: %d of %d fields set", m.ProtoReflect().Descriptor().Name(), set, want)
 	}
 }

@@ -29,6 +29,9 @@ func TestEveryRPC(t *testing.T) {
 	if err != nil || res.RequestId != "r1" || (res.WorkerId != 1 && res.WorkerId != 2) {
 		t.Fatalf("route: %v %v", res, err)
 	}
+	if res.IndexTrust != "exact" {
+		t.Errorf("route to a healthy rank: index_trust %q, want exact", res.IndexTrust)
+	}
 	gen, err := c.Route(ctx, &pb.RouteRequest{TokenIds: prompt(3, 1)})
 	if err != nil || !strings.HasPrefix(gen.RequestId, "kvr-") {
 		t.Fatalf("generated id: %v %v", gen, err)

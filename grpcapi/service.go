@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 	"github.com/kvrouter/kvrouter/routeapi"
@@ -87,6 +88,7 @@ func (s *Server) route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteRespon
 	res := &pb.RouteResponse{
 		WorkerId: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
 		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens,
+		IndexTrust: s.indexTrust(reply.Worker),
 	}
 	if pw := reply.PrefillWorker; pw != nil {
 		res.PrefillWorker = &pb.WorkerRef{WorkerId: pw.WorkerId, DpRank: pw.DpRank}
@@ -99,6 +101,12 @@ func (s *Server) route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteRespon
 		}
 	}
 	return res, nil
+}
+
+// indexTrust is the chosen rank's index trust as last published (exact,
+// degraded or untrusted: docs/index-trust.md), as HTTP's /route answers it.
+func (s *Server) indexTrust(w *messages.WorkerRank) string {
+	return s.opts.Router.IndexTrust(kv.WorkerWithDpRank{WorkerID: kv.WorkerID(w.GetWorkerId()), DpRank: w.GetDpRank()}).State
 }
 
 // lifecycle runs prefill_done (prefill) or free.

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -81,5 +82,38 @@ func TestClientCodecKeepsUnknownFields(t *testing.T) {
 	var got pb.RouteRequest
 	if err := proto.Unmarshal(bufs.Materialize(), &got); err != nil || !proto.Equal(&got, r) {
 		t.Fatalf("got %v (%v), want %v with its unknown field", &got, err, r)
+	}
+}
+
+// The client's codec reads a route reply (unary, or inside a Lifecycle
+// response) as protobuf-go does, every field included (index_trust among
+// them); the test fails when a field is added to RouteResponse and not
+// set here.
+func TestClientCodecDecodesEveryRouteResponseField(t *testing.T) {
+	res := &pb.RouteResponse{
+		RequestId: "r", WorkerId: 3, DpRank: 1, OverlapBlocks: 4, CachedTokens: 64,
+		PrefillWorker: &pb.WorkerRef{WorkerId: 5, DpRank: 2}, PrefillOverlapBlocks: 2, PrefillCachedTokens: 32,
+		PrefillRequestId: "r-prefill", IndexTrust: "degraded",
+	}
+	set := 0
+	res.ProtoReflect().Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool { set++; return true })
+	if want := res.ProtoReflect().Descriptor().Fields().Len(); set != want {
+		t.Fatalf("the reply sets %d of RouteResponse's %d fields", set, want)
+	}
+	c := newClientCodec()
+	for _, tc := range []struct {
+		name      string
+		msg, into proto.Message
+	}{
+		{"route", res, new(pb.RouteResponse)},
+		{"lifecycle route", &pb.LifecycleResponse{Id: 9, Result: &pb.LifecycleResponse_Route{Route: res}}, new(pb.LifecycleResponse)},
+	} {
+		wire, err := proto.Marshal(tc.msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, tc.into); err != nil || !proto.Equal(tc.into, tc.msg) {
+			t.Fatalf("%s: read %v (%v), want %v", tc.name, tc.into, err, tc.msg)
+		}
 	}
 }

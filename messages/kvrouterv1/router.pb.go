@@ -318,8 +318,13 @@ type RouteResponse struct {
 	PrefillOverlapBlocks uint32     `protobuf:"varint,7,opt,name=prefill_overlap_blocks,json=prefillOverlapBlocks,proto3" json:"prefill_overlap_blocks,omitempty"`
 	PrefillCachedTokens  uint64     `protobuf:"varint,8,opt,name=prefill_cached_tokens,json=prefillCachedTokens,proto3" json:"prefill_cached_tokens,omitempty"`
 	PrefillRequestId     string     `protobuf:"bytes,9,opt,name=prefill_request_id,json=prefillRequestId,proto3" json:"prefill_request_id,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// index_trust is the chosen rank's (worker_id/dp_rank) index trust:
+	// "exact", "degraded" or "untrusted" (docs/index-trust.md). For an
+	// untrusted rank, overlap_blocks and cached_tokens come from predicted
+	// blocks, not the event index.
+	IndexTrust    string `protobuf:"bytes,10,opt,name=index_trust,json=indexTrust,proto3" json:"index_trust,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -411,6 +416,13 @@ func (x *RouteResponse) GetPrefillCachedTokens() uint64 {
 func (x *RouteResponse) GetPrefillRequestId() string {
 	if x != nil {
 		return x.PrefillRequestId
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetIndexTrust() string {
+	if x != nil {
+		return x.IndexTrust
 	}
 	return ""
 }
@@ -1593,7 +1605,7 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\n" +
 	" \x01(\tR\tsessionIdB\x10\n" +
-	"\x0e_update_states\"\x87\x03\n" +
+	"\x0e_update_states\"\xa8\x03\n" +
 	"\rRouteResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1604,7 +1616,10 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x0eprefill_worker\x18\x06 \x01(\v2\x16.kvrouter.v1.WorkerRefR\rprefillWorker\x124\n" +
 	"\x16prefill_overlap_blocks\x18\a \x01(\rR\x14prefillOverlapBlocks\x122\n" +
 	"\x15prefill_cached_tokens\x18\b \x01(\x04R\x13prefillCachedTokens\x12,\n" +
-	"\x12prefill_request_id\x18\t \x01(\tR\x10prefillRequestId\"+\n" +
+	"\x12prefill_request_id\x18\t \x01(\tR\x10prefillRequestId\x12\x1f\n" +
+	"\vindex_trust\x18\n" +
+	" \x01(\tR\n" +
+	"indexTrust\"+\n" +
 	"\n" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
