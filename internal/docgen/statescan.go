@@ -1,17 +1,20 @@
 package docgen
 
 import (
+	"context"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
-	"github.com/kvrouter/kvrouter/index"
+	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/metrics"
 	"github.com/kvrouter/kvrouter/trust"
 )
@@ -25,23 +28,35 @@ type stateNames struct {
 	workerGauges map[string]string // name → help
 }
 
-// Names built at run time from a prefix; their suffixes come from the
-// package that owns them, so a new index counter or trust state shows up
-// in the docs without a change here.
-var dynamicCounterPrefixes = map[string]func() []string{
-	"index_": func() []string {
-		var out []string
-		for k := range (index.Counters{}).Map() {
-			out = append(out, k)
+// Names built at run time from a prefix, with the suffixes their owners
+// produce, so that a new index counter or trust state shows up in the
+// docs without a change here. index_<name> are the keys of the actors'
+// Status.IndexCounters (the index's counters plus the shards' own), read
+// from a router started for the purpose.
+var dynamicCounterPrefixes = map[string]func() ([]string, error){
+	"index_": func() ([]string, error) {
+		cfg := actors.DefaultConfig()
+		cfg.Shards = 1
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		r, err := actors.Start(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("starting the actors for their index counters: %w", err)
 		}
-		return out
+		defer r.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := r.Status(ctx, false)
+		if err != nil {
+			return nil, fmt.Errorf("reading the actors' index counters: %w", err)
+		}
+		return sortedKeys(st.IndexCounters), nil
 	},
-	"index_trust_to_": func() []string {
+	"index_trust_to_": func() ([]string, error) {
 		var out []string
 		for _, s := range trust.States {
 			out = append(out, s.String())
 		}
-		return out
+		return out, nil
 	},
 }
 
@@ -215,8 +230,12 @@ func resolveCounterName(e ast.Expr, rangeKeys map[*ast.Object][]string) ([]strin
 	if b, ok := e.(*ast.BinaryExpr); ok && b.Op == token.ADD {
 		if prefix, ok := stringLit(b.X); ok {
 			if suffixes, ok := dynamicCounterPrefixes[prefix]; ok {
+				list, err := suffixes()
+				if err != nil {
+					return nil, err
+				}
 				var out []string
-				for _, s := range suffixes() {
+				for _, s := range list {
 					out = append(out, prefix+s)
 				}
 				return out, nil

@@ -10,13 +10,13 @@ import (
 // Internal milestone words: the project's history belongs in git log (and
 // CHANGELOG.md), not in code, comments or docs a user reads.
 var (
-	// "stop 24", "Stop #3": anywhere.
+	// The word stop followed by a number (a space or # between): anywhere.
 	stopWord = regexp.MustCompile(`(?i)\bstop[ \t]*#?[ \t]*[0-9]+\b`)
-	// "issue 17", "issues 12", "Issue #30": anywhere but CHANGELOG.md.
+	// The word issue or issues followed by a number: anywhere but
+	// CHANGELOG.md.
 	issueWord = regexp.MustCompile(`(?i)\bissues?[ \t]*#?[ \t]*[0-9]+\b`)
-	// An upstream issue named by its tracker ("GitHub issue 123",
-	// "golang/go issue 75804", "upstream issue 9") is a citation, not our
-	// milestone.
+	// An upstream issue named by its tracker (the word GitHub or upstream,
+	// or an owner/repo, right before it) is a citation, not our milestone.
 	upstreamQualifier = regexp.MustCompile(`(?i)(github|upstream|[a-z0-9_.-]+/[a-z0-9_.-]+)[ \t]*$`)
 )
 
