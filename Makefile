@@ -5,7 +5,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./grpcapi/... ./kvclient/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/...
 
-.PHONY: system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
+.PHONY: system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster docs
 
 deps:
 	$(GO) mod download
@@ -85,6 +85,13 @@ fuzz:
 # 3 replicas + HAProxy + embedded NATS + 4 mock workers, on loopback.
 cluster:
 	GO=$(GO) deploy/local/cluster.sh
+
+# Regenerates the reference docs that come from the code (commit the
+# result; internal/docgen's tests fail when a committed file differs).
+# One line per document.
+docs:
+	$(GO) run ./cmd/gendocs metrics docs/metrics.md
+	$(GO) run ./cmd/gendocs grpc docs/grpc-api.md
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./hashing/ ./index/ ./actors/

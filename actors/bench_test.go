@@ -278,7 +278,7 @@ func BenchmarkApplyRemote(b *testing.B) {
 }
 
 // BenchmarkDecisionBound is the irreducible work of the decisions above
-// (issue 17's bound): hash one of the same 4k-token prompts (block and
+// (the lower bound a decision's cost is compared with): hash one of the same 4k-token prompts (block and
 // sequence hashes) and walk an index holding the same 64 workers'
 // 2k-token prefixes, on one goroutine with no actors. A decision's CPU
 // time divided by this one's says what the actors, the load fan-out, the
