@@ -1,0 +1,52 @@
+// Command gendocs writes the reference documents generated from the code
+// (`make docs`); each has a test in its package that fails when the
+// committed file differs from what this produces.
+//
+//	gendocs config FILE   the flag reference (docs/configuration.md) from config's flag definitions
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/kvrouter/kvrouter/config"
+)
+
+const usage = `usage: gendocs <document> FILE
+
+documents:
+  config   the flag reference (docs/configuration.md), from the flag definitions in config/
+`
+
+var generators = map[string]func(io.Writer) error{
+	"config": config.WriteMarkdown,
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "gendocs:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		_, err := fmt.Fprint(stdout, usage)
+		return err
+	}
+	if len(args) != 2 {
+		return fmt.Errorf("want a document and a file\n%s", usage)
+	}
+	gen, ok := generators[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown document %q\n%s", args[0], usage)
+	}
+	// Generate fully before writing, so a failure leaves the file as it was.
+	var buf bytes.Buffer
+	if err := gen(&buf); err != nil {
+		return fmt.Errorf("%s: %w", args[0], err)
+	}
+	return os.WriteFile(args[1], buf.Bytes(), 0o644)
+}
