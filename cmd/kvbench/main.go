@@ -35,12 +35,20 @@ kvbench <command> -h lists a command's flags.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "kvbench:", err)
-		}
-		os.Exit(1)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if code := exitCode(err); code != 0 {
+		fmt.Fprintln(os.Stderr, "kvbench:", err)
+		os.Exit(code)
 	}
+}
+
+// exitCode is 0 for success and for -h/--help (the help asked for is not
+// a failure), 1 for any other error.
+func exitCode(err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 1
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -47,3 +47,18 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("run(serv) = %v, stderr %q: want an error and the usage", err, errOut.String())
 	}
 }
+
+// serve -h and --help exit 0 and print the flags under their groups.
+func TestServeHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var out, errOut bytes.Buffer
+		if err := run([]string{"serve", arg}, &out, &errOut); err != nil {
+			t.Fatalf("serve %s: %v, want success", arg, err)
+		}
+		for _, want := range []string{"Essentials:", "Cluster:", "Security:", "Routing:", "Limits:", "Tuning:", "  --block-size int"} {
+			if !strings.Contains(errOut.String(), want) {
+				t.Errorf("serve %s lacks %q", arg, want)
+			}
+		}
+	}
+}

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"net/http"
 	"strings"
@@ -132,5 +135,20 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+// -h and --help print the flags and end with flag.ErrHelp, which main
+// treats as success (exit 0).
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), []string{arg}, func(string) string { return "" }, io.Discard, &stderr)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%s: %v, want flag.ErrHelp", arg, err)
+		}
+		if !strings.Contains(stderr.String(), "-block-size") {
+			t.Errorf("%s printed no flags: %q", arg, stderr.String())
+		}
 	}
 }
