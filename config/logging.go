@@ -18,7 +18,7 @@ const (
 func (c *Config) NewLogger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return nil, fmt.Errorf("log-level %q: %w", c.LogLevel, err)
+		return nil, fmt.Errorf("log-level: log level %q: %w", c.LogLevel, err)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch c.LogFormat {
