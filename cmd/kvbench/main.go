@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/internal/version"
 	"github.com/kvrouter/kvrouter/replica"
 )
 
@@ -29,7 +30,7 @@ commands:
   load     send a workload to a running router or load balancer (completions)
   http     open-loop /route load at fixed rates (in-process router or --url): decisions/s and latency percentiles
 
-kvbench <command> -h lists a command's flags.
+kvbench <command> -h lists a command's flags; kvbench --version prints the version.
 `
 
 func main() {
@@ -74,6 +75,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	case "version", "--version", "-version":
+		_, err := fmt.Fprintln(stdout, "kvbench", version.Get())
+		return err
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])

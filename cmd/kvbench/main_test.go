@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/internal/version"
 	"github.com/kvrouter/kvrouter/mockengine"
 )
 
@@ -89,6 +90,9 @@ func TestSubcommandsRejectBadArguments(t *testing.T) {
 }
 
 func TestSubcommandHelp(t *testing.T) {
+	if err, stdout, _ := runArgs(t, "--version"); err != nil || stdout != "kvbench "+version.Get().String()+"\n" {
+		t.Errorf("--version: %v, stdout %q", err, stdout)
+	}
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
 		if err, stdout, _ := runArgs(t, args...); exitCode(err) != 0 || !strings.Contains(stdout, "commands:") {
 			t.Errorf("%v: exit %d (%v), stdout %q", args, exitCode(err), err, stdout)

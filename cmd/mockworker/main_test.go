@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/version"
 	"github.com/kvrouter/kvrouter/mockengine"
 )
 
@@ -150,5 +151,15 @@ func TestHelp(t *testing.T) {
 		if !strings.Contains(stderr.String(), "-block-size") {
 			t.Errorf("%s printed no flags: %q", arg, stderr.String())
 		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"--version"}, func(string) string { return "" }, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := "mockworker " + version.Get().String() + "\n"; stdout.String() != want {
+		t.Fatalf("--version printed %q, want %q", stdout.String(), want)
 	}
 }
