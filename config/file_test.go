@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -206,4 +207,25 @@ func TestLogFormatJSON(t *testing.T) {
 	if !strings.Contains(out.String(), "level=INFO msg=hello") {
 		t.Fatalf("the default format is not text: %q", out.String())
 	}
+}
+
+// Any file content gives a config or an error, never a panic; a file the
+// loader accepts leaves every field it does not name at its default.
+func FuzzConfigFile(f *testing.F) {
+	for _, seed := range []string{
+		"block-size: 32\nserved-model: [a=/m, b=/n]\n", "decision-timeout: 250ms\nproxy: false\n",
+		"cluster-join: a:1,b:2\n", "tokenizer:\n", "- x\n", "a: &x 1\nb: *x\n", "block-size: !!binary AAAA\n",
+		"{block-size: 1, block-size: 2}", "---\n---\n", "",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg := Default()
+		if err := applyYAML(&cfg, data); err != nil {
+			return
+		}
+		if !bytes.Contains(data, []byte("http")) && !bytes.ContainsRune(data, '\\') && cfg.HTTPAddr != Default().HTTPAddr {
+			t.Fatalf("http-addr changed by a file that does not name it: %q", data)
+		}
+	})
 }
