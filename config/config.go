@@ -1,7 +1,9 @@
 // Package config is the one place the router's settings are defined. Each
-// field of Config is a kebab-case flag and an environment variable
-// KVROUTER_<UPPER_SNAKE>; flags win over the environment, the environment
-// over the defaults. Knobs that Dynamo exposes keep Dynamo's name (the flag
+// field of Config is a kebab-case flag, an environment variable
+// KVROUTER_<UPPER_SNAKE> and a key of the YAML file named by --config;
+// flags win over the environment, the environment over the file, the file
+// over the defaults. Its group tag places it under a heading of
+// `kvrouter serve -h` and docs/configuration.md (groups.go). Knobs that Dynamo exposes keep Dynamo's name (the flag
 // is its kebab-case form) and default.
 package config
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -104,8 +105,12 @@ func TestConfigFileErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Load([]string{"--config", filepath.Join(t.TempDir(), "absent.yaml")}, func(string) string { return "" }); err == nil {
+	absent := filepath.Join(t.TempDir(), "absent.yaml")
+	if _, err := Load([]string{"--config", absent}, func(string) string { return "" }); err == nil {
 		t.Error("a missing config file must be an error")
+	}
+	if _, err := LoadWithOutput([]string{"--config", absent, "-h"}, func(string) string { return "" }, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h with a missing config file: %v, want the help", err)
 	}
 }
 

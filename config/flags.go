@@ -34,11 +34,13 @@ func LoadWithOutput(args []string, getenv func(string) string, out io.Writer) (C
 	// command line); the file then sets the base the environment and the
 	// flags are applied over.
 	first := Default()
+	helpOnly := false
 	if fs, err := newFlagSet(&first, getenv); err == nil {
-		_ = fs.Parse(args) // errors are the second pass's to report
+		// Errors are the second pass's to report; -h needs no file.
+		helpOnly = errors.Is(fs.Parse(args), flag.ErrHelp)
 	}
 	cfg := Default()
-	if first.ConfigFile != "" {
+	if first.ConfigFile != "" && !helpOnly {
 		if err := LoadFile(&cfg, first.ConfigFile); err != nil {
 			return cfg, err
 		}
