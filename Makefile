@@ -5,7 +5,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./grpcapi/... ./kvclient/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/...
 
-.PHONY: system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster docs
+.PHONY: docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -42,6 +42,8 @@ chat-fixtures: node-deps
 tokenizer-bench-node: node-deps
 	NODE_PATH=$$(pwd)/.cache/npm/node_modules node tokenizer/testdata/gen/bench.js
 
+# Regenerates the reference documents generated from the code (commit the
+# result; tests fail when a committed one is stale).
 build: deps
 	$(GO) build ./...
 
@@ -90,6 +92,7 @@ cluster:
 # result; internal/docgen's tests fail when a committed file differs).
 # One line per document.
 docs:
+	$(GO) run ./cmd/gendocs config docs/configuration.md
 	$(GO) run ./cmd/gendocs metrics docs/metrics.md
 	$(GO) run ./cmd/gendocs grpc docs/grpc-api.md
 

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"strconv"
@@ -19,15 +21,42 @@ func EnvName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// Load parses args over the environment over the defaults.
+// Load parses args over the environment over the config file (--config
+// or KVROUTER_CONFIG) over the defaults; -h prints the grouped flags to
+// stderr and returns flag.ErrHelp.
 func Load(args []string, getenv func(string) string) (Config, error) {
+	return LoadWithOutput(args, getenv, os.Stderr)
+}
+
+// LoadWithOutput is Load printing help and flag errors to out.
+func LoadWithOutput(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	// A first pass learns --config (the flags also name the file on the
+	// command line); the file then sets the base the environment and the
+	// flags are applied over.
+	first := Default()
+	helpOnly := false
+	if fs, err := newFlagSet(&first, getenv); err == nil {
+		// Errors are the second pass's to report; -h needs no file.
+		helpOnly = errors.Is(fs.Parse(args), flag.ErrHelp)
+	}
 	cfg := Default()
-	fs := flag.NewFlagSet("kvrouter serve", flag.ContinueOnError)
-	if err := Register(fs, &cfg, getenv); err != nil {
+	if first.ConfigFile != "" && !helpOnly {
+		if err := LoadFile(&cfg, first.ConfigFile); err != nil {
+			return cfg, err
+		}
+	}
+	fs, err := newFlagSet(&cfg, getenv)
+	if err != nil {
 		return cfg, err
 	}
 	if err := fs.Parse(args); err != nil {
-		return cfg, fmt.Errorf("parse flags: %w", err)
+		if errors.Is(err, flag.ErrHelp) {
+			if werr := WriteUsage(out); werr != nil {
+				return cfg, werr
+			}
+			return cfg, err
+		}
+		return cfg, fmt.Errorf("parse flags: %w (kvrouter serve -h lists them)", err)
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -36,6 +65,15 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return cfg, fmt.Errorf("invalid config: %w", err)
 	}
 	return cfg, nil
+}
+
+// newFlagSet prints nothing: a parse error is returned (and reported
+// once, by the caller) and -h is answered by LoadWithOutput.
+func newFlagSet(cfg *Config, getenv func(string) string) (*flag.FlagSet, error) {
+	fs := flag.NewFlagSet("kvrouter serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs, Register(fs, cfg, getenv)
 }
 
 // Register defines one flag per tagged field of *cfg, with the value from

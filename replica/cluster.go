@@ -42,7 +42,7 @@ func (r *Replica) joinCluster(ctx context.Context) error {
 	}
 	cc.Join = r.cfg.ClusterJoin
 	cc.BatchMaxEvents, cc.BatchInterval = r.cfg.ClusterBatchMaxEvents, r.cfg.ClusterBatchInterval
-	cc.HTTPAddr, cc.Version, cc.Logger = r.HTTPAddrOrConfig(), Version, r.base
+	cc.HTTPAddr, cc.Version, cc.Logger = r.HTTPAddrOrConfig(), Version(), r.base
 	cc.KeyFile, cc.Label, cc.Insecure = r.cfg.ClusterKeyFile, r.cfg.ClusterLabel, r.cfg.ClusterInsecure
 	cc.TLSCertFile, cc.TLSKeyFile, cc.TLSCAFile = r.cfg.ClusterTLSCert, r.cfg.ClusterTLSKey, r.cfg.ClusterTLSCA
 	if r.discovery != nil && len(r.cfg.Discover) > 0 {

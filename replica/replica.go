@@ -23,13 +23,16 @@ import (
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/grpcapi"
 	"github.com/kvrouter/kvrouter/httpapi"
+	"github.com/kvrouter/kvrouter/internal/version"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/metrics"
 	"github.com/kvrouter/kvrouter/netpolicy"
 )
 
-// Version is reported in cluster metadata and by `kvrouter version`.
-const Version = "0.1.0"
+// Version is this build's short version (internal/version: an -ldflags
+// override, else the module version and VCS revision), reported to peers
+// in cluster metadata.
+func Version() string { return version.Get().Short() }
 
 // Replica is one running router replica.
 type Replica struct {

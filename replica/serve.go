@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 
 	"github.com/kvrouter/kvrouter/config"
 )
@@ -17,18 +16,17 @@ import (
 // and the multi-process tests start their child replicas through it too,
 // so what they kill with SIGKILL is exactly the shipped binary's code.
 func Serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := config.Load(args, getenv)
+	cfg, err := config.LoadWithOutput(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return fmt.Errorf("log level %q: %w", cfg.LogLevel, err)
+	log, err := cfg.NewLogger(stderr)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if _, err := TuneRuntime(cfg, getenv, log); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/internal/version"
 	"github.com/kvrouter/kvrouter/replica"
 )
 
@@ -29,18 +30,26 @@ commands:
   load     send a workload to a running router or load balancer (completions)
   http     open-loop /route load at fixed rates (in-process router or --url): decisions/s and latency percentiles
 
-kvbench <command> -h lists a command's flags.
+kvbench <command> -h lists a command's flags; kvbench --version prints the version.
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "kvbench:", err)
-		}
-		os.Exit(1)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if code := exitCode(err); code != 0 {
+		fmt.Fprintln(os.Stderr, "kvbench:", err)
+		os.Exit(code)
 	}
+}
+
+// exitCode is 0 for success and for -h/--help (the help asked for is not
+// a failure), 1 for any other error.
+func exitCode(err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 1
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -66,6 +75,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	case "version", "--version", "-version":
+		_, err := fmt.Fprintln(stdout, "kvbench", version.Get())
+		return err
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/internal/version"
 	"github.com/kvrouter/kvrouter/mockengine"
 )
 
@@ -89,10 +90,21 @@ func TestSubcommandsRejectBadArguments(t *testing.T) {
 }
 
 func TestSubcommandHelp(t *testing.T) {
+	if err, stdout, _ := runArgs(t, "--version"); err != nil || stdout != "kvbench "+version.Get().String()+"\n" {
+		t.Errorf("--version: %v, stdout %q", err, stdout)
+	}
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
+		if err, stdout, _ := runArgs(t, args...); exitCode(err) != 0 || !strings.Contains(stdout, "commands:") {
+			t.Errorf("%v: exit %d (%v), stdout %q", args, exitCode(err), err, stdout)
+		}
+	}
 	for _, cmd := range []string{"run", "demo", "indexer", "load", "scale", "http"} {
 		err, _, stderr := runArgs(t, cmd, "-h")
-		if !errors.Is(err, flag.ErrHelp) {
-			t.Errorf("%s -h: %v, want flag.ErrHelp", cmd, err)
+		if !errors.Is(err, flag.ErrHelp) || exitCode(err) != 0 {
+			t.Errorf("%s -h: %v (exit %d), want flag.ErrHelp and exit 0", cmd, err, exitCode(err))
+		}
+		if err, _, _ := runArgs(t, cmd, "--help"); exitCode(err) != 0 {
+			t.Errorf("%s --help: exit %d (%v)", cmd, exitCode(err), err)
 		}
 		if !strings.Contains(stderr, "-duration") && !strings.Contains(stderr, "-requests") {
 			t.Errorf("%s -h printed no flags: %q", cmd, stderr)

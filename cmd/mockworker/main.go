@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/kvrouter/kvrouter/internal/version"
 	"github.com/kvrouter/kvrouter/mockengine"
 )
 
@@ -38,6 +39,10 @@ func main() {
 
 // run starts the worker and blocks until ctx ends and it has shut down.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		_, err := fmt.Fprintln(stdout, "mockworker", version.Get())
+		return err
+	}
 	o, err := parseOptions(args, getenv, stderr)
 	if err != nil {
 		return err

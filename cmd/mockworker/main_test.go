@@ -2,13 +2,17 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/version"
 	"github.com/kvrouter/kvrouter/mockengine"
 )
 
@@ -132,5 +136,30 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+// -h and --help print the flags and end with flag.ErrHelp, which main
+// treats as success (exit 0).
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), []string{arg}, func(string) string { return "" }, io.Discard, &stderr)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%s: %v, want flag.ErrHelp", arg, err)
+		}
+		if !strings.Contains(stderr.String(), "-block-size") {
+			t.Errorf("%s printed no flags: %q", arg, stderr.String())
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"--version"}, func(string) string { return "" }, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := "mockworker " + version.Get().String() + "\n"; stdout.String() != want {
+		t.Fatalf("--version printed %q, want %q", stdout.String(), want)
 	}
 }
