@@ -1,6 +1,9 @@
 package tokenizer
 
 import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -90,4 +93,44 @@ func FuzzMergeRun(f *testing.F) {
 			checkRun(t, names[k], m, piece)
 		}
 	})
+}
+
+// Random merge tables over the tokens a, aa, ..., a^12: any subset of
+// the pairs (a^i, a^j), in any order. Most rank some pair before the
+// merge that makes its operand, or list two pairs making one token, so
+// passes give way and the tail holds the run's own pair: every branch
+// of mergeRun against the queue.
+func TestMergeRunRandomTables(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	const longest = 12
+	vocab := map[string]int{}
+	for i := 1; i <= longest; i++ {
+		vocab[strings.Repeat("a", i)] = i - 1
+	}
+	vocabJSON, _ := json.Marshal(vocab)
+	var pairs [][2]int
+	for i := 1; i < longest; i++ {
+		for j := 1; i+j <= longest; j++ {
+			pairs = append(pairs, [2]int{i, j})
+		}
+	}
+	for table := range 400 {
+		rnd.Shuffle(len(pairs), func(a, b int) { pairs[a], pairs[b] = pairs[b], pairs[a] })
+		var merges [][2]string
+		for _, p := range pairs[:1+rnd.IntN(len(pairs))] {
+			merges = append(merges, [2]string{strings.Repeat("a", p[0]), strings.Repeat("a", p[1])})
+		}
+		if table%2 == 0 { // (a, a) first, as trained tables have it
+			merges = append([][2]string{{"a", "a"}}, merges...)
+		}
+		mergesJSON, _ := json.Marshal(merges)
+		tj := fmt.Sprintf(`{"model":{"type":"BPE","vocab":%s,"merges":%s}}`, vocabJSON, mergesJSON)
+		tok, err := FromJSON([]byte(tj), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := 2; n <= 200; n++ {
+			checkRun(t, fmt.Sprintf("table %d %v", table, merges), tok.model, strings.Repeat("a", n))
+		}
+	}
 }
