@@ -310,6 +310,9 @@ func matchCL100k(s string, i, digits int) int {
 	if c := s[i]; c < 0x80 && asciiClass[c]&clsN != 0 {
 		// A digit starts no contraction and no letters (it is not the
 		// optional [^\r\n\p{L}\p{N}]): \p{N}{1,d}.
+		if digits == 1 {
+			return i + 1
+		}
 		return matchDigits(s, i, digits)
 	}
 	if s[i] == '\'' {
