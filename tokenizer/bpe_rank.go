@@ -65,6 +65,9 @@ const maxKeptSymbols = 1 << 20
 func (m *bpe) encodeLong(dst []uint32, piece string) []uint32 {
 	sc := m.rankPool.Get().(*rankScratch)
 	defer m.rankPool.Put(sc)
+	if syms, ok := m.mergeRun(sc, piece); ok {
+		return m.appendIDs(dst, piece, syms)
+	}
 	syms := sc.syms[:0]
 	if cap(syms) < len(piece) { // a symbol takes a byte at least
 		syms = make([]symbol, 0, len(piece))

@@ -186,6 +186,13 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 		if err != nil {
 			return nil, false, err
 		}
+		if c.Pattern.Regex != nil {
+			if m, ok := handWritten[*c.Pattern.Regex]; ok {
+				if pre, ok := isolatedSplit(m, c.Behavior, c.Invert); ok {
+					return pre, false, nil
+				}
+			}
+		}
 		return behave(sp, c.Behavior, c.Invert)
 	case "ByteLevel":
 		prefix := c.AddPrefixSpace != nil && *c.AddPrefixSpace
@@ -282,9 +289,21 @@ func chain(list []preTokenizer) preTokenizer {
 	case 1:
 		return list[0]
 	}
-	head, tail := list[0], chain(list[1:])
+	// Each step's pieces go to the next step: the callbacks are made
+	// once per call of the whole chain, not once per piece of a step.
 	return func(s string, first bool, emit func(string) bool) bool {
-		return head(s, first, func(p string) bool { return tail(p, first, emit) })
+		var buf [4]func(string) bool
+		emits := buf[:0]
+		if len(list) > len(buf) {
+			emits = make([]func(string) bool, 0, len(list))
+		}
+		emits = emits[:len(list)]
+		emits[len(list)-1] = emit
+		for k := len(list) - 2; k >= 0; k-- {
+			next, nextEmit := list[k+1], emits[k+1]
+			emits[k] = func(p string) bool { return next(p, first, nextEmit) }
+		}
+		return list[0](s, first, emits[0])
 	}
 }
 
@@ -313,6 +332,24 @@ func literalSplitter(lit string) splitter {
 
 // behave applies a Split behavior (Hugging Face tokenizers' semantics)
 // to the pieces of a splitter.
+// isolatedSplit is behave's Isolated and Removed for a hand-written
+// matcher, calling splitWith directly: its callback then lives on the
+// stack, where behave's, passed to a splitter value, is allocated on
+// every call (every piece of the step before: a digit, a word).
+func isolatedSplit(m matcher, behavior string, invert bool) (preTokenizer, bool) {
+	switch strings.ToLower(behavior) {
+	case "isolated", "":
+		return func(s string, _ bool, emit func(string) bool) bool {
+			return splitWith(m, s, func(p string, _ bool) bool { return emit(p) })
+		}, true
+	case "removed":
+		return func(s string, _ bool, emit func(string) bool) bool {
+			return splitWith(m, s, func(p string, isMatch bool) bool { return isMatch != invert || emit(p) })
+		}, true
+	}
+	return nil, false
+}
+
 func behave(sp splitter, behavior string, invert bool) (preTokenizer, bool, error) {
 	switch strings.ToLower(behavior) {
 	case "isolated", "":

@@ -194,6 +194,13 @@ func crlf(s string, i int, extra byte) int {
 func matchDigits(s string, i, maxN int) int {
 	e := i
 	for k := 0; k < maxN && e < len(s); k++ {
+		if c := s[e]; c < 0x80 {
+			if asciiClass[c]&clsN == 0 {
+				break
+			}
+			e++
+			continue
+		}
 		_, cl, n := runeClass(s, e)
 		if cl&clsN == 0 {
 			break
@@ -300,6 +307,14 @@ func matchGPT2(s string, i int) int {
 
 // matchCL100k: (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,d}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func matchCL100k(s string, i, digits int) int {
+	if c := s[i]; c < 0x80 && asciiClass[c]&clsN != 0 {
+		// A digit starts no contraction and no letters (it is not the
+		// optional [^\r\n\p{L}\p{N}]): \p{N}{1,d}.
+		if digits == 1 {
+			return i + 1
+		}
+		return matchDigits(s, i, digits)
+	}
 	if s[i] == '\'' {
 		if e := contraction(s, i); e > 0 {
 			return e
@@ -436,6 +451,14 @@ func isASCIILetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
 
 // matchDeepSeek: [ASCII punctuation][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func matchDeepSeek(s string, i int) int {
+	if c := s[i]; c < 0x80 && asciiClass[c]&clsN != 0 {
+		// A digit is no punctuation, symbol or space: it can only be
+		// the optional [^\r\n\p{L}\p{P}\p{S}] before [\p{L}\p{M}]+.
+		if e := run(s, i+1, clsL|clsM); e > i+1 {
+			return e
+		}
+		return -1
+	}
 	if isASCIIPunct(s[i]) && i+1 < len(s) && isASCIILetter(s[i+1]) {
 		e := i + 1
 		for e < len(s) && isASCIILetter(s[e]) {
