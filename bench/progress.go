@@ -68,14 +68,15 @@ func (p *sweepProgress) startPoint(policy string, qps float64, requests int) {
 		p.done+1, p.total, policy, qps, requests, roundDur(p.timeLeft(0)))
 }
 
-// report prints the running point's progress line.
-func (p *sweepProgress) report(policy string, qps float64, done, requests int) {
+// report prints the running point's progress line: requests sent so
+// far and finished (under overload many are in flight at once).
+func (p *sweepProgress) report(policy string, qps float64, sent, done, requests int) {
 	if p == nil {
 		return
 	}
 	elapsed := time.Since(p.current)
-	fmt.Fprintf(p.w, "[%d/%d] %s at %g requests/s: %d/%d requests done, %s elapsed, about %s left in the sweep\n",
-		p.done+1, p.total, policy, qps, done, requests, roundDur(time.Since(p.start)), roundDur(p.timeLeft(elapsed)))
+	fmt.Fprintf(p.w, "[%d/%d] %s at %g requests/s: %d/%d requests sent, %d done, %s elapsed, about %s left in the sweep\n",
+		p.done+1, p.total, policy, qps, sent, requests, done, roundDur(time.Since(p.start)), roundDur(p.timeLeft(elapsed)))
 }
 
 // endPoint records the point that just finished.
@@ -90,8 +91,8 @@ func (p *sweepProgress) endPoint() {
 }
 
 // watch prints the running point's progress every progressEvery until
-// ctx ends, reading the finished-request count from done.
-func (p *sweepProgress) watch(ctx context.Context, policy string, qps float64, done *atomic.Int64, requests int) {
+// ctx ends, reading the request counts from c.
+func (p *sweepProgress) watch(ctx context.Context, policy string, qps float64, c countingDispatcher, requests int) {
 	if p == nil {
 		return
 	}
@@ -102,21 +103,26 @@ func (p *sweepProgress) watch(ctx context.Context, policy string, qps float64, d
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			p.report(policy, qps, int(done.Load()), requests)
+			p.report(policy, qps, int(c.sent.Load()), int(c.done.Load()), requests)
 		}
 	}
 }
 
 func roundDur(d time.Duration) time.Duration { return d.Round(time.Second) }
 
-// countingDispatcher counts the requests whose release was called, i.e.
-// that finished (successfully or not).
+// countingDispatcher counts the requests sent (Acquire) and those whose
+// release was called, i.e. that finished (successfully or not).
 type countingDispatcher struct {
 	Dispatcher
-	done *atomic.Int64
+	sent, done *atomic.Int64
+}
+
+func newCountingDispatcher(d Dispatcher) countingDispatcher {
+	return countingDispatcher{Dispatcher: d, sent: new(atomic.Int64), done: new(atomic.Int64)}
 }
 
 func (c countingDispatcher) Acquire() (string, func()) {
+	c.sent.Add(1)
 	url, release := c.Dispatcher.Acquire()
 	return url, func() {
 		release()

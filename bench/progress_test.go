@@ -68,3 +68,25 @@ func TestSweepPrintsProgress(t *testing.T) {
 		t.Errorf("progress counts the oracle or uses control codes:\n%q", text)
 	}
 }
+
+func TestProgressLineCountsSentAndDone(t *testing.T) {
+	var out bytes.Buffer
+	p := newSweepProgress(&out, []time.Duration{10 * time.Second, 10 * time.Second})
+	d := newCountingDispatcher(staticDispatcher("http://w"))
+	var releases []func()
+	for range 3 {
+		_, release := d.Acquire()
+		releases = append(releases, release)
+	}
+	releases[0]()
+	p.startPoint(PolicyRoundRobin, 64, 10)
+	p.report(PolicyRoundRobin, 64, int(d.sent.Load()), int(d.done.Load()), 10)
+	if !strings.Contains(out.String(), "[1/2] round_robin at 64 requests/s: 3/10 requests sent, 1 done, ") ||
+		!strings.Contains(out.String(), "left in the sweep\n") {
+		t.Fatalf("progress line:\n%s", out.String())
+	}
+}
+
+type staticDispatcher string
+
+func (s staticDispatcher) Acquire() (string, func()) { return string(s), func() {} }

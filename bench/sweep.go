@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync/atomic"
 	"time"
 )
 
@@ -156,13 +155,13 @@ func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, r
 	if err != nil {
 		return Point{}, err
 	}
-	var finished atomic.Int64
-	d = countingDispatcher{Dispatcher: d, done: &finished}
+	counted := newCountingDispatcher(d)
+	d = counted
 	wctx, stopWatch := context.WithCancel(ctx)
 	watching := make(chan struct{})
 	go func() {
 		defer close(watching)
-		prog.watch(wctx, policy, qps, &finished, len(reqs))
+		prog.watch(wctx, policy, qps, counted, len(reqs))
 	}()
 	// The watcher stops before endPoint (deferred earlier) updates the
 	// counts it reads.
