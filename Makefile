@@ -114,6 +114,10 @@ demo-chat: deps node-deps
 	GO=$(GO) deploy/local/chat-demo.sh
 
 # The README's run command: embedded NATS, a router, 8 mock workers, a
-# short shared-prefix sweep comparing routing policies (about 5 minutes: 4 policies × 3 loads at real speed).
-demo: deps
+# short shared-prefix sweep comparing routing policies (4 policies × 3
+# loads at real speed). It says what it does before the silent first
+# download and compile; kvbench then prints each point's progress.
+demo:
+	@echo "building kvbench (first run: a few minutes of module download and compile)"
+	@$(GO) mod download
 	$(GO) run ./cmd/kvbench demo --out out/demo

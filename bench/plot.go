@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -10,6 +11,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Plot files written by WritePlots inside the output directory.
@@ -27,16 +30,16 @@ func (r *Report) WritePlots(dir string) ([]string, error) {
 	charts := []struct {
 		file, title, ylabel string
 		value               func(Point) float64
-		withOracle          bool
+		withOracle, isRate  bool
 	}{
-		{PlotTTFT, "TTFT p90 vs offered load", "TTFT p90 (ms)", func(p Point) float64 { return p.TTFTP90 }, false},
-		{PlotThroughput, "Output throughput vs offered load", "output tokens/s", func(p Point) float64 { return p.ThroughputTokS }, false},
-		{PlotHitRate, "Prefix cache hit rate vs offered load", "hit rate", func(p Point) float64 { return p.HitRate }, true},
+		{PlotTTFT, "TTFT p90 vs offered load", "TTFT p90 (ms)", func(p Point) float64 { return p.TTFTP90 }, false, false},
+		{PlotThroughput, "Output throughput vs offered load", "output tokens/s", func(p Point) float64 { return p.ThroughputTokS }, false, false},
+		{PlotHitRate, "Prefix cache hit rate vs offered load", "hit rate", func(p Point) float64 { return p.HitRate }, true, true},
 	}
 	var paths []string
 	for _, c := range charts {
 		path := filepath.Join(dir, c.file)
-		err := r.linePlot(path, c.title, c.ylabel, c.value, c.withOracle)
+		err := r.linePlot(path, c.title, c.ylabel, c.value, c.withOracle, c.isRate)
 		if errors.Is(err, errNothingToPlot) {
 			continue // e.g. an oracle-only run has no latency to draw
 		}
@@ -51,17 +54,26 @@ func (r *Report) WritePlots(dir string) ([]string, error) {
 // errNothingToPlot: no policy in the report has a point for this chart.
 var errNothingToPlot = errors.New("no points to draw")
 
-func (r *Report) linePlot(path, title, ylabel string, value func(Point) float64, withOracle bool) error {
+// Plot geometry: the image size, the head room above the highest value
+// and right of the highest load (so a line at the top and the last
+// markers stay clear of the border), and the gap around the legend.
+const (
+	plotWidth    = 8 * vg.Inch
+	plotHeight   = 4.5 * vg.Inch
+	plotHeadroom = 1.08
+	legendGap    = vg.Length(10) // points
+)
+
+// linePlot draws one chart with the legend in a column right of the data
+// area, where it cannot hide a line. Both axes start at 0; a rate
+// (isRate) is drawn up to at least 1.
+func (r *Report) linePlot(path, title, ylabel string, value func(Point) float64, withOracle, isRate bool) error {
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "offered QPS"
+	p.X.Label.Text = "offered load (requests/s)"
 	p.Y.Label.Text = ylabel
-	p.Legend.Top = true
-	// Top left: the curves that matter (the baselines queueing) climb to
-	// the top right.
-	p.Legend.Left = true
-	p.Legend.XOffs = vg.Points(8)
 	var args []any
+	var maxX, maxY float64
 	for _, name := range AllPolicies {
 		if name == PolicyOracle && !withOracle {
 			continue
@@ -70,6 +82,7 @@ func (r *Report) linePlot(path, title, ylabel string, value func(Point) float64,
 		for _, pt := range r.Policies {
 			if pt.Name == name {
 				xys = append(xys, plotter.XY{X: pt.QPS, Y: value(pt)})
+				maxX, maxY = max(maxX, pt.QPS), max(maxY, value(pt))
 			}
 		}
 		if len(xys) == 0 {
@@ -92,7 +105,31 @@ func (r *Report) linePlot(path, title, ylabel string, value func(Point) float64,
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return fmt.Errorf("plot %s: %w", filepath.Base(path), err)
 	}
-	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, path); err != nil {
+	if isRate {
+		maxY = max(maxY, 1)
+	}
+	p.X.Min, p.X.Max = 0, max(maxX, 1)*plotHeadroom
+	p.Y.Min, p.Y.Max = 0, max(maxY, 1e-9)*plotHeadroom
+
+	// The legend is taken off the plot and drawn in its own column.
+	legend := p.Legend
+	p.Legend = plot.NewLegend()
+	legend.Top, legend.Left = true, true
+	img := vgimg.New(plotWidth, plotHeight)
+	dc := draw.New(img)
+	legendWidth := legend.Rectangle(dc).Size().X + 2*legendGap
+	p.Draw(draw.Crop(dc, 0, -legendWidth, 0, 0))
+	legend.Draw(draw.Crop(dc, plotWidth-legendWidth+legendGap, -legendGap, 0, -legendGap))
+
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("save %s: %w", path, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 )
@@ -51,6 +52,10 @@ type SweepConfig struct {
 	Seed           uint64
 	Model          string
 	Logger         *slog.Logger
+	// Progress, when set, receives one plain line as each point starts
+	// and every few seconds while it runs: which point of how many,
+	// requests done, time elapsed and the sweep's estimated time left.
+	Progress io.Writer
 }
 
 // Sweep measures every policy at every QPS point. A point that cannot
@@ -67,11 +72,26 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 	}
 	log := cfg.Logger
 	rep := &Report{Workload: cfg.Workload}
-	for _, qps := range cfg.QPS {
+	schedules := make([][]Request, len(cfg.QPS))
+	var spans []time.Duration
+	for i, qps := range cfg.QPS {
 		reqs, err := schedule(qps)
 		if err != nil {
 			return nil, fmt.Errorf("schedule at qps %v: %w", qps, err)
 		}
+		schedules[i] = reqs
+		for _, policy := range cfg.Policies {
+			if policy != PolicyOracle {
+				spans = append(spans, arrivalSpan(reqs))
+			}
+		}
+	}
+	var prog *sweepProgress
+	if cfg.Progress != nil {
+		prog = newSweepProgress(cfg.Progress, spans)
+	}
+	for i, qps := range cfg.QPS {
+		reqs := schedules[i]
 		bounds, err := cfg.bounds(reqs)
 		if err != nil {
 			return nil, fmt.Errorf("oracle bounds at qps %v: %w", qps, err)
@@ -83,7 +103,7 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 				return rep, err
 			}
 			start := time.Now()
-			pt, err := measure(ctx, cfg, policy, qps, reqs, newFleet)
+			pt, err := measure(ctx, cfg, policy, qps, reqs, newFleet, prog)
 			if err != nil {
 				return rep, fmt.Errorf("%s at qps %v: %w", policy, qps, err)
 			}
@@ -114,10 +134,12 @@ func (cfg SweepConfig) bounds(reqs []Request) (Bounds, error) {
 	return OracleBoundsAfter(reqs, cfg.Oracle, cfg.Warmup)
 }
 
-func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, reqs []Request, newFleet FleetFactory) (Point, error) {
+func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, reqs []Request, newFleet FleetFactory, prog *sweepProgress) (Point, error) {
 	if policy == PolicyOracle {
 		return Point{Name: PolicyOracle, QPS: qps}, nil
 	}
+	prog.startPoint(policy, qps, len(reqs))
+	defer prog.endPoint()
 	fleet, err := newFleet(ctx, policy)
 	if err != nil {
 		return Point{}, fmt.Errorf("start fleet: %w", err)
@@ -133,6 +155,17 @@ func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, r
 	if err != nil {
 		return Point{}, err
 	}
+	counted := newCountingDispatcher(d)
+	d = counted
+	wctx, stopWatch := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		prog.watch(wctx, policy, qps, counted, len(reqs))
+	}()
+	// The watcher stops before endPoint (deferred earlier) updates the
+	// counts it reads.
+	defer func() { stopWatch(); <-watching }()
 	client := &Client{HTTP: newHTTPClient(), Model: cfg.Model}
 	timeout := cfg.RequestTimeout
 	if timeout <= 0 {

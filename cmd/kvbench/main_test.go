@@ -133,7 +133,7 @@ func TestDemoPresetYieldsToFlags(t *testing.T) {
 	if err := demoPreset(&f); err != nil {
 		t.Fatal(err)
 	}
-	if f.fleet.Workers != 8 || f.qps != "8,40,64" || f.out != "out/demo" || f.warmup != 120 {
+	if f.fleet.Workers != 8 || f.qps != "16,40,64" || f.out != "out/demo" || f.warmup != 120 {
 		t.Fatalf("preset not applied: workers %d qps %s out %s warm-up %d", f.fleet.Workers, f.qps, f.out, f.warmup)
 	}
 	if err := fs.Parse([]string{"--workers", "3", "--qps", "5", "--warmup", "0"}); err != nil {

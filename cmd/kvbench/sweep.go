@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -147,14 +148,21 @@ func execute(ctx context.Context, f *sweepFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	f.fleet.Logger = log
-	factory, err := bench.EmbeddedFleetFactory(f.fleet, filepath.Join(f.out, "fleet"))
+	fleetDir := filepath.Join(f.out, "fleet")
+	factory, err := bench.EmbeddedFleetFactory(f.fleet, fleetDir)
 	if err != nil {
 		return err
 	}
+	// Every fleet removes its own data directory when it stops; the parent
+	// is removed once empty so a finished run leaves only its results.
+	defer os.Remove(fleetDir)
 	cfg := bench.SweepConfig{
 		Workload: f.workload.Kind, QPS: qps, Policies: policies, BlockSize: f.fleet.BlockSize, Oracle: f.fleet.OracleFleet(),
 		RequestTimeout: f.timeout, Seed: f.workload.Seed, Model: f.fleet.Engine.ModelName, Logger: log, Warmup: f.warmup,
+		Progress: stderr,
 	}
+	fmt.Fprintf(stderr, "computing the workload's oracle bounds, then %d points (each policy but oracle at each load), a fresh fleet each\n",
+		measuredPoints(policies, qps))
 	start := time.Now()
 	rep, err := bench.Sweep(ctx, cfg, schedule, factory)
 	if err != nil {
@@ -164,6 +172,7 @@ func execute(ctx context.Context, f *sweepFlags, stdout, stderr io.Writer) error
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
+	bench.WriteLegend(stdout)
 	fmt.Fprintln(stdout)
 	rep.WriteRatios(stdout)
 	path, err := rep.WriteJSON(f.out)
@@ -178,5 +187,21 @@ func execute(ctx context.Context, f *sweepFlags, stdout, stderr io.Writer) error
 	for _, p := range plots {
 		fmt.Fprintf(stdout, "plot:   %s\n", p)
 	}
+	if len(rep.Summary()) > 0 {
+		fmt.Fprintln(stdout)
+		rep.WriteSummary(stdout)
+	}
 	return nil
+}
+
+// measuredPoints is how many fleets a sweep starts: every policy at
+// every load, except the oracle, which is computed.
+func measuredPoints(policies []string, qps []float64) int {
+	n := 0
+	for _, p := range policies {
+		if p != bench.PolicyOracle {
+			n++
+		}
+	}
+	return n * len(qps)
 }
