@@ -33,6 +33,20 @@ type scanner struct {
 	unknownNames []string
 }
 
+// isKnownUnused reports Dynamo's RouterEvent fields that this router
+// knows and deliberately does not use (docs/events.md): they are skipped
+// without a report, so the report names only fields it has never heard of.
+// start_position and mm_extra_info come with every stored event of
+// Dynamo's publishers (null for text), so reporting them would bury a
+// real new field.
+func isKnownUnused(key []byte) bool {
+	switch string(key) {
+	case "start_position", "mm_extra_info", "state_source", "session_id":
+		return true
+	}
+	return false
+}
+
 // maxUnknownNames bounds the distinct unknown key names one message
 // reports (a hostile message can carry any number of keys).
 const maxUnknownNames = 4
@@ -40,6 +54,9 @@ const maxUnknownNames = 4
 // unknownKey skips the value of a key the decoder does not use and
 // records the key for the message's report.
 func (s *scanner) unknownKey(key []byte) error {
+	if isKnownUnused(key) {
+		return s.skip()
+	}
 	s.unknownKeys++
 	if len(s.unknownNames) < maxUnknownNames && !slices.Contains(s.unknownNames, string(key)) {
 		s.unknownNames = append(s.unknownNames, truncate(string(key)))

@@ -151,9 +151,10 @@ func containsAll(s string, parts []string) bool {
 	return true
 }
 
-// A RouterEvent with fields this router does not use (a newer Dynamo's
+// A RouterEvent with fields this router does not know (a newer Dynamo's
 // additions) is applied, and the fields are counted and logged by name,
-// never dropped silently.
+// never dropped silently; Dynamo's known unused fields (start_position,
+// mm_extra_info) are not reported.
 func TestEventSourceCountsUnknownFields(t *testing.T) {
 	e := startServer(t)
 	nc := dial(t, e)
@@ -166,7 +167,8 @@ func TestEventSourceCountsUnknownFields(t *testing.T) {
 	}
 	defer src.Close()
 	batch := `[{"worker_id":4,"priority_hint":3,"event":{"event_id":0,"dp_rank":1,"origin":"x",
-	  "data":{"stored":{"parent_hash":null,"lineage":7,"blocks":[{"block_hash":1,"tokens_hash":2,"mm_hash":9}]}}}},
+	  "data":{"stored":{"parent_hash":null,"start_position":null,"lineage":7,
+	  "blocks":[{"block_hash":1,"tokens_hash":2,"mm_hash":9,"mm_extra_info":null}]}}}},
 	 {"worker_id":4,"event":{"event_id":1,"dp_rank":1,"data":{"removed":{"block_hashes":[1],"reason":"evicted"}}}}]`
 	if err := nc.Publish("kv.events", []byte(batch)); err != nil {
 		t.Fatal(err)
@@ -180,6 +182,11 @@ func TestEventSourceCountsUnknownFields(t *testing.T) {
 	for _, want := range []string{"does not use", "priority_hint", "origin", "lineage", "mm_hash", "worker=4", "dp_rank=1"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log lacks %q:\n%s", want, line)
+		}
+	}
+	for _, known := range []string{"start_position", "mm_extra_info"} {
+		if strings.Contains(line, known) {
+			t.Errorf("log names the known field %q:\n%s", known, line)
 		}
 	}
 }
