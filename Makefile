@@ -107,3 +107,28 @@ demo-chat: deps node-deps
 # short shared-prefix sweep comparing routing policies (about 5 minutes: 4 policies × 3 loads at real speed).
 demo: deps
 	$(GO) run ./cmd/kvbench demo --out out/demo
+
+# Packaging checks (deploy/README.md). None needs a Docker daemon.
+KUSTOMIZE_PKG := sigs.k8s.io/kustomize/kustomize/v5@v5.8.3
+HELM_PKG      := helm.sh/helm/v3/cmd/helm@v3.22.0
+TOOLS_BIN     := $(CURDIR)/.bin
+
+# The Dockerfile's `go build` lines, run here with GOPROXY=off.
+image-check:
+	KVROUTER_IMAGE_CHECK=1 $(GO) test -count=1 -timeout 30m -run '^TestDockerfile' -v ./deploy/
+
+# deploy/README.md's kustomize recipe, then `kustomize build` (pinned).
+kustomize-check:
+	GOBIN=$(TOOLS_BIN) $(GO) install $(KUSTOMIZE_PKG)
+	KUSTOMIZE=$(TOOLS_BIN)/kustomize $(GO) test -count=1 -run '^TestKustomizeRecipe$$' -v ./deploy/
+
+# helm lint and helm template of deploy/helm/kvrouter (pinned Helm),
+# default values and every optional part switched on.
+helm-check:
+	GOBIN=$(TOOLS_BIN) $(GO) install $(HELM_PKG)
+	$(TOOLS_BIN)/helm lint --strict deploy/helm/kvrouter
+	$(TOOLS_BIN)/helm template kvrouter deploy/helm/kvrouter > /dev/null
+	$(TOOLS_BIN)/helm template kvrouter deploy/helm/kvrouter -f deploy/helm/kvrouter/ci/all-on-values.yaml > /dev/null
+	$(TOOLS_BIN)/helm lint --strict deploy/helm/kvrouter -f deploy/helm/kvrouter/ci/all-on-values.yaml
+
+.PHONY: image-check kustomize-check helm-check
