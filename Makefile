@@ -109,7 +109,7 @@ demo: deps
 	$(GO) run ./cmd/kvbench demo --out out/demo
 
 # Packaging checks (deploy/README.md). None needs a Docker daemon.
-KUSTOMIZE_PKG := sigs.k8s.io/kustomize/kustomize/v5@v5.8.3
+KUSTOMIZE_PKG := sigs.k8s.io/kustomize/kustomize/v5@v5.8.1
 HELM_PKG      := helm.sh/helm/v3/cmd/helm@v3.22.0
 TOOLS_BIN     := $(CURDIR)/.bin
 
