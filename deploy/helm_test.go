@@ -1,13 +1,18 @@
 package deploy
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kvrouter/discovery"
 )
 
 const chartDir = "helm/kvrouter"
@@ -148,6 +153,37 @@ func TestHelmChart(t *testing.T) {
 		want := image.FindStringSubmatch(mustRead(t, manifest))[1]
 		if got := eng[e].(map[string]any)["image"]; got != want {
 			t.Errorf("chart engines.%s.image %v, %s pins %s", e, got, manifest, want)
+		}
+	}
+}
+
+// `helm template` output (HELM=path to a helm binary, as make helm-check
+// sets it) decodes strictly, for the default values and CI's all-on
+// values, and the router's discovery URI parses.
+func TestHelmTemplateStrict(t *testing.T) {
+	bin := os.Getenv("HELM")
+	if bin == "" {
+		t.Skip("set HELM to a helm binary (make helm-check)")
+	}
+	for _, extra := range [][]string{nil, {"-f", filepath.Join(chartDir, "ci", "all-on-values.yaml")}} {
+		out, err := exec.Command(bin, append([]string{"template", "kvrouter", chartDir}, extra...)...).Output()
+		if err != nil {
+			t.Fatalf("helm template %v: %v", extra, err)
+		}
+		kinds := map[string]int{}
+		for _, o := range decodeStrict(t, "helm template", out) {
+			kinds[o.GetObjectKind().GroupVersionKind().Kind]++
+			if d, ok := o.(*appsv1.Deployment); ok && d.Name == "kvrouter" {
+				uri := strings.ReplaceAll(env(d.Spec.Template.Spec.Containers[0], "KVROUTER_DISCOVER"), "$(POD_NAMESPACE)", "inference")
+				if _, err := discovery.Parse(uri, discovery.Options{Interval: 1}); err != nil {
+					t.Errorf("values %v: KVROUTER_DISCOVER %q: %v", extra, uri, err)
+				}
+			}
+		}
+		for _, k := range []string{"Deployment", "Service", "Secret", "PodDisruptionBudget", "NetworkPolicy", "ServiceAccount"} {
+			if kinds[k] == 0 {
+				t.Errorf("values %v: no %s rendered (%v)", extra, k, kinds)
+			}
 		}
 	}
 }
