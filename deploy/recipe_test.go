@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kvrouter/cluster"
 )
 
 // kustomization is the part of kustomization.yaml the recipe relies on;
@@ -88,10 +90,11 @@ func TestKustomizeRecipe(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^router-password=[0-9a-f]{48}\nworker-password=[0-9a-f]{48}\n$`).MatchString(secrets["kvrouter-nats-auth"]) {
 		t.Errorf("nats-auth.env lacks the keys nats.yaml and router.yaml read: %q", secrets["kvrouter-nats-auth"])
 	}
-	for _, s := range []string{"kvrouter-cluster-key", "kvrouter-admin-token"} {
-		if v := strings.TrimSpace(secrets[s]); len(v) < 32 {
-			t.Errorf("%s: %q is shorter than the router accepts", s, v)
-		}
+	if keys, err := cluster.LoadKeyFile(filepath.Join(dir, "cluster.key")); err != nil || len(keys[0]) != 32 {
+		t.Errorf("cluster.key is not a key the router loads (AES-256): %v", err)
+	}
+	if v := strings.TrimSpace(secrets["kvrouter-admin-token"]); len(v) < 16 || strings.Contains(v, "\n") {
+		t.Errorf("admin.token %q: the router wants one token of at least 16 characters per line", v)
 	}
 	// Re-running keeps the keys (it never rotates by accident).
 	before := mustRead(t, filepath.Join(dir, "cluster.key"))
