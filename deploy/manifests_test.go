@@ -34,14 +34,25 @@ func objects(t *testing.T) map[string][]runtime.Object {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests: %v", err)
 	}
-	strict := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
-		kjson.SerializerOptions{Yaml: true, Strict: true})
 	out := map[string][]runtime.Object{}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
+		out[filepath.Base(f)] = decodeStrict(t, f, raw)
+	}
+	return out
+}
+
+// decodeStrict decodes every document of a multi-document manifest
+// strictly; kinds outside client-go's scheme come back unstructured.
+func decodeStrict(t *testing.T, f string, raw []byte) []runtime.Object {
+	t.Helper()
+	strict := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+		kjson.SerializerOptions{Yaml: true, Strict: true})
+	var out []runtime.Object
+	{
 		for i, doc := range bytes.Split(raw, []byte("\n---")) {
 			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 				continue
@@ -56,7 +67,7 @@ func objects(t *testing.T) map[string][]runtime.Object {
 			} else if err != nil {
 				t.Fatalf("%s document %d: %v", f, i, err)
 			}
-			out[filepath.Base(f)] = append(out[filepath.Base(f)], obj)
+			out = append(out, obj)
 		}
 	}
 	return out

@@ -108,6 +108,9 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	}()
 
 	r.metrics = metrics.New()
+	if err = r.metrics.SetReplica(r.id); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	ac := cfg.Actors()
 	ac.ReplicaID = r.id
 	ac.Logger = r.base

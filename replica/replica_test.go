@@ -246,6 +246,7 @@ func TestReplicaLifecycle(t *testing.T) {
 	for _, want := range []string{
 		`kvrouter_workers_rejected_total{reason="block_size_mismatch"} 1`,
 		"kvrouter_registered_workers 2",
+		`kvrouter_replica_info{replica="` + rep.ID() + `"} 1`,
 		"kvrouter_ready 1",
 		"kvrouter_nats_connected 1",
 		`kvrouter_heartbeats_received_total{source="nats"} 2`,
