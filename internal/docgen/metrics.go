@@ -39,6 +39,9 @@ func Metrics(root string) (string, error) {
 	m.RegisterParityState(func() metrics.ParityState {
 		return metrics.ParityState{Models: []metrics.ModelParity{{Model: "x"}}, Ranks: []metrics.RankParity{{}}}
 	})
+	if err := m.SetReplica("replica-id"); err != nil {
+		return "", fmt.Errorf("replica info: %w", err)
+	}
 	touch(m)
 	fams, err := m.Registry.Gather()
 	if err != nil {
