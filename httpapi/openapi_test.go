@@ -72,7 +72,10 @@ func loadSpec(t *testing.T) (*openapi3.T, routers.Router) {
 // specServer is a server with every optional route on (proxy, parity,
 // pprof, metrics), client and admin tokens, a session header, and two
 // workers whose URL is an engine stub answering every completion.
-func specServer(t *testing.T) *Server {
+func specServer(t *testing.T) *Server { return specServerWith(t, nil) }
+
+// specServerWith is specServer with its options changed by mutate.
+func specServerWith(t *testing.T, mutate func(*Options)) *Server {
 	t.Helper()
 	engine := startEchoWorker(t)
 	cfg := actors.DefaultConfig()
@@ -96,9 +99,13 @@ func specServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20,
+	opts := Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20,
 		Proxy: true, Parity: tracker, Pprof: true, Client: http.DefaultClient, Log: slog.New(slog.DiscardHandler),
-		APITokens: StaticTokens(specClientToken), AdminTokens: StaticTokens(specAdminToken), SessionHeader: "X-Session-Id"})
+		APITokens: StaticTokens(specClientToken), AdminTokens: StaticTokens(specAdminToken), SessionHeader: "X-Session-Id"}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	return New(opts)
 }
 
 type specCase struct {
@@ -292,5 +299,97 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 		if !slices.Contains(registered, d) {
 			t.Errorf("%s is in %s but not served", d, specPath)
 		}
+	}
+}
+
+// specVariant is a server configured differently from specServer, and the
+// requests that reach its other answers.
+type specVariant struct {
+	name   string
+	mutate func(*Options)
+	cases  []specCase // specValid is not used: these probe the server's configuration
+}
+
+// TestOpenAPIAnswersOfOtherConfigurations: the answers that only other
+// configurations give (no admin token, a separate admin listener, a small
+// body limit, a replica not ready, served models) are the documented ones.
+func TestOpenAPIAnswersOfOtherConfigurations(t *testing.T) {
+	_, router := loadSpec(t)
+	big := `{"token_ids":[` + strings.Repeat("1,", 600) + `1]}`
+	variants := []specVariant{
+		{"no admin token: admin routes answer loopback clients only", func(o *Options) { o.AdminTokens = nil }, []specCase{
+			{name: "add worker from a remote client", method: "POST", path: "/workers", body: `{"worker_id":9}`, want: 403},
+			{name: "delete worker from a remote client", method: "DELETE", path: "/workers/1", want: 403},
+			{name: "pprof from a remote client", method: "GET", path: "/debug/pprof/", want: 403},
+		}},
+		{"admin routes on a separate listener", func(o *Options) { o.AdminSeparate = true }, []specCase{
+			{name: "add worker on the main listener", method: "POST", path: "/workers", token: specAdminToken, body: `{"worker_id":9}`, want: 404},
+		}},
+		{"small body limit, not ready", func(o *Options) {
+			o.MaxBodyBytes = 1000
+			o.Ready = func() error { return fmt.Errorf("no gossip peers yet") }
+		}, []specCase{
+			{name: "route body over the limit", method: "POST", path: "/route", token: specClientToken, body: big, want: 413},
+			{name: "readyz not ready", method: "GET", path: "/readyz", want: 503},
+		}},
+		{"parity off", func(o *Options) { o.Parity = nil }, []specCase{
+			{name: "add worker with a ZMQ endpoint and no ZMQ ingestion", method: "POST", path: "/workers", token: specAdminToken, body: `{"worker_id":9,"kv_events_endpoint":"tcp://10.1.2.3:5557"}`, want: 400},
+			{name: "add worker with a block size not the router's", method: "POST", path: "/workers", token: specAdminToken, body: `{"worker_id":9,"block_size":3}`, want: 400},
+			{name: "add worker at a public address", method: "POST", path: "/workers", token: specAdminToken, body: `{"worker_id":9,"url":"http://8.8.8.8:8000"}`, want: 400},
+		}},
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			s := specServerWith(t, v.mutate)
+			for _, c := range v.cases {
+				checkAnswer(t, router, s, c)
+			}
+		})
+	}
+}
+
+// TestOpenAPIModelAnswers: with served models (the Qwen3 tokenizer), the
+// text and chat answers and the model list match the spec.
+func TestOpenAPIModelAnswers(t *testing.T) {
+	_, router := loadSpec(t)
+	models := testModels(t)
+	s := specServerWith(t, func(o *Options) { o.Models = models })
+	c := specClientToken
+	for _, sc := range []specCase{
+		{name: "models", method: "GET", path: "/v1/models", token: c, want: 200},
+		{name: "route a text prompt", method: "POST", path: "/route", token: c, body: `{"model":"qwen3","prompt":"Once upon a time"}`, want: 200},
+		{name: "route chat messages", method: "POST", path: "/route", token: c, body: `{"model":"qwen3","messages":` + chatMessages + `}`, want: 200},
+		{name: "overlap_scores of a text prompt", method: "POST", path: "/overlap_scores", token: c, body: `{"model":"qwen3","prompt":"Once upon a time"}`, want: 200},
+		{name: "route an unknown model", method: "POST", path: "/route", token: c, body: `{"model":"nope","prompt":"hi"}`, want: 404},
+		{name: "chat completion of an unknown model", method: "POST", path: "/v1/chat/completions", token: c, body: `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, want: 404},
+		{name: "chat completion", method: "POST", path: "/v1/chat/completions", token: c, body: `{"model":"qwen3","messages":` + chatMessages + `,"max_tokens":3}`, want: 200},
+		{name: "completion of a text prompt", method: "POST", path: "/v1/completions", token: c, body: `{"model":"qwen3-lora","prompt":"Once upon a time","max_tokens":3}`, want: 200},
+		{name: "parity reset", method: "POST", path: "/parity/qwen3/reset", token: specAdminToken, want: 200},
+		{name: "parity reset of an unknown model", method: "POST", path: "/parity/nope/reset", token: specAdminToken, want: 404},
+	} {
+		checkAnswer(t, router, s, sc)
+	}
+}
+
+// checkAnswer sends one request and checks the handler's status and that
+// the answer is one the spec documents for the route.
+func checkAnswer(t *testing.T, router routers.Router, s *Server, c specCase) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, c.request(t))
+	if rec.Code != c.want {
+		t.Errorf("%s: status %d, want %d (body %.300s)", c.name, rec.Code, c.want, rec.Body.String())
+	}
+	req := c.request(t)
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		t.Fatalf("%s: %v", c.name, err)
+	}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: rec.Code, Header: rec.Header(),
+		Body: io.NopCloser(bytes.NewReader(rec.Body.Bytes())), Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		t.Errorf("%s: the answer (%d %.300s) does not match the spec: %v", c.name, rec.Code, rec.Body.String(), err)
 	}
 }
