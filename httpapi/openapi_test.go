@@ -101,7 +101,7 @@ func specServerWith(t *testing.T, mutate func(*Options)) *Server {
 	}
 	opts := Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20,
 		Proxy: true, Parity: tracker, Pprof: true, Client: http.DefaultClient, Log: slog.New(slog.DiscardHandler),
-		APITokens: StaticTokens(specClientToken), AdminTokens: StaticTokens(specAdminToken), SessionHeader: "X-Session-Id"}
+		APITokens: StaticTokens(specClientToken), AdminTokens: StaticTokens(specAdminToken), SessionHeader: "X-Session-Id", SessionBodyField: "session_id"}
 	if mutate != nil {
 		mutate(&opts)
 	}
@@ -126,6 +126,9 @@ func specCases() []specCase {
 	return []specCase{
 		{"route", "POST", "/route", c, `{"request_id":"r1","token_ids":` + prompt + `}`, nil, true, 200},
 		{"route with a session", "POST", "/route", c, `{"request_id":"r2","token_ids":` + prompt + `}`, []string{"X-Session-Id", "s1"}, true, 200},
+		{"route with a session in the body", "POST", "/route", c, `{"request_id":"r4","session_id":"s2","token_ids":` + prompt + `}`, nil, true, 200},
+		{"route with a session id that is not a string", "POST", "/route", c, `{"session_id":7,"token_ids":[1,2]}`, nil, false, 400},
+		{"route with an empty session header", "POST", "/route", c, `{"token_ids":[1,2]}`, []string{"X-Session-Id", ""}, false, 400},
 		{"route with an override and a pinned worker", "POST", "/route", c, `{"request_id":"r3","token_ids":[1,2],"pinned_worker":{"worker_id":2,"dp_rank":0},"router_config_override":{"overlap_score_weight":0.5}}`, nil, true, 200},
 		{"route garbage body", "POST", "/route", c, `{"token_ids":`, nil, false, 400},
 		{"route negative token id", "POST", "/route", c, `{"token_ids":[-1]}`, nil, false, 400},
@@ -158,6 +161,7 @@ func specCases() []specCase {
 		{"delete unknown worker", "DELETE", "/workers/99", a, "", nil, true, 404},
 		{"delete worker bad id", "DELETE", "/workers/abc", a, "", nil, false, 400},
 		{"get session", "GET", "/sessions/s1", c, "", nil, true, 200},
+		{"get session from the body", "GET", "/sessions/s2", c, "", nil, true, 200},
 		{"get unknown session", "GET", "/sessions/none", c, "", nil, true, 404},
 		{"end session", "DELETE", "/sessions/s1", c, "", nil, true, 200},
 		{"end unknown session", "DELETE", "/sessions/s1", c, "", nil, true, 404},
@@ -280,6 +284,25 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 			method, path = "GET", rt.pattern
 		}
 		registered = append(registered, method+" "+path)
+		// The route's access is the operation's security.
+		item := doc.Paths.Find(path)
+		if item == nil || item.GetOperation(method) == nil {
+			continue // reported below
+		}
+		sec := doc.Security
+		if op := item.GetOperation(method); op.Security != nil {
+			sec = *op.Security
+		}
+		want := map[access]string{open: "", dataPlane: "apiToken", adminOnly: "adminToken"}[rt.access]
+		var got []string
+		for _, req := range sec {
+			for name := range req {
+				got = append(got, name)
+			}
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("%s %s: the spec's security is %q, the server's access wants %q", method, path, got, want)
+		}
 	}
 	var documented []string
 	for path, item := range doc.Paths.Map() {
