@@ -110,6 +110,19 @@ func writeOperation(b *strings.Builder, doc *openapi3.T, method, path string, o 
 		fmt.Fprintf(b, "| %s | %s | %s |\n", code, cell(deref(r.Value.Description)), strings.Join(bodies, "; "))
 	}
 	b.WriteString("\n")
+	// Bodies defined in place (not a named schema) are spelled out here.
+	for _, code := range sortedKeys(o.Responses.Map()) {
+		r := o.Responses.Value(code)
+		if r.Ref != "" {
+			continue
+		}
+		for _, ct := range sortedKeys(r.Value.Content) {
+			if s := r.Value.Content[ct].Schema; s != nil && s.Ref == "" && len(s.Value.Properties) > 0 {
+				fmt.Fprintf(b, "Answer %s:\n\n", code)
+				writeFields(b, s.Value)
+			}
+		}
+	}
 }
 
 // access names who may call an operation (its security, or the
@@ -205,6 +218,10 @@ func typeOf(r *openapi3.SchemaRef) string {
 	if len(s.Enum) > 0 {
 		var vals []string
 		for _, v := range s.Enum {
+			if v == "" {
+				vals = append(vals, `"" (empty)`)
+				continue
+			}
 			vals = append(vals, fmt.Sprintf("`%v`", v))
 		}
 		t += ": " + strings.Join(vals, ", ")
