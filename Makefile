@@ -95,6 +95,7 @@ docs:
 	$(GO) run ./cmd/gendocs config docs/configuration.md
 	$(GO) run ./cmd/gendocs metrics docs/metrics.md
 	$(GO) run ./cmd/gendocs grpc docs/grpc-api.md
+	$(GO) run ./cmd/gendocs http docs/http-api.md
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./hashing/ ./index/ ./actors/

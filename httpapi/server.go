@@ -122,6 +122,10 @@ type Server struct {
 	urlsRefresh time.Time
 
 	parity *parityState // nil: parity off
+
+	// routes is the route table New registered (docs/openapi.yaml must
+	// list exactly these).
+	routes []route
 }
 
 // access is who may call a route.
@@ -206,6 +210,7 @@ func New(opts Options) *Server {
 			route{"/debug/pprof/symbol", "", adminOnly, pprof.Symbol},
 			route{"/debug/pprof/trace", "", adminOnly, pprof.Trace})
 	}
+	s.routes = routes
 	for _, rt := range routes {
 		switch {
 		case rt.access != adminOnly:

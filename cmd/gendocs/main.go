@@ -5,6 +5,7 @@
 //	gendocs config FILE   the flag reference (docs/configuration.md) from config's flag definitions
 //	gendocs metrics FILE  the metrics reference (docs/metrics.md) from the registered collectors
 //	gendocs grpc FILE     the gRPC reference (docs/grpc-api.md) from the proto comments
+//	gendocs http FILE     the HTTP reference (docs/http-api.md) from docs/openapi.yaml
 //
 // Run from the repository's root (`make docs` does).
 package main
@@ -25,12 +26,14 @@ documents:
   config   the flag reference (docs/configuration.md), from the flag definitions in config/
   metrics  the metrics reference (docs/metrics.md), from the registered collectors
   grpc     the gRPC reference (docs/grpc-api.md), from messages/kvrouterv1/router.proto
+  http     the HTTP reference (docs/http-api.md), from docs/openapi.yaml
 `
 
 var generators = map[string]func(io.Writer) error{
 	"config":  config.WriteMarkdown,
 	"metrics": fromRoot(docgen.Metrics),
 	"grpc":    fromRoot(docgen.GRPC),
+	"http":    fromRoot(docgen.HTTP),
 }
 
 // fromRoot adapts a generator that reads the repository (from the

@@ -48,6 +48,8 @@ func TestMetricsDocUpToDate(t *testing.T) { checkDoc(t, "docs/metrics.md", Metri
 
 func TestGRPCDocUpToDate(t *testing.T) { checkDoc(t, "docs/grpc-api.md", GRPC) }
 
+func TestHTTPDocUpToDate(t *testing.T) { checkDoc(t, "docs/http-api.md", HTTP) }
+
 // The state metrics come from a source scan; these names are reported by
 // components only at run time and must be in the generated reference.
 func TestMetricsDocListsComponentMetrics(t *testing.T) {
