@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/internal/testutil"
-	"github.com/kvrouter/kvrouter/mockengine"
-	"github.com/kvrouter/kvrouter/tokenizer"
 )
 
 // toolTurn is an OpenAI tool-calling conversation as clients send it
@@ -57,17 +54,7 @@ func chatCompletion(t *testing.T, base, messages string) chatUsage {
 // vLLM: the router counts the engine's tokens, and the next turn hits the
 // blocks the first one stored on the worker the router picked again.
 func TestToolHistoryThroughProxy(t *testing.T) {
-	tokDir := needNPM(t, "tokenizers/qwen3")
-	tok, err := tokenizer.Load(tokDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := StartReplica(t, func(c *config.Config) { c.ServedModels = []string{"qwen3=" + tokDir} })
-	base := BaseURL(rep)
-	for i := 1; i <= 2; i++ {
-		StartMockWorker(t, rep, uint64(i), func(c *mockengine.ServerConfig) { c.Tokenizer = tok; c.Engine.Speedup = 100 })
-	}
-	testutil.Eventually(t, 10*time.Second, "mock workers registered", func() bool { return len(workers(t, base).Workers) == 2 })
+	base := startQwen3Fleet(t, 2)
 
 	first := chatCompletion(t, base, toolTurn)
 	next := toolTurn + `,{"role":"assistant","content":"It is 21°C with light rain in Paris: take the umbrella."},{"role":"user","content":"And in Rome?"}`

@@ -151,17 +151,7 @@ func TestOpenAIClientMultiTurnChat(t *testing.T) {
 // mock workers that tokenize the same way: nothing fails, and later turns
 // hit the cache their earlier turns filled.
 func TestChatWorkloadThroughProxy(t *testing.T) {
-	tokDir := needNPM(t, "tokenizers/qwen3")
-	tok, err := tokenizer.Load(tokDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := StartReplica(t, func(c *config.Config) { c.ServedModels = []string{"qwen3=" + tokDir} })
-	base := BaseURL(rep)
-	for i := 1; i <= 3; i++ {
-		StartMockWorker(t, rep, uint64(i), func(c *mockengine.ServerConfig) { c.Tokenizer = tok; c.Engine.Speedup = 100 })
-	}
-	testutil.Eventually(t, 10*time.Second, "mock workers registered", func() bool { return len(workers(t, base).Workers) == 3 })
+	base := startQwen3Fleet(t, 3)
 	w := bench.WorkloadOptions{Kind: bench.WorkloadChat, Requests: 36, Seed: 3,
 		Chat: bench.ChatConfig{Conversations: 6, Turns: 6, SystemWords: 200, UserWords: 40, ReplyWords: 30, OutputTokens: 4}}
 	schedule, points, err := w.Build([]float64{40})
@@ -215,4 +205,23 @@ func TestEngineTokenizerMode(t *testing.T) {
 	if code := Post(t, base+"/route", `{"model":"qwen3","messages":[{"role":"user","content":[5]}]}`, &errOut); code != 400 {
 		t.Fatalf("messages the engine refuses: %d %v, want 400", code, errOut)
 	}
+}
+
+// startQwen3Fleet starts a replica serving Qwen3 (the npm tokenizer) and n
+// mock workers that tokenize and render the same way, and returns the
+// replica's base URL once every worker is registered.
+func startQwen3Fleet(t *testing.T, n int) string {
+	t.Helper()
+	tokDir := needNPM(t, "tokenizers/qwen3")
+	tok, err := tokenizer.Load(tokDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := StartReplica(t, func(c *config.Config) { c.ServedModels = []string{"qwen3=" + tokDir} })
+	base := BaseURL(rep)
+	for i := 1; i <= n; i++ {
+		StartMockWorker(t, rep, uint64(i), func(c *mockengine.ServerConfig) { c.Tokenizer = tok; c.Engine.Speedup = 100 })
+	}
+	testutil.Eventually(t, 10*time.Second, "mock workers registered", func() bool { return len(workers(t, base).Workers) == n })
+	return base
 }
