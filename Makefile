@@ -55,11 +55,16 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 # The test command of the README and of CI.
+# Each phase prints the time it starts, so a slow run shows where it went.
 test: deps system-deps node-deps fmt-check vet
+	@echo "== $$(date +%T) tests"
 	$(GO) test -count=1 ./...
+	@echo "== $$(date +%T) tests under the race detector"
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(GO) test -count=1 -race -run '^TestConcurrentEncode$$' ./tokenizer/
+	@echo "== $$(date +%T) bounded fuzzing"
 	$(MAKE) fuzz
+	@echo "== $$(date +%T) done"
 
 # Bounded fuzzing of every decoder (CI runs this as part of `make test`).
 # Go 1.26's fuzz coordinator can end a run that found nothing with
