@@ -125,7 +125,7 @@ func (a *shardActor) Receive(ctx actor.Context) {
 		if expired := st.gate.expire(time.Unix(0, m.UnixNano)); len(expired) > 0 {
 			st.drops.warnRanks(st.log, st.id, "unregistered_worker_expired", expired)
 		}
-		st.trust.flush(ctx)
+		st.trust.flush(ctx, m.UnixNano)
 	case *messages.ShardStatsQuery:
 		ctx.Respond(a.stats(m.Digest))
 	case *messages.Barrier:

@@ -22,10 +22,11 @@ type shardTrust struct {
 	// anyUntrusted: some rank in table is untrusted (only then does a
 	// lookup leave its fast path).
 	anyUntrusted bool
-	// seen holds the ranks with events since the last tick and the last
-	// one's arrival: sent once a tick, so the trust actor is not sent a
-	// message per event.
-	seen map[kv.WorkerWithDpRank]int64
+	// seen holds the ranks with events since the last tick: sent once a
+	// tick, stamped with the tick's time, so the trust actor is not sent a
+	// message per event and applying an event reads no clock (staleness
+	// is judged in seconds; a tick is one).
+	seen map[kv.WorkerWithDpRank]struct{}
 }
 
 func (t *shardTrust) on() bool { return t != nil && t.pid != nil }
@@ -35,11 +36,10 @@ func (t *shardTrust) noteEvent(w kv.WorkerWithDpRank) {
 	if !t.on() {
 		return
 	}
-	now := time.Now()
 	if t.seen == nil {
-		t.seen = map[kv.WorkerWithDpRank]int64{}
+		t.seen = map[kv.WorkerWithDpRank]struct{}{}
 	}
-	t.seen[w] = now.UnixNano()
+	t.seen[w] = struct{}{}
 }
 
 // noteApplied reports an event's outcome that bears on trust: a refusal,
@@ -58,12 +58,12 @@ func (t *shardTrust) noteApplied(ctx actor.SenderContext, ev *kv.Event, err erro
 	}
 }
 
-// flush sends the ranks seen since the last tick.
-func (t *shardTrust) flush(ctx actor.SenderContext) {
+// flush sends the ranks seen since the last tick, at the tick's time.
+func (t *shardTrust) flush(ctx actor.SenderContext, tickNanos int64) {
 	if !t.on() || len(t.seen) == 0 {
 		return
 	}
-	ctx.Send(t.pid, trustEventsSeen{seen: t.seen})
+	ctx.Send(t.pid, trustEventsSeen{seen: t.seen, at: tickNanos})
 	t.seen = nil // the message owns the map now
 }
 

@@ -33,8 +33,11 @@ type trustRouted struct {
 }
 
 // trustEventsSeen: a shard's ranks that had KV events since its last
-// tick, with the last event's arrival (unix nanos).
-type trustEventsSeen struct{ seen map[kv.WorkerWithDpRank]int64 }
+// tick, and that tick's time (unix nanos).
+type trustEventsSeen struct {
+	seen map[kv.WorkerWithDpRank]struct{}
+	at   int64
+}
 
 // trustRefused: a shard's index refused an event of rank.
 type trustRefused struct {
@@ -137,8 +140,9 @@ func (a *trustActor) Receive(ctx actor.Context) {
 	case trustRouted:
 		a.tracker.Routed(m.rank, time.Unix(0, m.at))
 	case trustEventsSeen:
-		for w, at := range m.seen {
-			changes = append(changes, a.tracker.EventSeen(w, time.Unix(0, at))...)
+		at := time.Unix(0, m.at)
+		for w := range m.seen {
+			changes = append(changes, a.tracker.EventSeen(w, at)...)
 		}
 	case trustRefused:
 		changes = a.tracker.Refused(m.rank, m.reason, time.Unix(0, m.at))
