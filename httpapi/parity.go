@@ -18,14 +18,17 @@ import (
 )
 
 // Live cache parity in the proxy (docs/parity.md): every answer's usage
-// is read — the whole body of a unary answer, the usage chunk of a
-// stream — and compared with the router's token count and the cache hit
+// is read — the end of a unary answer, the usage chunk of a stream — and
+// compared with the router's token count and the cache hit
 // the route decision predicted. A model whose counts keep differing is
 // switched to engine tokenization for itself alone.
 
-// maxUsageBody bounds how much of a unary answer is kept to read its
-// usage (the client gets all of it either way).
-const maxUsageBody = 16 << 20
+// usageTail is how much of a unary answer's end is kept to read its
+// usage (the client gets all of it either way): an answer up to twice
+// this is parsed whole, a longer one from its last usageTail bytes, where
+// OpenAI-compatible servers put "usage" (parity.TailUsage). So a proxied
+// request holds at most 2 × usageTail for parity however long its answer.
+const usageTail = 64 << 10
 
 // parityState is the proxy's side of the tracker.
 type parityState struct {

@@ -403,3 +403,35 @@ func TestParityResetIsAdmin(t *testing.T) {
 		t.Fatalf("GET /parity: %d %v", code, out)
 	}
 }
+
+// A unary answer far longer than what the proxy keeps (an output of
+// megabytes, split over many lines as an engine may write it) is still
+// compared: the usage is read from the answer's end, and the client gets
+// every byte.
+func TestLongUnaryAnswerIsCompared(t *testing.T) {
+	var body strings.Builder
+	body.WriteString(`{"choices":[{"text":"`)
+	for range 20000 {
+		body.WriteString(`a \"usage\": {\"prompt_tokens\": 1} line\n`)
+	}
+	body.WriteString(`","finish_reason":"length"}],` + "\n" + `"usage":{"prompt_tokens":3,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	want := body.String()
+	if len(want) < 4*usageTail {
+		t.Fatalf("answer of %d bytes is not longer than what the proxy keeps", len(want))
+	}
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, want)
+	}))
+	t.Cleanup(eng.Close)
+	g := startParityRig(t, testModels(t), parity.DefaultConfig(), nil, eng.URL)
+	code, raw := rawPost(t, g.url+"/v1/completions", `{"model":"qwen3","prompt":[1,2,3]}`)
+	if code != 200 || string(raw) != want {
+		t.Fatalf("client got %d and %d bytes, want the engine's %d", code, len(raw), len(want))
+	}
+	if n := testutil.ToFloat64(g.m.Parity.Compared.WithLabelValues("qwen3")); n != 1 {
+		t.Fatalf("compared %v times, want 1 (without usage: %v)", n,
+			testutil.ToFloat64(g.m.Parity.WithoutUsage.WithLabelValues("qwen3", "malformed"))+
+				testutil.ToFloat64(g.m.Parity.WithoutUsage.WithLabelValues("qwen3", "missing")))
+	}
+}

@@ -372,13 +372,15 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 
 // usageReader finds the engine's usage in an answer as it is relayed:
 // in a stream, the chunk that carries it (the last one with usage
-// wins); in a unary answer, the whole body, kept up to maxUsageBody.
+// wins); in a unary answer, its end (the whole body up to 2 × usageTail,
+// else the last usageTail bytes).
 type usageReader struct {
 	sse, keep bool
 	// skipBlank: the event just dropped still has its blank line.
 	skipBlank bool
-	whole     bytes.Buffer
-	tooLarge  bool
+	whole     []byte
+	// cut: whole holds only the answer's last bytes.
+	cut       bool
 	malformed bool
 }
 
@@ -389,12 +391,12 @@ func (u *usageReader) line(p *proxied, line []byte) (usageOnly, drop bool) {
 		return false, false
 	}
 	if !u.sse {
-		if !u.tooLarge && u.whole.Len()+len(line) > maxUsageBody {
-			u.tooLarge = true
-			u.whole = bytes.Buffer{}
-		}
-		if !u.tooLarge {
-			u.whole.Write(line)
+		u.whole = append(u.whole, line...)
+		if len(u.whole) > 2*usageTail {
+			// Keep the last usageTail bytes: one copy per usageTail
+			// bytes relayed.
+			u.whole = append(u.whole[:0], u.whole[len(u.whole)-usageTail:]...)
+			u.cut = true
 		}
 		return false, false
 	}
@@ -430,10 +432,11 @@ func (u *usageReader) finish(p *proxied) string {
 		return ""
 	}
 	if !u.sse {
-		if u.tooLarge {
-			return "too_large"
+		read := parity.ResponseUsage
+		if u.cut {
+			read = parity.TailUsage
 		}
-		usage, ok, err := parity.ResponseUsage(u.whole.Bytes())
+		usage, ok, err := read(u.whole)
 		if err != nil {
 			return "malformed"
 		}

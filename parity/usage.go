@@ -109,3 +109,29 @@ func StreamChunk(data []byte) (Chunk, error) {
 	}
 	return Chunk{Usage: u, HasUsage: true, UsageOnly: w.Choices != nil && len(*w.Choices) == 0}, nil
 }
+
+// TailUsage reads the usage of a unary answer from its last bytes only,
+// for an answer too long to keep whole: OpenAI-compatible servers (vLLM,
+// SGLang) write "usage" as the body's last member. A `"usage"` followed
+// by a colon cannot occur inside a JSON string (its quotes would be
+// escaped), so its last occurrence in the tail is the member's key; the
+// value after it is decoded alone. ok is false when the tail holds no
+// usage key.
+func TailUsage(tail []byte) (u Usage, ok bool, err error) {
+	for end := len(tail); ; {
+		i := bytes.LastIndex(tail[:end], usageKey)
+		if i < 0 {
+			return Usage{}, false, nil
+		}
+		rest := bytes.TrimLeft(tail[i+len(usageKey):], " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			end = i // a value "usage", not a key: look further back
+			continue
+		}
+		var raw json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&raw); err != nil {
+			return Usage{}, false, fmt.Errorf("%w: usage in the answer's tail: %v", ErrMalformedUsage, err)
+		}
+		return decodeUsage(raw)
+	}
+}

@@ -86,5 +86,36 @@ func FuzzResponseUsage(f *testing.F) {
 		if err == nil && c.HasUsage && (c.Usage.PromptTokens < 0 || c.Usage.CachedTokens > c.Usage.PromptTokens) {
 			t.Fatalf("impossible chunk %+v", c)
 		}
+		tu, tok, err := TailUsage(data)
+		if err == nil && tok && (tu.PromptTokens < 0 || tu.CachedTokens < 0 || tu.CachedTokens > tu.PromptTokens) {
+			t.Fatalf("impossible tail usage %+v", tu)
+		}
 	})
+}
+
+// TailUsage finds the usage member in the last bytes of a unary answer,
+// whatever came before it (here cut mid-string), and never mistakes a
+// "usage" inside a string for the member.
+func TestTailUsage(t *testing.T) {
+	for _, c := range []struct {
+		name, tail string
+		want       Usage
+		ok, err    bool
+	}{
+		{"whole body", `{"choices":[{"text":"hi"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}}`,
+			Usage{PromptTokens: 12, CachedTokens: 8, HasCached: true}, true, false},
+		{"cut mid-text", `ay \"usage\": not this one","finish_reason":"length"}],"usage" : {"prompt_tokens":7}}`,
+			Usage{PromptTokens: 7}, true, false},
+		{"the word in a value", `"text":"usage"}],"usage":{"prompt_tokens":5,"prompt_tokens_details":null}}`,
+			Usage{PromptTokens: 5}, true, false},
+		{"no usage", `lo"}]}`, Usage{}, false, false},
+		{"usage null", `,"usage":null}`, Usage{}, false, false},
+		{"cut usage", `,"usage":{"prompt_tok`, Usage{}, false, true},
+		{"cached over prompt", `,"usage":{"prompt_tokens":2,"prompt_tokens_details":{"cached_tokens":3}}}`, Usage{}, false, true},
+	} {
+		u, ok, err := TailUsage([]byte(c.tail))
+		if (err != nil) != c.err || ok != c.ok || u != c.want {
+			t.Errorf("%s: %+v %v %v, want %+v %v err=%v", c.name, u, ok, err, c.want, c.ok, c.err)
+		}
+	}
 }
