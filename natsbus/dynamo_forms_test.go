@@ -11,6 +11,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -18,14 +20,8 @@ import (
 // A batch with an event of a type the decoder does not know (as newer
 // engines add them) delivers its other events.
 func TestEventSourceAppliesTheRestOfABatch(t *testing.T) {
-	e := startServer(t)
-	nc := dial(t, e)
 	var c collector
-	src, err := StartEventSource(context.Background(), nc, EventSourceConfig{Subject: "kv.events", Log: slog.New(slog.DiscardHandler)}, c.handle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	nc, src := startKVEvents(t, slog.New(slog.DiscardHandler), &c)
 	batch := `[{"worker_id":4,"event":{"event_id":0,"dp_rank":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2}]}}}},
 	 {"worker_id":4,"event":{"event_id":1,"dp_rank":1,"data":{"offloaded":{"block_hashes":[1]}}}},
 	 {"worker_id":4,"event":{"event_id":2,"dp_rank":1,"data":{"removed":{"block_hashes":[1]}}}}]`
@@ -58,14 +54,8 @@ func jsonByteArray(b []byte) string {
 // (EventEnvelope: topic, publisher_id, sequence, published_at, payload).
 // Both deliver the event, a Cleared of dp rank 1 here.
 func TestEventSourceReadsDynamoEnvelopes(t *testing.T) {
-	e := startServer(t)
-	nc := dial(t, e)
 	var c collector
-	src, err := StartEventSource(context.Background(), nc, EventSourceConfig{Subject: "kv.events", Log: slog.New(slog.DiscardHandler)}, c.handle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	nc, _ := startKVEvents(t, slog.New(slog.DiscardHandler), &c)
 	payload := []byte(`{"worker_id":9,"storage_tier":"device","event":{"event_id":5,"data":"cleared","dp_rank":1}}`)
 	jsonEnv := `{"publisher_id":12345,"sequence":1,"published_at":1700000000000,"payload":` + jsonByteArray(payload) + `}`
 	var mp bytes.Buffer
@@ -156,16 +146,9 @@ func containsAll(s string, parts []string) bool {
 // never dropped silently; Dynamo's known unused fields (start_position,
 // mm_extra_info) are not reported.
 func TestEventSourceCountsUnknownFields(t *testing.T) {
-	e := startServer(t)
-	nc := dial(t, e)
 	var c collector
 	var logs bytes.Buffer
-	src, err := StartEventSource(context.Background(), nc, EventSourceConfig{Subject: "kv.events",
-		Log: slog.New(slog.NewTextHandler(&logs, nil))}, c.handle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	nc, src := startKVEvents(t, slog.New(slog.NewTextHandler(&logs, nil)), &c)
 	batch := `[{"worker_id":4,"priority_hint":3,"event":{"event_id":0,"dp_rank":1,"origin":"x",
 	  "data":{"stored":{"parent_hash":null,"start_position":null,"lineage":7,
 	  "blocks":[{"block_hash":1,"tokens_hash":2,"mm_hash":9,"mm_extra_info":null}]}}}},
@@ -189,4 +172,17 @@ func TestEventSourceCountsUnknownFields(t *testing.T) {
 			t.Errorf("log names the known field %q:\n%s", known, line)
 		}
 	}
+}
+
+// startKVEvents starts an embedded NATS server and an event source on
+// "kv.events" that hands events to c; the source is closed at cleanup.
+func startKVEvents(t *testing.T, log *slog.Logger, c *collector) (*nats.Conn, *EventSource) {
+	t.Helper()
+	nc := dial(t, startServer(t))
+	src, err := StartEventSource(context.Background(), nc, EventSourceConfig{Subject: "kv.events", Log: log}, c.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	return nc, src
 }
