@@ -3,9 +3,9 @@ GO            ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 export PATH  := $(dir $(GO)):$(PATH)
 PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
-RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./grpcapi/... ./kvclient/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/...
+RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./grpcapi/... ./kvclient/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/... ./parity/... ./enginepoll/... ./discovery/... ./internal/loglimit/...
 
-.PHONY: docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
+.PHONY: ci docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -54,19 +54,27 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# The test command of the README and of CI.
+# The test command of the README. Every test runs once: the concurrent
+# packages (RACE_PKGS) under the race detector, the others without it (a
+# second, plain run of the concurrent packages would only repeat them).
+# Fuzz seed corpora run here as ordinary tests; the bounded fuzzing itself
+# is `make fuzz`, which CI (.ci/run) runs after this target.
 # Each phase prints the time it starts, so a slow run shows where it went.
 test: deps system-deps node-deps fmt-check vet
 	@echo "== $$(date +%T) tests"
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
+	$(GO) test -count=1 -race -run '^TestConcurrentEncode$$' ./tokenizer/
 	@echo "== $$(date +%T) tests under the race detector"
 	$(GO) test -count=1 -race $(RACE_PKGS)
-	$(GO) test -count=1 -race -run '^TestConcurrentEncode$$' ./tokenizer/
+	@echo "== $$(date +%T) done"
+
+# What CI runs: the test command, then bounded fuzzing of every decoder.
+ci: test
 	@echo "== $$(date +%T) bounded fuzzing"
 	$(MAKE) fuzz
 	@echo "== $$(date +%T) done"
 
-# Bounded fuzzing of every decoder (CI runs this as part of `make test`).
+# Bounded fuzzing of every decoder (CI runs it after `make test`: `make ci`).
 # Go 1.26's fuzz coordinator can end a run that found nothing with
 # "context deadline exceeded" when -fuzztime expires while a starved worker
 # is mid-input (golang/go#75804, fixed in Go 1.27). A real failure always
