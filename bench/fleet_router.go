@@ -82,11 +82,11 @@ func EmbeddedFleetFactory(opts FleetOptions, dataDir string) (FleetFactory, erro
 			}
 			return &workersOnly{ws: ws}, nil
 		}
-		return startRoutedFleet(ctx, opts, RouterCost(policy), dataDir)
+		return startRoutedFleet(ctx, opts, policy, dataDir)
 	}, nil
 }
 
-func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir string) (_ *routedFleet, err error) {
+func startRoutedFleet(ctx context.Context, opts FleetOptions, policy, dataDir string) (_ *routedFleet, err error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
@@ -114,7 +114,8 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 	cfg.DataDir = dir
 	cfg.BlockSize = opts.BlockSize
 	cfg.MaxNumBatchedTokens = uint64(opts.Engine.MaxNumBatchedTokens)
-	cfg.RouterCost = cost
+	cfg.RouterCost = RouterCost(policy)
+	cfg.UseKVEvents = RouterUsesKVEvents(policy)
 	cfg.MaxLocalPrefillLength = opts.MaxLocalPrefillLength
 	if opts.Stride > 0 {
 		cfg.RouterActiveSequenceStride = opts.Stride
