@@ -85,7 +85,7 @@ func TestSweepRepeatsAndRotates(t *testing.T) {
 	prompts, _ := SharedPrefixPrompts(SharedPrefixConfig{Groups: 2, PromptsPerGroup: 2, SystemTokens: 64, QuestionTokens: 16, OutputTokens: 3}, 4, 1)
 	schedule := func(qps float64) ([]Request, error) { return PoissonSchedule(prompts, qps, 1) }
 	cfg := SweepConfig{Workload: WorkloadSharedPrefix, QPS: []float64{200}, Seed: 7, Repeats: 3,
-		Policies: []string{PolicyKVRouter, PolicyKVRouterApprox, PolicyRoundRobin, PolicyOracle},
+		Policies:  []string{PolicyKVRouter, PolicyKVRouterApprox, PolicyRoundRobin, PolicyOracle},
 		BlockSize: 16, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Oracle: OracleFleet{Ranks: 2, BlockSize: 16, CacheBlocks: 1000, PrefillTokensPerSec: 1e6, MaxBatchedTokens: 8192, Speedup: 1}}
 	rep, err := Sweep(context.Background(), cfg, schedule, factory)
