@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/natsbus"
 	"github.com/kvrouter/kvrouter/replica"
@@ -157,7 +158,12 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, policy, dataDir st
 			return nil, fmt.Errorf("workers' NATS connection: %w", err)
 		}
 		f.conn = conn
-		pub := mockengine.NewNATSPublisher(conn, cfg.KVEventsSubject, cfg.WorkersSubject)
+		var pub mockengine.Publisher = mockengine.NewNATSPublisher(conn, cfg.KVEventsSubject, cfg.WorkersSubject)
+		if !cfg.UseKVEvents {
+			// Approximate mode is for engines that publish no KV events;
+			// sent anyway, each would be a counted, logged drop.
+			pub = heartbeatsOnly{pub}
+		}
 		if f.ws, err = startWorkers(ctx, opts, pub); err != nil {
 			return nil, err
 		}
@@ -206,3 +212,9 @@ func (f *routedFleet) allRegistered(ctx context.Context, n int) error {
 	}
 	return nil
 }
+
+// heartbeatsOnly publishes a worker's heartbeats and none of its KV
+// events, as an engine without KV events does.
+type heartbeatsOnly struct{ mockengine.Publisher }
+
+func (heartbeatsOnly) PublishEvent(context.Context, *kv.Event) error { return nil }
