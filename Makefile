@@ -132,7 +132,7 @@ demo:
 # Mooncake trace and llm-d's B2B shape, two seeds each, kvrouter's two
 # costs and approximate mode against round-robin, 3 runs per point, one
 # table (bench/cost-table.sh says what runs; about 22 minutes on the
-# 2-core machine). SMOKE=1 make cost-table checks the pipeline in ~2 min.
+# 2-core machine). SMOKE=1 make cost-table checks the pipeline in 1-2 minutes.
 cost-table:
 	GO=$(GO) bench/cost-table.sh
 

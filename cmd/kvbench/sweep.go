@@ -72,7 +72,7 @@ func registerWorkload(fs *flag.FlagSet, w *bench.WorkloadOptions) {
 	fs.Float64Var(&w.TimeScale, "time-scale", 1, "mooncake: replay this many times faster than recorded (ignored with --qps, which sets the rate itself)")
 	fs.IntVar(&w.Requests, "requests", 0, "requests per point (mooncake: trace lines to replay; 0 = all)")
 	fs.DurationVar(&w.Duration, "duration", 20*time.Second, "synthetic workloads without --requests: arrivals span this long per point")
-	fs.Uint64Var(&w.Seed, "seed", 1, "seed of every random choice: the synthetic workloads' prompts and arrivals, the random policy's picks; in a mooncake replay of --requests lines it picks the trace window (seed N starts at line (N-1)×requests, wrapping) and the router's tie-breaks stay its own")
+	fs.Uint64Var(&w.Seed, "seed", 1, "seed of every random choice: the synthetic workloads' prompts and arrivals, the random policy's picks; in a mooncake replay of --requests lines it picks the trace window (seed N starts at line (N-1)×requests, wrapping); the router's tie-breaks are not seeded")
 }
 
 // finish copies the shared output length into every synthetic workload.
