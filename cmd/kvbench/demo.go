@@ -66,8 +66,9 @@ func demoPreset(f *sweepFlags) error {
 // cores: 64 output tokens instead of the 1,000 of llm-d's shared-prefix
 // configuration (bench.LLMDSharedPrefix; streaming tokens is the fleet's
 // main CPU cost), 360 requests per point of which the first 120 warm the
-// caches, and loads of 15, 30 and 60 QPS (below 15 nothing queues and a
-// point of 360 requests takes minutes).
+// caches, and loads of 15, 30 and 60 QPS (below 15, round-robin's engines
+// are under three-quarters busy and a point of 360 requests takes
+// minutes).
 func b2bPreset(f *sweepFlags) error {
 	w := &f.workload
 	w.Kind = bench.WorkloadSharedPrefix
