@@ -5,7 +5,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./grpcapi/... ./kvclient/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/... ./parity/... ./enginepoll/... ./discovery/... ./internal/loglimit/...
 
-.PHONY: ci docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
+.PHONY: ci cost-table docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -135,6 +135,14 @@ demo:
 	@echo "building kvbench (first run: a few minutes of module download and compile)"
 	@$(GO) mod download
 	$(GO) run ./cmd/kvbench demo --out out/demo
+
+# The cost comparison: the demo's workload, multi-turn, the shipped
+# Mooncake trace and llm-d's B2B shape, two seeds each, kvrouter's two
+# costs and approximate mode against round-robin, 3 runs per point, one
+# table (bench/cost-table.sh says what runs; about 22 minutes on the
+# 2-core machine). SMOKE=1 make cost-table checks the pipeline in 1-2 minutes.
+cost-table:
+	GO=$(GO) bench/cost-table.sh
 
 # Packaging checks (deploy/README.md). None needs a Docker daemon.
 KUSTOMIZE_PKG := sigs.k8s.io/kustomize/kustomize/v5@v5.8.1

@@ -75,34 +75,43 @@ func (o FleetOptions) role(i int) kv.Role {
 }
 
 // Register binds the fleet's flags, defaulting to the mock engine's
-// defaults.
+// defaults (and DefaultSpeedup).
 func (o *FleetOptions) Register(fs *flag.FlagSet) {
 	o.Engine = mockengine.DefaultConfig()
+	o.Engine.Speedup = DefaultSpeedup
 	o.register(fs)
 }
 
 // RegisterPreset binds the fleet's flags with a mock-engine preset's
 // values as their defaults: the --preset found in args (the command
 // line, scanned before parsing), else fallback ("" = the mock engine's
-// defaults). Engine flags given explicitly still win over the preset.
+// defaults). A preset runs at real speed (--speedup 1). Engine flags
+// given explicitly still win over the preset, --speedup included.
 func (o *FleetOptions) RegisterPreset(fs *flag.FlagSet, args []string, fallback string) error {
 	preset, found := mockengine.PresetArg(args)
 	if !found {
 		preset = fallback
 	}
 	o.Engine = mockengine.DefaultConfig()
+	o.Engine.Speedup = DefaultSpeedup
 	if preset != "" {
 		cfg, err := mockengine.Preset(preset)
 		if err != nil {
 			return err
 		}
-		cfg.Speedup = o.Engine.Speedup
+		// A preset is a real GPU's figures: it runs at real speed
+		// unless --speedup says otherwise.
+		cfg.Speedup = 1
 		o.Engine = cfg
 	}
 	o.Preset = preset
 	o.register(fs)
 	return nil
 }
+
+// DefaultSpeedup is --speedup without a preset: simulated time runs 10×
+// faster than real time. With a --preset the default is 1 (real speed).
+const DefaultSpeedup = 10
 
 func (o *FleetOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Preset, "preset", o.Preset, "mock engine preset derived from public numbers (the engine flags' defaults): "+
@@ -116,7 +125,7 @@ func (o *FleetOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "KV block size of the router and the workers")
 	fs.IntVar(&o.Stride, "router-active-sequence-stride", 0, "router replicas: one sequence hash per N blocks in the active-sequence tracker and its gossip (0 = the router's default)")
 	fs.DurationVar(&o.BatchInterval, "cluster-batch-interval", 0, "router replicas: longest a gossip batch waits (0 = the router's default)")
-	fs.Float64Var(&o.Engine.Speedup, "speedup", 10, "mock engine: simulated time runs this many times faster than real time")
+	fs.Float64Var(&o.Engine.Speedup, "speedup", o.Engine.Speedup, "mock engine: simulated time runs this many times faster than real time (10 without a --preset; a preset's figures are a real GPU's, so with one the default is 1, real speed; an explicit --speedup wins either way)")
 	fs.Float64Var(&o.Engine.PrefillTokensPerSec, "prefill-tokens-per-sec", o.Engine.PrefillTokensPerSec, "mock engine: prompt tokens processed per simulated second")
 	fs.IntVar(&o.Engine.TotalKVBlocks, "kv-blocks", o.Engine.TotalKVBlocks, "mock engine: KV cache capacity per worker, in blocks")
 	fs.IntVar(&o.Engine.MaxNumSeqs, "max-num-seqs", o.Engine.MaxNumSeqs, "mock engine: running requests per worker")

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/natsbus"
 	"github.com/kvrouter/kvrouter/replica"
@@ -82,11 +83,11 @@ func EmbeddedFleetFactory(opts FleetOptions, dataDir string) (FleetFactory, erro
 			}
 			return &workersOnly{ws: ws}, nil
 		}
-		return startRoutedFleet(ctx, opts, RouterCost(policy), dataDir)
+		return startRoutedFleet(ctx, opts, policy, dataDir)
 	}, nil
 }
 
-func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir string) (_ *routedFleet, err error) {
+func startRoutedFleet(ctx context.Context, opts FleetOptions, policy, dataDir string) (_ *routedFleet, err error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
@@ -114,7 +115,8 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 	cfg.DataDir = dir
 	cfg.BlockSize = opts.BlockSize
 	cfg.MaxNumBatchedTokens = uint64(opts.Engine.MaxNumBatchedTokens)
-	cfg.RouterCost = cost
+	cfg.RouterCost = RouterCost(policy)
+	cfg.UseKVEvents = RouterUsesKVEvents(policy)
 	cfg.MaxLocalPrefillLength = opts.MaxLocalPrefillLength
 	if opts.Stride > 0 {
 		cfg.RouterActiveSequenceStride = opts.Stride
@@ -156,7 +158,12 @@ func startRoutedFleet(ctx context.Context, opts FleetOptions, cost, dataDir stri
 			return nil, fmt.Errorf("workers' NATS connection: %w", err)
 		}
 		f.conn = conn
-		pub := mockengine.NewNATSPublisher(conn, cfg.KVEventsSubject, cfg.WorkersSubject)
+		var pub mockengine.Publisher = mockengine.NewNATSPublisher(conn, cfg.KVEventsSubject, cfg.WorkersSubject)
+		if !cfg.UseKVEvents {
+			// Approximate mode is for engines that publish no KV events;
+			// sent anyway, each would be a counted, logged drop.
+			pub = heartbeatsOnly{pub}
+		}
 		if f.ws, err = startWorkers(ctx, opts, pub); err != nil {
 			return nil, err
 		}
@@ -205,3 +212,9 @@ func (f *routedFleet) allRegistered(ctx context.Context, n int) error {
 	}
 	return nil
 }
+
+// heartbeatsOnly publishes a worker's heartbeats and none of its KV
+// events, as an engine without KV events does.
+type heartbeatsOnly struct{ mockengine.Publisher }
+
+func (heartbeatsOnly) PublishEvent(context.Context, *kv.Event) error { return nil }

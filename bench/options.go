@@ -20,7 +20,8 @@ type WorkloadOptions struct {
 	TracePath string
 	TimeScale float64
 	// Requests per point; when 0, Duration x QPS (synthetic workloads) or
-	// the whole trace (Mooncake).
+	// the whole trace (Mooncake). A Mooncake replay of fewer lines than
+	// the trace replays the window Seed picks (TraceWindowStart).
 	Requests int
 	Duration time.Duration
 	Seed     uint64
@@ -88,9 +89,17 @@ func (o WorkloadOptions) Build(qps []float64) (ScheduleFunc, []float64, error) {
 }
 
 func (o WorkloadOptions) traceSchedule(qps []float64) (ScheduleFunc, []float64, error) {
-	recs, err := LoadTrace(o.TracePath, o.Requests)
+	all, err := LoadTrace(o.TracePath, 0)
 	if err != nil {
 		return nil, nil, err
+	}
+	first, err := TraceWindowStart(o.Seed, o.Requests, len(all))
+	if err != nil {
+		return nil, nil, err
+	}
+	recs := all[first:]
+	if o.Requests > 0 {
+		recs = recs[:min(o.Requests, len(recs))]
 	}
 	native := TraceQPS(recs)
 	if native <= 0 {
@@ -104,6 +113,27 @@ func (o WorkloadOptions) traceSchedule(qps []float64) (ScheduleFunc, []float64, 
 	}
 	schedule := func(q float64) ([]Request, error) { return TraceRequests(recs, q/native) }
 	return schedule, qps, nil
+}
+
+// TraceWindowStart is the first trace line (from 0) a replay of
+// requests lines out of total starts at: the seed picks the window, seed
+// 1 the first requests lines, seed 2 the next requests lines, and so on,
+// wrapping around over the total-requests+1 starts a whole window can
+// have (so every window is contiguous and full). A replay of the whole
+// trace (requests 0 or at least total) has one window, and a seed other
+// than 1 is refused rather than silently changing nothing. Seed 0 counts
+// as 1.
+func TraceWindowStart(seed uint64, requests, total int) (int, error) {
+	seed = max(seed, 1)
+	if requests <= 0 || requests >= total {
+		if seed != 1 {
+			return 0, fmt.Errorf("%w: mooncake: the seed picks a window of --requests trace lines; replaying the whole trace (%d lines, --requests %d) there is only one, so --seed %d would change nothing (give --requests below %d)",
+				ErrBadWorkload, total, requests, seed, total)
+		}
+		return 0, nil
+	}
+	starts := uint64(total - requests + 1)
+	return int(((seed - 1) % starts) * uint64(requests) % starts), nil
 }
 
 // TraceQPS is the request rate of a trace at its own pace.

@@ -114,11 +114,17 @@ func (f OracleFleet) Validate() error {
 	return nil
 }
 
-// Bounds are the three hit-rate bounds of one schedule on one fleet.
+// Bounds are the three hit-rate bounds of one schedule on one fleet and
+// its TTFT p90 floor.
 type Bounds struct {
 	Unbounded float64 `json:"oracle_unbounded"`
 	Capacity  float64 `json:"oracle_capacity"`
 	Timed     float64 `json:"oracle_timed"`
+	// TTFTFloorP90 (ms) is the p90 over the measured requests of each
+	// prompt's uncached prefill on an idle engine (TTFTFloorP90): what p90
+	// TTFT would be with no queueing and no cache hits. 0 when the fleet's
+	// timing is not described.
+	TTFTFloorP90 float64 `json:"ttft_p90_floor_ms,omitempty"`
 }
 
 // OracleBounds computes all three bounds.

@@ -16,32 +16,40 @@ const (
 	// PolicyKVRouterTTFT is kvrouter with the predicted-TTFT cost
 	// (--router-cost ttft).
 	PolicyKVRouterTTFT = "kvrouter_ttft"
-	PolicyRoundRobin   = "round_robin"
-	PolicyRandom       = "random"
-	PolicyLeastLoaded  = "least_loaded"
-	PolicyOracle       = "oracle"
+	// PolicyKVRouterApprox is kvrouter in approximate mode
+	// (--use-kv-events=false: the cache is predicted from the router's own
+	// decisions, engine events are dropped) with Dynamo's cost.
+	PolicyKVRouterApprox = "kvrouter_approx"
+	PolicyRoundRobin     = "round_robin"
+	PolicyRandom         = "random"
+	PolicyLeastLoaded    = "least_loaded"
+	PolicyOracle         = "oracle"
 )
 
 // AllPolicies lists every policy in report order.
-var AllPolicies = []string{PolicyKVRouter, PolicyKVRouterTTFT, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyOracle}
+var AllPolicies = []string{PolicyKVRouter, PolicyKVRouterTTFT, PolicyKVRouterApprox, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyOracle}
 
 // IsRouterPolicy reports whether the policy sends requests through a
 // kvrouter (whose fleet then needs a router and KV events).
 func IsRouterPolicy(policy string) bool {
-	return policy == PolicyKVRouter || policy == PolicyKVRouterTTFT
+	return policy == PolicyKVRouter || policy == PolicyKVRouterTTFT || policy == PolicyKVRouterApprox
 }
 
 // RouterCost is the --router-cost a router policy runs with ("" for the
 // client-side policies).
 func RouterCost(policy string) string {
 	switch policy {
-	case PolicyKVRouter:
+	case PolicyKVRouter, PolicyKVRouterApprox:
 		return "dynamo"
 	case PolicyKVRouterTTFT:
 		return "ttft"
 	}
 	return ""
 }
+
+// RouterUsesKVEvents is the --use-kv-events a router policy runs with:
+// false only for approximate mode.
+func RouterUsesKVEvents(policy string) bool { return policy != PolicyKVRouterApprox }
 
 // ErrUnknownPolicy is returned for a policy name not in AllPolicies.
 var ErrUnknownPolicy = errors.New("unknown policy")

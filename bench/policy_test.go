@@ -83,3 +83,21 @@ func TestDispatcherErrors(t *testing.T) {
 		t.Errorf("kvrouter sent to %s", u)
 	}
 }
+
+func TestRouterPolicyConfigs(t *testing.T) {
+	for _, c := range []struct {
+		policy, cost string
+		events       bool
+	}{
+		{PolicyKVRouter, "dynamo", true},
+		{PolicyKVRouterTTFT, "ttft", true},
+		{PolicyKVRouterApprox, "dynamo", false},
+	} {
+		if !IsRouterPolicy(c.policy) || RouterCost(c.policy) != c.cost || RouterUsesKVEvents(c.policy) != c.events {
+			t.Errorf("%s: router %v, cost %q, events %v", c.policy, IsRouterPolicy(c.policy), RouterCost(c.policy), RouterUsesKVEvents(c.policy))
+		}
+	}
+	if IsRouterPolicy(PolicyRoundRobin) || RouterCost(PolicyRoundRobin) != "" {
+		t.Error("round_robin treated as a router policy")
+	}
+}

@@ -35,18 +35,46 @@ type Point struct {
 	// disaggregated fleet by prefill path: remote (prefill pool, KV
 	// transfer) or local (short_prompt, no_prefill_worker, same_rank).
 	DisaggPaths map[string]uint64 `json:"disagg_paths,omitempty"`
-	// Bounds are the hit-rate oracles of this point's schedule on this
-	// fleet (the same for every policy at one QPS): oracle_unbounded,
-	// oracle_capacity, oracle_timed.
+	// Runs is how many times the point was measured; with more than one
+	// every figure above is the median over the runs and Range holds the
+	// lowest and highest (errors are summed).
+	Runs  int     `json:"runs,omitempty"`
+	Range *Ranges `json:"range,omitempty"`
+	// Bounds are the bounds of this point's schedule on this fleet (the
+	// same for every policy at one QPS): the hit-rate oracles
+	// oracle_unbounded, oracle_capacity, oracle_timed, and the TTFT p90
+	// floor.
 	Bounds
 }
 
 // HitVsTimed is the point's hit rate over oracle_timed (0 without one).
 func (p Point) HitVsTimed() float64 { return ratio(p.HitRate, p.Timed) }
 
+// hitVsTimedCell is HitVsTimed with, for a repeated point, its range
+// (oracle_timed is the same for every run of a point).
+func (p Point) hitVsTimedCell() string {
+	if p.Range == nil || p.Timed == 0 {
+		return fmt.Sprintf("%.2f", p.HitVsTimed())
+	}
+	return withRange("%.2f", p.HitVsTimed(), p.Range, Span{Min: p.Range.HitRate.Min / p.Timed, Max: p.Range.HitRate.Max / p.Timed})
+}
+
+// withRange formats a figure, followed for a repeated point (rg != nil)
+// by its range over the runs: "0.912 [0.901-0.930]".
+func withRange(format string, v float64, rg *Ranges, s Span) string {
+	out := fmt.Sprintf(format, v)
+	if rg == nil {
+		return out
+	}
+	return out + " [" + fmt.Sprintf(format, s.Min) + "-" + fmt.Sprintf(format, s.Max) + "]"
+}
+
 // Report is a whole sweep: every policy at every QPS point.
 type Report struct {
-	Workload string  `json:"workload"`
+	Workload string `json:"workload"`
+	// Seed is the workload's --seed; Repeats how many runs each point had.
+	Seed     uint64  `json:"seed"`
+	Repeats  int     `json:"repeats"`
 	Policies []Point `json:"policies"`
 }
 
@@ -70,19 +98,30 @@ func (r *Report) WriteJSON(dir string) (string, error) {
 }
 
 // WriteTable prints the points grouped by QPS, one row per policy, each
-// with the three oracles of its schedule and its hit rate over
-// oracle_timed.
+// with the three oracles of its schedule, its hit rate over oracle_timed
+// and its TTFT p90 floor. A repeated point shows each figure as
+// "median [min-max]" over its runs.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\tqps\thit_rate\tvs_timed\toracle_unb\toracle_cap\toracle_timed\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\titl_p50_ms\titl_p90_ms\ttok/s\terrors\tload_spread\t\n")
+	fmt.Fprintf(tw, "policy\tqps\thit_rate\tvs_timed\toracle_unb\toracle_cap\toracle_timed\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\tp90_floor_ms\titl_p50_ms\titl_p90_ms\ttok/s\terrors\tload_spread\t\n")
 	for _, p := range r.sorted() {
 		bounds := fmt.Sprintf("%.3f\t%.3f\t%.3f", p.Unbounded, p.Capacity, p.Timed)
+		floor := fmt.Sprintf("%.1f", p.TTFTFloorP90)
 		if p.Name == PolicyOracle {
-			fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t-\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name, p.QPS, p.HitRate, bounds)
+			fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t-\t%s\t-\t-\t-\t%s\t-\t-\t-\t-\t-\t\n", p.Name, p.QPS, p.HitRate, bounds, floor)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.3f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%d\t%.2f\t\n",
-			p.Name, p.QPS, p.HitRate, p.HitVsTimed(), bounds, p.TTFTP50, p.TTFTP90, p.TTFTP99, p.ITLP50, p.ITLP90, p.ThroughputTokS, p.Errors, p.LoadSpread)
+		rg := p.Range
+		if rg == nil {
+			rg = &Ranges{}
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
+			p.Name, p.QPS, withRange("%.3f", p.HitRate, p.Range, rg.HitRate), p.hitVsTimedCell(), bounds,
+			withRange("%.1f", p.TTFTP50, p.Range, rg.TTFTP50), withRange("%.1f", p.TTFTP90, p.Range, rg.TTFTP90),
+			withRange("%.1f", p.TTFTP99, p.Range, rg.TTFTP99), floor,
+			withRange("%.2f", p.ITLP50, p.Range, rg.ITLP50), withRange("%.2f", p.ITLP90, p.Range, rg.ITLP90),
+			withRange("%.0f", p.ThroughputTokS, p.Range, rg.ThroughputTokS), p.Errors,
+			withRange("%.2f", p.LoadSpread, p.Range, rg.LoadSpread))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -129,6 +168,10 @@ type Ratio struct {
 	HitRate    float64
 	TTFTP90    float64
 	Throughput float64
+	// VsRoundRobin: round_robin was measured at this QPS. HitRateNA: its
+	// hit rate was 0, so HitRate has no meaning (printed n/a).
+	VsRoundRobin bool
+	HitRateNA    bool
 	// TTFTP90VsLeastLoaded is policy / least_loaded TTFT p90.
 	TTFTP90VsLeastLoaded float64
 	// TTFTP90VsDynamo is policy / kvrouter (Dynamo's cost) TTFT p90, for
@@ -156,6 +199,7 @@ func (r *Report) Ratios() []Ratio {
 		}
 		ra := Ratio{Policy: kvp.Name, QPS: kvp.QPS, HitVsOracle: ratio(kvp.HitRate, kvp.Unbounded), HitVsTimed: kvp.HitVsTimed()}
 		if rr, ok := byKey[PolicyRoundRobin][kvp.QPS]; ok {
+			ra.VsRoundRobin, ra.HitRateNA = true, rr.HitRate == 0
 			ra.HitRate = ratio(kvp.HitRate, rr.HitRate)
 			ra.TTFTP90 = ratio(kvp.TTFTP90, rr.TTFTP90)
 			ra.Throughput = ratio(kvp.ThroughputTokS, rr.ThroughputTokS)
@@ -188,9 +232,13 @@ func ratio(a, b float64) float64 {
 func (r *Report) WriteRatios(w io.Writer) {
 	for _, ra := range r.Ratios() {
 		var parts []string
-		if ra.Throughput != 0 || ra.HitRate != 0 || ra.TTFTP90 != 0 {
-			parts = append(parts, fmt.Sprintf("/round_robin hit rate %.2fx, TTFT p90 %.2fx, throughput %.2fx",
-				ra.HitRate, ra.TTFTP90, ra.Throughput))
+		if ra.VsRoundRobin {
+			hit := fmt.Sprintf("%.2fx", ra.HitRate)
+			if ra.HitRateNA {
+				hit = "n/a (round_robin's is 0)"
+			}
+			parts = append(parts, fmt.Sprintf("/round_robin hit rate %s, TTFT p90 %.2fx, throughput %.2fx",
+				hit, ra.TTFTP90, ra.Throughput))
 		}
 		if ra.TTFTP90VsLeastLoaded != 0 {
 			parts = append(parts, fmt.Sprintf("/least_loaded TTFT p90 %.2fx", ra.TTFTP90VsLeastLoaded))

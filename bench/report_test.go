@@ -35,7 +35,7 @@ func TestReportJSONFieldNames(t *testing.T) {
 	if err := json.Unmarshal(raw, &top); err != nil {
 		t.Fatal(err)
 	}
-	if keys := sortedKeys(top); !slices.Equal(keys, []string{"policies", "workload"}) {
+	if keys := sortedKeys(top); !slices.Equal(keys, []string{"policies", "repeats", "seed", "workload"}) {
 		t.Fatalf("top-level keys %v", keys)
 	}
 	var points []map[string]any

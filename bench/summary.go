@@ -10,11 +10,14 @@ import (
 // under it so a reader does not have to look them up.
 var tableLegend = []string{
 	"rows:    kvrouter = this router with its default cost (--router-cost dynamo); kvrouter_ttft = the opt-in --router-cost ttft;",
+	"         kvrouter_approx = approximate mode (--use-kv-events=false, Dynamo's cost);",
 	"         round_robin, random, least_loaded = baselines that pick an engine without looking at caches; oracle = hit-rate upper bounds",
 	"columns: hit_rate = share of prompt tokens served from cache; vs_timed = hit_rate / oracle_timed (1.0 = as good as hindsight);",
 	"         oracle_unb / oracle_cap / oracle_timed = best hit rate with hindsight, with an unlimited cache / each engine's real cache /",
 	"         real cache and a block counting only once its prefill finished; ttft = time to first token, itl = inter-token latency (ms);",
-	"         tok/s = output tokens per second; errors = failed requests; load_spread = busiest engine's KV load / the mean (1 = even)",
+	"         p90_floor = the p90 prompt's uncached prefill on an idle engine (ms; TTFT p90 with no queueing and no cache hits);",
+	"         tok/s = output tokens per second; errors = failed requests (summed over runs); load_spread = busiest engine's KV load / the mean (1 = even);",
+	"         with several runs per point, each figure is the median over the runs and [min-max] its range",
 }
 
 // WriteLegend prints tableLegend.
@@ -66,13 +69,37 @@ func (r *Report) Summary() []string {
 }
 
 // compare says how many cached tokens and what TTFT p90 a had relative
-// to b at the same load ("" when b gives nothing to divide by).
+// to b at the same load. A ratio whose denominator is 0 (round-robin can
+// hit nothing) is "n/a"; a repeated point shows its range after each
+// median.
 func compare(aName, bName string, a, b Point) string {
-	if b.HitRate == 0 || b.TTFTP90 == 0 {
-		return ""
+	runs := ""
+	if a.Runs > 1 || b.Runs > 1 {
+		runs = fmt.Sprintf(" (medians of %d runs, ranges in brackets)", max(a.Runs, b.Runs))
 	}
-	return fmt.Sprintf("At %g requests/s, %s served %sx the cached prompt tokens of %s (hit rate %.2f vs %.2f), with %sx its p90 time to first token (%.0f vs %.0f ms).",
-		a.QPS, aName, times(a.HitRate/b.HitRate), bName, a.HitRate, b.HitRate, times(a.TTFTP90/b.TTFTP90), a.TTFTP90, b.TTFTP90)
+	ar, br := a.Range, b.Range
+	if ar == nil {
+		ar = &Ranges{}
+	}
+	if br == nil {
+		br = &Ranges{}
+	}
+	served := fmt.Sprintf("served %s the cached prompt tokens of %s", timesOrNA(a.HitRate, b.HitRate), bName)
+	if b.HitRate == 0 {
+		served = fmt.Sprintf("served cached prompt tokens where %s served none (ratio n/a)", bName)
+	}
+	return fmt.Sprintf("At %g requests/s%s, %s %s (hit rate %s vs %s), with %s its p90 time to first token (%s vs %s ms).",
+		a.QPS, runs, aName, served,
+		withRange("%.2f", a.HitRate, a.Range, ar.HitRate), withRange("%.2f", b.HitRate, b.Range, br.HitRate),
+		timesOrNA(a.TTFTP90, b.TTFTP90), withRange("%.0f", a.TTFTP90, a.Range, ar.TTFTP90), withRange("%.0f", b.TTFTP90, b.Range, br.TTFTP90))
+}
+
+// timesOrNA is a/b as times formats it, with an "x", or "n/a" when b is 0.
+func timesOrNA(a, b float64) string {
+	if b == 0 {
+		return "n/a"
+	}
+	return times(a/b) + "x"
 }
 
 // times formats a ratio the way people say it: 2.4, 0.42.
@@ -112,15 +139,13 @@ func (r *Report) oracleSentence() string {
 		}
 	}
 	var parts []string
-	for _, name := range []string{PolicyKVRouter, PolicyKVRouterTTFT} {
+	labels := map[string]string{PolicyKVRouter: "the default cost", PolicyKVRouterTTFT: "the ttft cost", PolicyKVRouterApprox: "approximate mode"}
+	for _, name := range []string{PolicyKVRouter, PolicyKVRouterTTFT, PolicyKVRouterApprox} {
 		s := shares[name]
 		if s == nil {
 			continue
 		}
-		label := "the default cost"
-		if name == PolicyKVRouterTTFT {
-			label = "the ttft cost"
-		}
+		label := labels[name]
 		rng := fmt.Sprintf("%.2f", s.lo)
 		if fmt.Sprintf("%.2f", s.hi) != rng {
 			rng += "-" + fmt.Sprintf("%.2f", s.hi)

@@ -36,6 +36,12 @@ func TestSummary(t *testing.T) {
 		{Name: PolicyKVRouter, QPS: 4, HitRate: 0.5, TTFTP90: 100},
 		{Name: PolicyRoundRobin, QPS: 4, HitRate: 0, TTFTP90: 90},
 	}}
+	repeated := &Report{Policies: []Point{
+		{Name: PolicyKVRouter, QPS: 8, HitRate: 0.6, TTFTP90: 400, Runs: 3,
+			Range: &Ranges{HitRate: Span{0.55, 0.62}, TTFTP90: Span{380, 450}}},
+		{Name: PolicyRoundRobin, QPS: 8, HitRate: 0.3, TTFTP90: 800, Runs: 3,
+			Range: &Ranges{HitRate: Span{0.28, 0.33}, TTFTP90: Span{700, 900}}},
+	}}
 	cases := []struct {
 		name string
 		rep  *Report
@@ -50,7 +56,12 @@ func TestSummary(t *testing.T) {
 			"Against the best placement with hindsight (oracle_unbounded = 1), the default cost reached 0.62 at this load.",
 		}},
 		{"no router policy: nothing to say", baselinesOnly, nil},
-		{"round-robin with no hits: no ratio to state", rrNoHits, nil},
+		{"round-robin with no hits: the hit ratio is n/a, the TTFT ratio stands", rrNoHits, []string{
+			"At 4 requests/s, kvrouter's default cost served cached prompt tokens where round-robin served none (ratio n/a) (hit rate 0.50 vs 0.00), with 1.1x its p90 time to first token (100 vs 90 ms).",
+		}},
+		{"repeated points: medians with their ranges", repeated, []string{
+			"At 8 requests/s (medians of 3 runs, ranges in brackets), kvrouter's default cost served 2.0x the cached prompt tokens of round-robin (hit rate 0.60 [0.55-0.62] vs 0.30 [0.28-0.33]), with 0.50x its p90 time to first token (400 [380-450] vs 800 [700-900] ms).",
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,5 +96,21 @@ func TestLegendNamesEveryColumn(t *testing.T) {
 	}
 	if !strings.Contains(legend.String(), "kvrouter = this router with its default cost (--router-cost dynamo)") {
 		t.Errorf("the legend does not say which row is the default:\n%s", legend.String())
+	}
+}
+
+// A round-robin hit rate of 0 has no ratio: the ratios line says n/a,
+// never "0.00x".
+func TestRatiosRoundRobinWithoutHits(t *testing.T) {
+	rep := &Report{Policies: []Point{
+		{Name: PolicyKVRouter, QPS: 4, HitRate: 0.5, TTFTP90: 100, ThroughputTokS: 900},
+		{Name: PolicyRoundRobin, QPS: 4, HitRate: 0, TTFTP90: 200, ThroughputTokS: 600},
+	}}
+	var buf bytes.Buffer
+	rep.WriteRatios(&buf)
+	got := buf.String()
+	if strings.Contains(got, "hit rate 0.00x") || !strings.Contains(got, "/round_robin hit rate n/a") ||
+		!strings.Contains(got, "TTFT p90 0.50x, throughput 1.50x") {
+		t.Fatalf("ratios:\n%s", got)
 	}
 }

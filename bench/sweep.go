@@ -56,13 +56,22 @@ type SweepConfig struct {
 	// and every few seconds while it runs: which point of how many,
 	// requests done, time elapsed and the sweep's estimated time left.
 	Progress io.Writer
+	// Repeats is how many times each (policy, QPS) point is measured, on
+	// the same schedule, each time on a fresh fleet; the policy order is
+	// rotated between runs (RotatedOrder) and the report gives each
+	// figure's median and range (MedianPoint). 0 counts as 1.
+	Repeats int
 }
 
-// Sweep measures every policy at every QPS point. A point that cannot
-// start its fleet aborts the sweep; failed requests are only counted.
+// Sweep measures every policy at every QPS point, Repeats times. A point
+// that cannot start its fleet aborts the sweep; failed requests are only
+// counted.
 func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet FleetFactory) (*Report, error) {
 	if len(cfg.QPS) == 0 || len(cfg.Policies) == 0 {
 		return nil, errors.New("sweep needs at least one QPS point and one policy")
+	}
+	if cfg.Repeats < 0 {
+		return nil, fmt.Errorf("%w: repeats must be >= 1, got %d", ErrBadWorkload, cfg.Repeats)
 	}
 	if cfg.Warmup < 0 {
 		return nil, fmt.Errorf("%w: warm-up must be >= 0 requests, got %d", ErrBadWorkload, cfg.Warmup)
@@ -71,7 +80,14 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 		cfg.Logger = slog.Default()
 	}
 	log := cfg.Logger
-	rep := &Report{Workload: cfg.Workload}
+	repeats := max(cfg.Repeats, 1)
+	rep := &Report{Workload: cfg.Workload, Seed: cfg.Seed, Repeats: repeats}
+	var measured []string
+	for _, p := range cfg.Policies {
+		if p != PolicyOracle {
+			measured = append(measured, p)
+		}
+	}
 	schedules := make([][]Request, len(cfg.QPS))
 	var spans []time.Duration
 	for i, qps := range cfg.QPS {
@@ -80,10 +96,8 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 			return nil, fmt.Errorf("schedule at qps %v: %w", qps, err)
 		}
 		schedules[i] = reqs
-		for _, policy := range cfg.Policies {
-			if policy != PolicyOracle {
-				spans = append(spans, arrivalSpan(reqs))
-			}
+		for range repeats * len(measured) {
+			spans = append(spans, arrivalSpan(reqs))
 		}
 	}
 	var prog *sweepProgress
@@ -97,32 +111,42 @@ func Sweep(ctx context.Context, cfg SweepConfig, schedule ScheduleFunc, newFleet
 			return nil, fmt.Errorf("oracle bounds at qps %v: %w", qps, err)
 		}
 		log.Info("oracle bounds", "qps", qps, "unbounded", fmt.Sprintf("%.3f", bounds.Unbounded),
-			"capacity", fmt.Sprintf("%.3f", bounds.Capacity), "timed", fmt.Sprintf("%.3f", bounds.Timed))
-		for _, policy := range cfg.Policies {
-			if err := ctx.Err(); err != nil {
-				return rep, err
+			"capacity", fmt.Sprintf("%.3f", bounds.Capacity), "timed", fmt.Sprintf("%.3f", bounds.Timed),
+			"ttft_p90_floor_ms", fmt.Sprintf("%.1f", bounds.TTFTFloorP90))
+		runs := map[string][]Point{}
+		for r := range repeats {
+			for _, policy := range RotatedOrder(measured, r) {
+				if err := ctx.Err(); err != nil {
+					return rep, err
+				}
+				start := time.Now()
+				pt, err := measure(ctx, cfg, policy, qps, reqs, newFleet, prog)
+				if err != nil {
+					return rep, fmt.Errorf("%s at qps %v (run %d of %d): %w", policy, qps, r+1, repeats, err)
+				}
+				log.Info("point done", "policy", policy, "qps", qps, "run", r+1, "requests", len(reqs),
+					"hit_rate", fmt.Sprintf("%.3f", pt.HitRate), "ttft_p90_ms", fmt.Sprintf("%.1f", pt.TTFTP90),
+					"tok_s", fmt.Sprintf("%.0f", pt.ThroughputTokS), "errors", pt.Errors,
+					"took", time.Since(start).Round(100*time.Millisecond))
+				runs[policy] = append(runs[policy], pt)
 			}
-			start := time.Now()
-			pt, err := measure(ctx, cfg, policy, qps, reqs, newFleet, prog)
-			if err != nil {
-				return rep, fmt.Errorf("%s at qps %v: %w", policy, qps, err)
+		}
+		for _, policy := range cfg.Policies {
+			pt := Point{Name: PolicyOracle, QPS: qps, HitRate: bounds.Unbounded}
+			if policy != PolicyOracle {
+				if pt, err = MedianPoint(runs[policy]); err != nil {
+					return rep, err
+				}
 			}
 			pt.Bounds = bounds
-			if policy == PolicyOracle {
-				pt.HitRate = bounds.Unbounded
-			}
-			log.Info("point done", "policy", policy, "qps", qps, "requests", len(reqs),
-				"hit_rate", fmt.Sprintf("%.3f", pt.HitRate), "ttft_p90_ms", fmt.Sprintf("%.1f", pt.TTFTP90),
-				"tok_s", fmt.Sprintf("%.0f", pt.ThroughputTokS), "errors", pt.Errors,
-				"took", time.Since(start).Round(100*time.Millisecond))
 			rep.Policies = append(rep.Policies, pt)
 		}
 	}
 	return rep, nil
 }
 
-// bounds computes the oracles of one schedule (only the unbounded one
-// when the fleet is not described).
+// bounds computes the oracles and the TTFT floor of one schedule (only
+// the unbounded oracle when the fleet is not described).
 func (cfg SweepConfig) bounds(reqs []Request) (Bounds, error) {
 	if cfg.Warmup >= len(reqs) && len(reqs) > 0 {
 		return Bounds{}, fmt.Errorf("%w: a warm-up of %d requests leaves none of %d to measure", ErrBadWorkload, cfg.Warmup, len(reqs))
@@ -131,7 +155,12 @@ func (cfg SweepConfig) bounds(reqs []Request) (Bounds, error) {
 		hit, err := oracleUnbounded(reqs, cfg.BlockSize, cfg.Warmup)
 		return Bounds{Unbounded: hit}, err
 	}
-	return OracleBoundsAfter(reqs, cfg.Oracle, cfg.Warmup)
+	b, err := OracleBoundsAfter(reqs, cfg.Oracle, cfg.Warmup)
+	if err != nil || len(reqs) == 0 {
+		return b, err
+	}
+	b.TTFTFloorP90, err = TTFTFloorP90(reqs, cfg.Oracle, cfg.Warmup)
+	return b, err
 }
 
 func measure(ctx context.Context, cfg SweepConfig, policy string, qps float64, reqs []Request, newFleet FleetFactory, prog *sweepProgress) (Point, error) {

@@ -110,3 +110,80 @@ func TestTraceRequestsScaleTime(t *testing.T) {
 		t.Fatalf("speedup 0: got %v", err)
 	}
 }
+
+func TestTraceWindowStart(t *testing.T) {
+	cases := []struct {
+		seed            uint64
+		requests, total int
+		want            int
+	}{
+		{1, 100, 1000, 0},
+		{2, 100, 1000, 100},
+		{3, 100, 1000, 200},
+		{10, 100, 1000, 900}, // the last full window
+		{11, 100, 1000, 99},  // wraps over the 901 starts: 1000 mod 901
+		{1, 0, 1000, 0},
+		{0, 100, 1000, 0},
+		{0, 0, 1000, 0},
+		{1, 1000, 1000, 0},
+	}
+	for _, c := range cases {
+		got, err := TraceWindowStart(c.seed, c.requests, c.total)
+		if err != nil || got != c.want {
+			t.Errorf("seed %d, %d of %d: %d, %v; want %d", c.seed, c.requests, c.total, got, err, c.want)
+		}
+		if err == nil && got+max(c.requests, 0) > c.total {
+			t.Errorf("seed %d: window %d+%d runs past %d lines", c.seed, got, c.requests, c.total)
+		}
+	}
+	for _, requests := range []int{0, 1000, 5000} {
+		if _, err := TraceWindowStart(2, requests, 1000); !errors.Is(err, ErrBadWorkload) {
+			t.Errorf("--seed 2 over the whole trace (--requests %d): %v, want a refusal", requests, err)
+		}
+	}
+}
+
+// Two seeds replay different stretches of the embedded trace; the same
+// seed replays the same one.
+func TestTraceSeedPicksTheWindow(t *testing.T) {
+	build := func(seed uint64) []Request {
+		t.Helper()
+		o := WorkloadOptions{Kind: WorkloadMooncake, Requests: 50, Seed: seed, TimeScale: 1}
+		sched, qps, err := o.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs, err := sched(qps[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reqs) != 50 {
+			t.Fatalf("seed %d: %d requests", seed, len(reqs))
+		}
+		return reqs
+	}
+	a, a2, b := build(1), build(1), build(2)
+	if !slices.Equal(a[0].Tokens, a2[0].Tokens) || !slices.Equal(a[49].Tokens, a2[49].Tokens) {
+		t.Fatal("the same seed replayed different requests")
+	}
+	same := 0
+	for i := range a {
+		if slices.Equal(a[i].Tokens, b[i].Tokens) {
+			same++
+		}
+	}
+	if same == len(a) {
+		t.Fatal("seeds 1 and 2 replayed the same requests")
+	}
+	recs, err := LoadTrace("", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := NewTraceSynth().Tokens(recs[50])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b[0].Tokens, want) {
+		t.Fatal("seed 2 does not start at trace line 50")
+	}
+}

@@ -25,6 +25,8 @@ const usage = `usage: kvbench <command> [flags]
 commands:
   run      sweep policies x QPS points over an embedded fleet (NATS, router, mock workers)
   demo     the README preset: 8 mock workers, a short shared-prefix sweep, out/demo/
+  b2b      llm-d's B2B shape (150 customers x 6,000-token contexts, 5 users, 1,200-token questions) scaled to this machine, out/b2b/
+  table    one table of several runs' report.json files (the cost comparison of make cost-table)
   indexer  replay the Mooncake trace as KV events against an in-process router (--event-rate: paced, lookup latency per rate)
   scale    routing decisions/s of 1 vs N replica processes, each on its own CPU quota
   load     send a workload to a running router or load balancer (completions)
@@ -62,6 +64,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSweep(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
+	case "b2b":
+		return runB2B(ctx, args[1:], stdout, stderr)
+	case "table":
+		return runTable(args[1:], stdout, stderr)
 	case "indexer":
 		return runIndexer(ctx, args[1:], stdout, stderr)
 	case "scale":

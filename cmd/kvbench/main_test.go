@@ -257,3 +257,130 @@ func TestIndexerPacedWritesJSON(t *testing.T) {
 		t.Fatalf("no table on stdout:\n%s", stdout)
 	}
 }
+
+// A preset runs at real speed unless --speedup is given, wherever it
+// stands on the command line; without a preset the default stays 10.
+func TestSpeedupWithPreset(t *testing.T) {
+	h100 := mockengine.PresetH100Llama3_8B
+	for _, c := range []struct {
+		args []string
+		want float64
+	}{
+		{[]string{"--preset", h100}, 1},
+		{[]string{"--preset", h100, "--speedup", "10"}, 10},
+		{[]string{"--speedup", "4", "--preset=" + h100}, 4},
+		{nil, bench.DefaultSpeedup},
+		{[]string{"--speedup", "2"}, 2},
+	} {
+		var f sweepFlags
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		if err := f.registerPreset(fs, c.args, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.fleet.Engine.Speedup; got != c.want {
+			t.Errorf("%v: speedup %v, want %v", c.args, got, c.want)
+		}
+		if got := f.fleet.OracleFleet().Speedup; got != c.want {
+			t.Errorf("%v: the oracles assume speedup %v, want %v", c.args, got, c.want)
+		}
+	}
+	var f sweepFlags
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f.register(fs)
+	if f.fleet.Engine.Speedup != bench.DefaultSpeedup {
+		t.Errorf("load's fleet flags: speedup %v", f.fleet.Engine.Speedup)
+	}
+}
+
+// The b2b preset is llm-d's shape on llm-d's pods; flags still win.
+func TestB2BPreset(t *testing.T) {
+	var f sweepFlags
+	args := []string{"--qps", "30", "--repeats", "5", "--speedup", "2"}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	if err := f.registerPreset(fs, args, mockengine.PresetH100Llama3_8B); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2bPreset(&f); err != nil {
+		t.Fatal(err)
+	}
+	sp := f.workload.SharedPrefix
+	if sp.Groups != 150 || sp.PromptsPerGroup != 5 || sp.SystemTokens != 6000 || sp.QuestionTokens != 1200 || f.qps != "15,30,60" {
+		t.Fatalf("shape %+v at %s", sp, f.qps)
+	}
+	// The contexts and questions fill 73% of the fleet's cache, as in the post.
+	demand := float64(sp.Groups*sp.SystemTokens + sp.Groups*sp.PromptsPerGroup*sp.QuestionTokens)
+	fleet := float64(f.fleet.Workers * f.fleet.Engine.TotalKVBlocks * f.fleet.BlockSize)
+	if share := demand / fleet; math.Abs(share-0.73) > 0.005 {
+		t.Fatalf("cache demand %.3f of the fleet's cache, want 0.73", share)
+	}
+	if f.fleet.Engine.Speedup != 1 || f.repeats != 3 {
+		t.Fatalf("speedup %v, repeats %d", f.fleet.Engine.Speedup, f.repeats)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if f.qps != "30" || f.repeats != 5 || f.fleet.Engine.Speedup != 2 || f.workload.SharedPrefix.Groups != 150 {
+		t.Fatalf("after flags: qps %s repeats %d speedup %v", f.qps, f.repeats, f.fleet.Engine.Speedup)
+	}
+	if _, err := bench.ParsePolicies(f.policies); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRepeatsFlag(t *testing.T) {
+	err, _, _ := runArgs(t, "run", "--repeats", "0", "--policies", "oracle", "--qps", "1", "--requests", "2", "--out", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "--repeats must be >= 1") {
+		t.Fatalf("--repeats 0: %v", err)
+	}
+	var f sweepFlags
+	f.register(flag.NewFlagSet("t", flag.ContinueOnError))
+	if f.repeats != 3 {
+		t.Fatalf("default repeats %d, want 3", f.repeats)
+	}
+}
+
+// kvbench table prints every measured point of several reports, named by
+// their directories, with medians and ranges; the oracle rows are left out.
+func TestTableCommand(t *testing.T) {
+	dir := t.TempDir()
+	b := bench.Bounds{Timed: 0.8, TTFTFloorP90: 450}
+	reps := map[string]*bench.Report{
+		"b2b-seed1": {Workload: bench.WorkloadSharedPrefix, Seed: 1, Repeats: 3, Policies: []bench.Point{
+			{Name: bench.PolicyKVRouter, QPS: 30, HitRate: 0.6, TTFTP90: 500, Runs: 3, Bounds: b,
+				Range: &bench.Ranges{HitRate: bench.Span{Min: 0.5, Max: 0.72}, TTFTP90: bench.Span{Min: 480, Max: 900}}},
+			{Name: bench.PolicyOracle, QPS: 30, HitRate: 0.9, Bounds: b},
+		}},
+		"mooncake-seed2": {Workload: bench.WorkloadMooncake, Seed: 2, Repeats: 1, Policies: []bench.Point{
+			{Name: bench.PolicyRoundRobin, QPS: 12, HitRate: 0, TTFTP90: 6000, Bounds: b},
+		}},
+	}
+	var paths []string
+	for name, r := range reps {
+		p, err := r.WriteJSON(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	err, stdout, _ := runArgs(t, append([]string{"table"}, paths...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(stdout, "\n")
+	if !strings.Contains(lines[0], "p90_floor_ms") || !strings.Contains(lines[1], "b2b-seed1") ||
+		!strings.Contains(lines[1], "0.600 [0.500-0.720]") || !strings.Contains(lines[1], "0.75 [0.62-0.90]") ||
+		!strings.Contains(lines[1], "500 [480-900]") || !strings.Contains(lines[1], "450") ||
+		!strings.Contains(lines[2], "mooncake-seed2") || strings.Contains(stdout, "oracle ") {
+		t.Fatalf("table:\n%s", stdout)
+	}
+	if err, _, _ := runArgs(t, "table"); err == nil {
+		t.Fatal("table with no reports")
+	}
+	if err, _, _ := runArgs(t, "table", filepath.Join(dir, "missing", "report.json")); err == nil {
+		t.Fatal("table of a missing report")
+	}
+}

@@ -26,6 +26,7 @@ type sweepFlags struct {
 	out      string
 	timeout  time.Duration
 	warmup   int
+	repeats  int
 	logLevel string
 }
 
@@ -47,7 +48,8 @@ func (f *sweepFlags) registerPreset(fs *flag.FlagSet, args []string, fallback st
 func (f *sweepFlags) registerRest(fs *flag.FlagSet) {
 	registerWorkload(fs, &f.workload)
 	fs.StringVar(&f.qps, "qps", defaultQPS, "comma-separated offered loads (requests/s); mooncake defaults to none: the trace's own rate times --time-scale")
-	fs.StringVar(&f.policies, "policies", "kvrouter,kvrouter_ttft,round_robin,random,least_loaded,oracle", "comma-separated policies: kvrouter (Dynamo's cost), kvrouter_ttft (--router-cost ttft), round_robin, random, least_loaded, oracle (the hit-rate bounds only)")
+	fs.StringVar(&f.policies, "policies", "kvrouter,kvrouter_ttft,round_robin,random,least_loaded,oracle", "comma-separated policies: kvrouter (Dynamo's cost), kvrouter_ttft (--router-cost ttft), kvrouter_approx (approximate mode: --use-kv-events=false, Dynamo's cost), round_robin, random, least_loaded, oracle (the hit-rate bounds only)")
+	fs.IntVar(&f.repeats, "repeats", 3, "runs of each (policy, QPS) point, each on a fresh fleet with the policy order rotated between runs; the report gives each figure's median and range (one run on a shared machine is not evidence)")
 	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
 	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")
 	fs.IntVar(&f.warmup, "warmup", 0, "leading requests of each point that only warm the caches: sent, but left out of its figures and oracles")
@@ -70,7 +72,7 @@ func registerWorkload(fs *flag.FlagSet, w *bench.WorkloadOptions) {
 	fs.Float64Var(&w.TimeScale, "time-scale", 1, "mooncake: replay this many times faster than recorded (ignored with --qps, which sets the rate itself)")
 	fs.IntVar(&w.Requests, "requests", 0, "requests per point (mooncake: trace lines to replay; 0 = all)")
 	fs.DurationVar(&w.Duration, "duration", 20*time.Second, "synthetic workloads without --requests: arrivals span this long per point")
-	fs.Uint64Var(&w.Seed, "seed", 1, "seed of every random choice")
+	fs.Uint64Var(&w.Seed, "seed", 1, "seed of every random choice: the synthetic workloads' prompts and arrivals, the random policy's picks; in a mooncake replay of --requests lines it picks the trace window (seed N starts at line (N-1)×requests, wrapping); the router's tie-breaks are not seeded")
 }
 
 // finish copies the shared output length into every synthetic workload.
@@ -159,16 +161,20 @@ func execute(ctx context.Context, f *sweepFlags, stdout, stderr io.Writer) error
 	cfg := bench.SweepConfig{
 		Workload: f.workload.Kind, QPS: qps, Policies: policies, BlockSize: f.fleet.BlockSize, Oracle: f.fleet.OracleFleet(),
 		RequestTimeout: f.timeout, Seed: f.workload.Seed, Model: f.fleet.Engine.ModelName, Logger: log, Warmup: f.warmup,
-		Progress: stderr,
+		Progress: stderr, Repeats: f.repeats,
 	}
-	fmt.Fprintf(stderr, "computing the workload's oracle bounds, then %d points (each policy but oracle at each load), a fresh fleet each\n",
-		measuredPoints(policies, qps))
+	if f.repeats < 1 {
+		return fmt.Errorf("%w: --repeats must be >= 1, got %d", bench.ErrBadWorkload, f.repeats)
+	}
+	fmt.Fprintf(stderr, "computing the workload's oracle bounds, then %d runs (each policy but oracle at each load, %d times), a fresh fleet each\n",
+		measuredPoints(policies, qps)*f.repeats, f.repeats)
 	start := time.Now()
 	rep, err := bench.Sweep(ctx, cfg, schedule, factory)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nworkload %s, %d workers, sweep took %s\n\n", f.workload.Kind, f.fleet.Workers, time.Since(start).Round(time.Second))
+	fmt.Fprintf(stdout, "\nworkload %s, seed %d, %d workers, %d run(s) per point, sweep took %s\n\n",
+		f.workload.Kind, f.workload.Seed, f.fleet.Workers, f.repeats, time.Since(start).Round(time.Second))
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
