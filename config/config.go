@@ -179,7 +179,12 @@ type Config struct {
 	UnregisteredHoldAge        time.Duration `flag:"unregistered-event-hold-age" group:"events" help:"longest a held event waits for its worker to register before it is dropped"`
 	MaxActiveRequests          int           `flag:"max-active-requests" group:"limits" help:"requests this replica routed that may be active (not freed or expired) at once; more get 429; 0 = no bound"`
 	DecisionTimeout            time.Duration `flag:"decision-timeout" group:"tuning" help:"longest wait for shard and load replies before deciding with what arrived"`
-	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" group:"routing" help:"free requests never freed after this long"`
+	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" group:"routing" help:"free requests never freed after this long; also the longest lease"`
+	RequestLeaseMin            time.Duration `flag:"request-lease-min" group:"routing" help:"shortest lease of a request this replica routed, and what a renewal (the proxy while an answer streams) grants; lease = min(stale-request-expiry, max(this, prompt tokens × request-lease-prefill-token-time + expected output tokens × request-lease-decode-token-time)); an expired lease frees the request on every replica (docs/operations.md)"`
+	RequestLeaseDecodeToken    time.Duration `flag:"request-lease-decode-token-time" group:"routing" help:"lease time per expected output token (a slow decode); 0 = no leases, requests expire after stale-request-expiry"`
+	RequestLeasePrefillToken   time.Duration `flag:"request-lease-prefill-token-time" group:"routing" help:"lease time per prompt token (a slow prefill)"`
+	RequestLeaseDefaultOutput  uint64        `flag:"request-lease-default-output-tokens" group:"routing" help:"expected output tokens of a request that names none (no max_tokens or expected_output_tokens), for its lease"`
+	MaxActiveRequestsPerClient int           `flag:"max-active-requests-per-client" group:"limits" help:"requests one client (its bearer token, else its address) may have active on this replica at once; more get 429 with reason client_active_requests; 0 = no bound (a gateway sending everyone's requests under one token needs a higher bound)"`
 	ProxyOutputBlockDecayFloor float64       `flag:"proxy-output-block-decay-floor" group:"routing" help:"proxy: smallest weight of a generated block when the expected output is exceeded"`
 
 	// ---- sticky sessions (config/sessions.go) ----
@@ -344,6 +349,11 @@ func Default() Config {
 		UnregisteredHoldBlocks:     1 << 20,
 		UnregisteredHoldAge:        time.Minute,
 		StaleRequestExpiry:         time.Hour,
+		RequestLeaseMin:            sequence.DefaultLeaseMin,
+		RequestLeaseDecodeToken:    sequence.DefaultLeaseDecodeTokenTime,
+		RequestLeasePrefillToken:   sequence.DefaultLeasePrefillTokenTime,
+		RequestLeaseDefaultOutput:  sequence.DefaultLeaseDefaultOutputTokens,
+		MaxActiveRequestsPerClient: scheduling.DefaultMaxActiveRequestsPerClient,
 		ProxyOutputBlockDecayFloor: 0.1,
 		SessionTTL:                 sessions.DefaultTTL,
 		MaxSessions:                sessions.DefaultMaxSessions,
@@ -490,6 +500,10 @@ func (c *Config) Actors() actors.Config {
 		AssumeKVReuse:     c.RouterAssumeKVReuse,
 		ExpiryDuration:    c.StaleRequestExpiry,
 		Stride:            c.RouterActiveSequenceStride,
+		Lease: sequence.LeasePolicy{
+			PrefillTokenTime: c.RequestLeasePrefillToken, DecodeTokenTime: c.RequestLeaseDecodeToken,
+			DefaultOutputTokens: c.RequestLeaseDefaultOutput, Min: c.RequestLeaseMin,
+		},
 	}
 	ac.DefaultMaxNumBatchedTokens = c.MaxNumBatchedTokens
 	ac.DecisionTimeout = c.DecisionTimeout
@@ -501,6 +515,7 @@ func (c *Config) Actors() actors.Config {
 	ac.Sessions = sessions.Config{TTL: c.SessionTTL, MaxSessions: c.MaxSessions, MaxIDBytes: c.MaxSessionIDBytes}
 	ac.Limits = scheduling.Limits{
 		MaxPromptTokens: c.MaxPromptTokens, MaxRequestIDBytes: c.MaxRequestIDBytes, MaxActiveRequests: c.MaxActiveRequests,
+		MaxActiveRequestsPerClient: c.MaxActiveRequestsPerClient,
 	}
 	return ac
 }
