@@ -195,10 +195,11 @@ type Config struct {
 	SessionBodyField  string        `flag:"session-body-field" group:"sessions" help:"top-level JSON body field carrying the session id (the header wins when both are sent); empty: the body is not read"`
 
 	// ---- cluster ----
-	ClusterBind      string   `flag:"cluster-bind" group:"cluster" help:"memberlist bind host:port; empty runs a single replica"`
-	ClusterJoin      []string `flag:"cluster-join" group:"cluster" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
-	ClusterAdvertise string   `flag:"cluster-advertise" group:"cluster" help:"address peers reach this replica at (default: bind address)"`
-	ClusterFast      bool     `flag:"cluster-fast" group:"cluster" help:"fast failure detection for failover tests on loopback (memberlist probes every 100 ms, a silent replica dropped within about 1.2 s): on a loaded machine it declares live replicas dead (measured: 10 false deaths in a 20 s 3-replica kvbench run at 64 qps); the default probes every second and waits 4 s or more before declaring death"`
+	ClusterBind       string   `flag:"cluster-bind" group:"cluster" help:"memberlist bind host:port; empty runs a single replica"`
+	ClusterJoin       []string `flag:"cluster-join" group:"cluster" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
+	ClusterMinMembers int      `flag:"cluster-min-members" group:"cluster" help:"live cluster members (this replica included) /readyz wants before the replica is first ready; 0 = 2 when a seed of cluster-join names another address (at least one seed reachable), else 1; a replica alone because its cluster key is wrong stays unready whatever this says (docs/operations.md)"`
+	ClusterAdvertise  string   `flag:"cluster-advertise" group:"cluster" help:"address peers reach this replica at (default: bind address)"`
+	ClusterFast       bool     `flag:"cluster-fast" group:"cluster" help:"fast failure detection for failover tests on loopback (memberlist probes every 100 ms, a silent replica dropped within about 1.2 s): on a loaded machine it declares live replicas dead (measured: 10 false deaths in a 20 s 3-replica kvbench run at 64 qps); the default probes every second and waits 4 s or more before declaring death"`
 	// Dynamo's MAX_REPLICA_BATCH_EVENTS and MAX_REPLICA_BATCH_DURATION.
 	ClusterBatchMaxEvents int           `flag:"cluster-batch-max-events" group:"cluster" help:"gossip: send a batch of active-sequence events once it holds this many (Dynamo: 256)"`
 	ClusterBatchInterval  time.Duration `flag:"cluster-batch-interval" group:"cluster" help:"gossip: send a batch this long after its first event at the latest (Dynamo: 1ms, fixed); longer batches cost peers less per event and add this much to the gossip delay"`
@@ -406,6 +407,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GCPercent < 0 {
 		errs = append(errs, fmt.Errorf("gc-percent must be >= 0, got %d", c.GCPercent))
+	}
+	if c.ClusterMinMembers < 0 {
+		errs = append(errs, fmt.Errorf("cluster-min-members must be >= 0 (0 = from the seeds), got %d", c.ClusterMinMembers))
 	}
 	errs = append(errs, c.validateDiscovery()...)
 	errs = append(errs, c.validateSessions()...)
