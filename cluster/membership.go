@@ -28,8 +28,9 @@ func (c *counters) keyMismatch(now time.Time) {
 	c.lastKeyMismatch.Store(now.UnixNano())
 }
 
-// joinState is what the last join attempt found: whether the seeds named
-// any address but this replica's own, and how the attempt ended.
+// joinState is what the last join attempt that resolved its seeds found:
+// whether they named any address but this replica's own (a DNS name whose
+// other pods are gone names only this one again), and how it ended.
 type joinState struct {
 	mu        sync.Mutex
 	elsewhere bool   // a seed resolved to another address
@@ -39,7 +40,7 @@ type joinState struct {
 func (j *joinState) note(elsewhere bool, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.elsewhere = j.elsewhere || elsewhere
+	j.elsewhere = elsewhere
 	j.err = ""
 	if err != nil {
 		j.err = err.Error()
