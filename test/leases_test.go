@@ -149,7 +149,9 @@ func TestLeakingClientIsBoundedAndItsLeaseExpires(t *testing.T) {
 	}
 	for sample, want := range map[string]float64{
 		`kvrouter_admission_refused_total{reason="client_active_requests"} `: 1,
-		"kvrouter_client_saturated ":                                         1, "kvrouter_client_top_active_requests ": bound, "kvrouter_client_top_share ": 1,
+		"kvrouter_client_saturated ":                                         1,
+		"kvrouter_client_top_active_requests ":                               bound,
+		"kvrouter_client_top_share ":                                         1,
 	} {
 		if got := metricValue(t, baseA, sample); got != want {
 			t.Errorf("%s= %v, want %v", sample, got, want)
