@@ -28,7 +28,7 @@ func (g *gossiper) send(ev *messages.SequenceEvent) {
 
 // step hands a request's lifecycle step to its rank's sequence actor and
 // gossips prefill completions and frees (true when it did). Output growth
-// is not gossiped (as in Dynamo): it is frequent and peers converge on the
+// and lease renewals are not gossiped (as in Dynamo): it is frequent and peers converge on the
 // next add or free anyway.
 func (g *gossiper) step(ctx actor.Context, rank *actor.PID, m *messages.RequestLifecycle) bool {
 	switch st := m.Step.(type) {
@@ -42,6 +42,9 @@ func (g *gossiper) step(ctx actor.Context, rank *actor.PID, m *messages.RequestL
 		return true
 	case *messages.RequestLifecycle_OutputBlock:
 		ctx.Send(rank, st.OutputBlock)
+	case *messages.RequestLifecycle_RenewLease:
+		// Only the routing replica holds the lease: nothing to gossip.
+		ctx.Send(rank, st.RenewLease)
 	}
 	return false
 }

@@ -41,6 +41,14 @@ type Observer interface {
 	SessionMoved(reason string)
 	// SessionCount is the session table's size.
 	SessionCount(n int)
+	// AdmissionRefused counts a route refused at an active-request bound:
+	// "active_requests" (the replica's), "client_active_requests" (its
+	// client's own).
+	AdmissionRefused(reason string)
+	// RequestsExpired counts n requests freed without a free: "lease"
+	// (this replica's, when their lease ran out) or "stale" (older than
+	// the stale-request expiry).
+	RequestsExpired(reason string, n int)
 }
 
 // NopObserver discards everything.
@@ -61,3 +69,5 @@ func (NopObserver) SharedCache(uint32, uint32, int)     {}
 func (NopObserver) SessionEvent(string, int)            {}
 func (NopObserver) SessionMoved(string)                 {}
 func (NopObserver) SessionCount(int)                    {}
+func (NopObserver) AdmissionRefused(string)             {}
+func (NopObserver) RequestsExpired(string, int)         {}

@@ -51,7 +51,12 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 		}
 		if err := s.cfg.Limits.CheckAdmission(s.local.Len()); err != nil {
 			s.obs.Decision("overloaded", 0, 0)
+			s.obs.AdmissionRefused("active_requests")
 			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_LIMIT, "%v", err))
+			return
+		}
+		if err := s.cfg.Limits.CheckClient(m.Client, s.local.ClientActive(m.Client)); err != nil {
+			s.refuseClient(ctx, m.Client, err)
 			return
 		}
 	}
@@ -280,7 +285,7 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, d scheduling.Deci
 		PrefillTokens: prefill, ExpectedOutputTokens: h.expectedOutput,
 		TrackPrefillTokens: h.trackPrefill, Isl: isl,
 	}
-	s.local.Track(h.id, tracking.Entry{Rank: d.Worker, Origin: s.cfg.ReplicaID, Token: h.token})
+	s.local.Track(h.id, tracking.Entry{Rank: d.Worker, Origin: s.cfg.ReplicaID, Token: h.token, Client: p.req.Client})
 	routed := scheduling.Routed{Worker: d.Worker, NewBlocks: newBlocks, Hashes: p.sampled}
 	if h.trackPrefill {
 		routed.PrefillTokens = prefill

@@ -336,6 +336,8 @@ func toRouteError(e *messages.RouteError) *RouteError {
 		kind = ErrTimeout
 	case messages.RouteErrorCode_ROUTE_ERROR_LIMIT:
 		kind = ErrLimit
+	case messages.RouteErrorCode_ROUTE_ERROR_CLIENT_LIMIT:
+		kind = ErrClientLimit
 	case messages.RouteErrorCode_ROUTE_ERROR_CANCELLED:
 		kind = context.Canceled
 	}
@@ -356,6 +358,9 @@ func (r *Router) Route(ctx context.Context, req *messages.RouteRequest) (*messag
 	}
 	token, id := r.cancelTokens.Add(1), req.RequestId
 	req.CancelToken = token
+	if req.Client == "" {
+		req.Client = ClientFrom(ctx)
+	}
 	cancel := func() {
 		r.system.Root.Send(r.scheduler, &messages.CancelRoute{CancelToken: token, RequestId: id})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
@@ -76,6 +77,9 @@ type schedulerActor struct {
 	trust      *actor.PID
 	trustTable *trustTable
 	trustNoted map[kv.WorkerWithDpRank]int64
+
+	// refusals paces the log lines of clients refused at their own bound.
+	refusals loglimit.Keyed[string]
 }
 
 func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.PID, replication, registry, trustPID *actor.PID, d actor.Dispatcher) *actor.Props {
@@ -150,7 +154,9 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.local.DropUnregistered(s.ranks.has)
 		s.tryDequeue(ctx)
 	case *messages.TrackedQuery:
-		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.queue.Len())})
+		top, n := s.local.TopClient()
+		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.queue.Len()),
+			Clients: uint32(s.local.Clients()), TopClient: top, TopClientRequests: uint64(n)})
 	case *messages.Tick:
 		s.tick(ctx, time.Unix(0, m.UnixNano))
 	case *messages.SessionUpdates:

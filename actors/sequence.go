@@ -34,6 +34,7 @@ type sequenceActor struct {
 	// pub is what was last published to the scheduler (RankLoad); it
 	// lives outside the instance like the tracker.
 	pub *loadPublisher
+	obs Observer
 }
 
 // loadPublisher is the rank's side of the published load: the scheduler
@@ -56,7 +57,8 @@ func newSequenceProps(w kv.WorkerWithDpRank, cfg Config, scheduler, replication 
 	// work.
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &sequenceActor{worker: w, replica: cfg.ReplicaID, seqs: seqs, rate: rate, log: log,
-			scheduler: scheduler, replication: replication, expiryEvery: cfg.Sequence.SweepInterval(cfg.StaleCheckInterval), pub: pub}
+			scheduler: scheduler, replication: replication, expiryEvery: cfg.Sequence.SweepInterval(cfg.StaleCheckInterval), pub: pub,
+			obs: cfg.Observer}
 	}, actor.WithDispatcher(actor.NewSynchronizedDispatcher(300)))
 }
 
@@ -92,6 +94,11 @@ func (a *sequenceActor) Receive(ctx actor.Context) {
 		a.check("free", m.RequestId, a.seqs.Free(m.RequestId))
 	case *messages.AddOutputBlock:
 		a.check("output_block", m.RequestId, a.seqs.AddOutputBlock(m.RequestId, m.DecayFrac))
+	case *messages.RenewLease:
+		cfg := a.seqs.Config()
+		_, err := a.seqs.Renew(m.RequestId, time.Now(), cfg.Lease.Renewal(cfg.ExpiryDuration))
+		a.check("renew_lease", m.RequestId, err)
+		return // the load did not change
 	case *messages.DropOrigin:
 		if freed := a.seqs.FreeOrigin(m.Origin); len(freed) > 0 {
 			a.log.Info("dropped requests of a departed replica", "origin", m.Origin, "requests", len(freed))
@@ -172,13 +179,29 @@ func (a *sequenceActor) check(op, id string, err error) {
 func (a *sequenceActor) prefillCompleted(id string) {
 	tokens, started, ok := a.seqs.PrefillPending(id)
 	a.check("prefill_completed", id, a.seqs.MarkPrefillCompleted(id))
+	now := time.Now()
 	if ok && tokens > 0 {
-		a.rate.Observe(tokens, started, time.Now())
+		a.rate.Observe(tokens, started, now)
+	}
+	if ok {
+		// The prompt is done: the lease (of a request this replica
+		// routed; others have none) now runs for the output alone.
+		cfg := a.seqs.Config()
+		out := a.seqs.ExpectedOutput(id)
+		_, err := a.seqs.Renew(id, now, cfg.Lease.AfterPrefill(out, cfg.ExpiryDuration))
+		a.check("renew_lease", id, err)
 	}
 }
 
 func (a *sequenceActor) add(m *messages.AddRequest, origin string) {
-	err := a.seqs.AddRequest(requestOf(m, origin), time.Now())
+	r := requestOf(m, origin)
+	if origin == a.replica {
+		// Only the replica that routed a request leases it; peers free
+		// it when that replica's free (or expiry) reaches them.
+		cfg := a.seqs.Config()
+		r.Lease = cfg.Lease.For(r.ISL, r.ExpectedOutputTokens, cfg.ExpiryDuration)
+	}
+	err := a.seqs.AddRequest(r, time.Now())
 	if err != nil && !errors.Is(err, sequence.ErrDuplicateRequest) {
 		a.log.Warn("add request rejected", "request", m.RequestId, "origin", origin, "err", err)
 	}
@@ -242,8 +265,13 @@ func (a *sequenceActor) expire(ctx actor.Context, now time.Time) {
 		return
 	}
 	a.lastExpiry = now
+	leased, stale := a.seqs.Expired(now)
 	if expired := a.seqs.ExpireStale(now); len(expired) > 0 {
-		a.log.Warn("freed stale requests (no free seen)", "requests", len(expired))
+		a.log.Warn("freed expired requests (no free seen)", "lease_ended", leased, "stale", stale)
+		if a.obs != nil {
+			a.obs.RequestsExpired("lease", leased)
+			a.obs.RequestsExpired("stale", stale)
+		}
 		msg := &messages.StaleRequestsFreed{RequestIds: expired}
 		ctx.Send(a.scheduler, msg)
 		ctx.Send(a.replication, msg)

@@ -42,6 +42,9 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	if w.stats != nil && isRefutation(msg) {
 		w.stats.refutations.Add(1)
 	}
+	if w.stats != nil && isKeyMismatch(msg) {
+		w.stats.keyMismatch(time.Now())
+	}
 	if !w.logger.Enabled(context.Background(), level) && level < slog.LevelWarn {
 		return len(p), nil
 	}

@@ -97,6 +97,8 @@ type Node struct {
 	trust   *streamTrust
 	keyMu   sync.Mutex
 	keys    [][]byte
+	// join is what the last join attempt found (membership.go).
+	joined joinState
 }
 
 // Start validates cfg, starts memberlist and the Node's goroutines and
@@ -465,12 +467,19 @@ func (n *Node) join(ctx context.Context) error {
 		}
 	}
 	if len(targets) == 0 {
+		n.joined.note(false, nil)
 		return nil // we are the only seed
 	}
 	joined, err := n.ml.Join(targets)
 	if err != nil {
-		return fmt.Errorf("cluster: join %v: %w", targets, err)
+		if isKeyMismatch(err.Error()) {
+			n.stats.keyMismatch(time.Now())
+		}
+		err = fmt.Errorf("cluster: join %v: %w", targets, err)
+		n.joined.note(true, err)
+		return err
 	}
+	n.joined.note(true, nil)
 	n.log.Info("joined", "contacted", joined, "of", len(targets))
 	return nil
 }

@@ -60,7 +60,11 @@ type Stats struct {
 	// inbound message (undecryptable, wrongly labelled, undecodable):
 	// a wrong cluster key, a foreign cluster, or someone probing the port.
 	RejectedMessages uint64
-	HealthScore      int64 // Lifeguard awareness now: 0 healthy, up to AwarenessMaxMultiplier-1
+	// KeyMismatches counts gossip that could not be decrypted with this
+	// replica's keys ("no installed keys could decrypt"): a peer's
+	// message refused here, or this replica's join refused by a seed.
+	KeyMismatches uint64
+	HealthScore   int64 // Lifeguard awareness now: 0 healthy, up to AwarenessMaxMultiplier-1
 
 	Members int // alive members, this replica included
 	Keys    int // keys in the keyring (0: unauthenticated gossip)
@@ -81,7 +85,8 @@ type counters struct {
 	sessionDigestsSent, sessionMismatches, sessionRequests         atomic.Uint64
 	sessionReplies, sessionMerges, sessionsTruncated               atomic.Uint64
 	suspicions, refutations, deaths, falseDeaths, degradedProbes   atomic.Uint64
-	rejectedMessages                                               atomic.Uint64
+	rejectedMessages, keyMismatches                                atomic.Uint64
+	lastKeyMismatch                                                atomic.Int64 // unix nanos
 	healthScore                                                    atomic.Int64
 }
 
@@ -111,6 +116,6 @@ func (c *counters) snapshot() Stats {
 		Suspicions: c.suspicions.Load(), Refutations: c.refutations.Load(),
 		Deaths: c.deaths.Load(), FalseDeaths: c.falseDeaths.Load(),
 		DegradedProbes: c.degradedProbes.Load(), HealthScore: c.healthScore.Load(),
-		RejectedMessages: c.rejectedMessages.Load(),
+		RejectedMessages: c.rejectedMessages.Load(), KeyMismatches: c.keyMismatches.Load(),
 	}
 }

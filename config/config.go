@@ -179,7 +179,12 @@ type Config struct {
 	UnregisteredHoldAge        time.Duration `flag:"unregistered-event-hold-age" group:"events" help:"longest a held event waits for its worker to register before it is dropped"`
 	MaxActiveRequests          int           `flag:"max-active-requests" group:"limits" help:"requests this replica routed that may be active (not freed or expired) at once; more get 429; 0 = no bound"`
 	DecisionTimeout            time.Duration `flag:"decision-timeout" group:"tuning" help:"longest wait for shard and load replies before deciding with what arrived"`
-	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" group:"routing" help:"free requests never freed after this long"`
+	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" group:"routing" help:"free requests never freed after this long; also the longest lease"`
+	RequestLeaseMin            time.Duration `flag:"request-lease-min" group:"routing" help:"shortest lease of a request this replica routed, and what a renewal (the proxy while an answer streams) grants; lease = min(stale-request-expiry, max(this, prompt tokens × request-lease-prefill-token-time + expected output tokens × request-lease-decode-token-time)); an expired lease frees the request on every replica (docs/operations.md)"`
+	RequestLeaseDecodeToken    time.Duration `flag:"request-lease-decode-token-time" group:"routing" help:"lease time per expected output token (a slow decode); 0 = no leases, requests expire after stale-request-expiry"`
+	RequestLeasePrefillToken   time.Duration `flag:"request-lease-prefill-token-time" group:"routing" help:"lease time per prompt token (a slow prefill)"`
+	RequestLeaseDefaultOutput  uint64        `flag:"request-lease-default-output-tokens" group:"routing" help:"expected output tokens of a request that names none (no max_tokens or expected_output_tokens), for its lease"`
+	MaxActiveRequestsPerClient int           `flag:"max-active-requests-per-client" group:"limits" help:"requests one client (its bearer token, else its address) may have active on this replica at once; more get 429 with reason client_active_requests; 0 = no bound (a gateway sending everyone's requests under one token needs a higher bound)"`
 	ProxyOutputBlockDecayFloor float64       `flag:"proxy-output-block-decay-floor" group:"routing" help:"proxy: smallest weight of a generated block when the expected output is exceeded"`
 
 	// ---- sticky sessions (config/sessions.go) ----
@@ -190,10 +195,11 @@ type Config struct {
 	SessionBodyField  string        `flag:"session-body-field" group:"sessions" help:"top-level JSON body field carrying the session id (the header wins when both are sent); empty: the body is not read"`
 
 	// ---- cluster ----
-	ClusterBind      string   `flag:"cluster-bind" group:"cluster" help:"memberlist bind host:port; empty runs a single replica"`
-	ClusterJoin      []string `flag:"cluster-join" group:"cluster" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
-	ClusterAdvertise string   `flag:"cluster-advertise" group:"cluster" help:"address peers reach this replica at (default: bind address)"`
-	ClusterFast      bool     `flag:"cluster-fast" group:"cluster" help:"fast failure detection for failover tests on loopback (memberlist probes every 100 ms, a silent replica dropped within about 1.2 s): on a loaded machine it declares live replicas dead (measured: 10 false deaths in a 20 s 3-replica kvbench run at 64 qps); the default probes every second and waits 4 s or more before declaring death"`
+	ClusterBind       string   `flag:"cluster-bind" group:"cluster" help:"memberlist bind host:port; empty runs a single replica"`
+	ClusterJoin       []string `flag:"cluster-join" group:"cluster" help:"comma-separated peers (host:port or a DNS name resolving to peers)"`
+	ClusterMinMembers int      `flag:"cluster-min-members" group:"cluster" help:"live cluster members (this replica included) /readyz wants before the replica is first ready; 0 = 2 when a seed of cluster-join names another address (at least one seed reachable), else 1; a replica alone because its cluster key is wrong stays unready whatever this says (docs/operations.md)"`
+	ClusterAdvertise  string   `flag:"cluster-advertise" group:"cluster" help:"address peers reach this replica at (default: bind address)"`
+	ClusterFast       bool     `flag:"cluster-fast" group:"cluster" help:"fast failure detection for failover tests on loopback (memberlist probes every 100 ms, a silent replica dropped within about 1.2 s): on a loaded machine it declares live replicas dead (measured: 10 false deaths in a 20 s 3-replica kvbench run at 64 qps); the default probes every second and waits 4 s or more before declaring death"`
 	// Dynamo's MAX_REPLICA_BATCH_EVENTS and MAX_REPLICA_BATCH_DURATION.
 	ClusterBatchMaxEvents int           `flag:"cluster-batch-max-events" group:"cluster" help:"gossip: send a batch of active-sequence events once it holds this many (Dynamo: 256)"`
 	ClusterBatchInterval  time.Duration `flag:"cluster-batch-interval" group:"cluster" help:"gossip: send a batch this long after its first event at the latest (Dynamo: 1ms, fixed); longer batches cost peers less per event and add this much to the gossip delay"`
@@ -344,6 +350,11 @@ func Default() Config {
 		UnregisteredHoldBlocks:     1 << 20,
 		UnregisteredHoldAge:        time.Minute,
 		StaleRequestExpiry:         time.Hour,
+		RequestLeaseMin:            sequence.DefaultLeaseMin,
+		RequestLeaseDecodeToken:    sequence.DefaultLeaseDecodeTokenTime,
+		RequestLeasePrefillToken:   sequence.DefaultLeasePrefillTokenTime,
+		RequestLeaseDefaultOutput:  sequence.DefaultLeaseDefaultOutputTokens,
+		MaxActiveRequestsPerClient: scheduling.DefaultMaxActiveRequestsPerClient,
 		ProxyOutputBlockDecayFloor: 0.1,
 		SessionTTL:                 sessions.DefaultTTL,
 		MaxSessions:                sessions.DefaultMaxSessions,
@@ -396,6 +407,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GCPercent < 0 {
 		errs = append(errs, fmt.Errorf("gc-percent must be >= 0, got %d", c.GCPercent))
+	}
+	if c.ClusterMinMembers < 0 {
+		errs = append(errs, fmt.Errorf("cluster-min-members must be >= 0 (0 = from the seeds), got %d", c.ClusterMinMembers))
 	}
 	errs = append(errs, c.validateDiscovery()...)
 	errs = append(errs, c.validateSessions()...)
@@ -490,6 +504,10 @@ func (c *Config) Actors() actors.Config {
 		AssumeKVReuse:     c.RouterAssumeKVReuse,
 		ExpiryDuration:    c.StaleRequestExpiry,
 		Stride:            c.RouterActiveSequenceStride,
+		Lease: sequence.LeasePolicy{
+			PrefillTokenTime: c.RequestLeasePrefillToken, DecodeTokenTime: c.RequestLeaseDecodeToken,
+			DefaultOutputTokens: c.RequestLeaseDefaultOutput, Min: c.RequestLeaseMin,
+		},
 	}
 	ac.DefaultMaxNumBatchedTokens = c.MaxNumBatchedTokens
 	ac.DecisionTimeout = c.DecisionTimeout
@@ -501,6 +519,7 @@ func (c *Config) Actors() actors.Config {
 	ac.Sessions = sessions.Config{TTL: c.SessionTTL, MaxSessions: c.MaxSessions, MaxIDBytes: c.MaxSessionIDBytes}
 	ac.Limits = scheduling.Limits{
 		MaxPromptTokens: c.MaxPromptTokens, MaxRequestIDBytes: c.MaxRequestIDBytes, MaxActiveRequests: c.MaxActiveRequests,
+		MaxActiveRequestsPerClient: c.MaxActiveRequestsPerClient,
 	}
 	return ac
 }

@@ -76,6 +76,7 @@ func (s *Server) route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteRespon
 	if err != nil {
 		return nil, invalid(err)
 	}
+	msg.Client = s.clientOf(ctx)
 	reply, err := s.opts.Router.Route(ctx, msg)
 	if err != nil {
 		// A decision that timed out may still read the tokens later: the

@@ -186,6 +186,8 @@ type errorBody struct {
 	Error      string `json:"error"`
 	QueueDepth *int   `json:"queue_depth,omitempty"`
 	QueueLimit *int   `json:"queue_limit,omitempty"`
+	// Reason names the bound a 429 hit (routeapi.Reason*).
+	Reason string `json:"reason,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -324,9 +324,11 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 	reader := bufio.NewReaderSize(resp.Body, 32<<10)
 	first := true
 	var tokens uint64
+	renew := s.leaseRenewer(p.requestID)
 	for {
 		line, err := reader.ReadBytes('\n')
 		if len(line) > 0 {
+			renew.line()
 			if first {
 				first = false
 				s.markPrefill(p.requestID)

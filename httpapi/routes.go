@@ -162,7 +162,7 @@ func (s *Server) writeRouterError(w http.ResponseWriter, err error) {
 	if f.Unexpected {
 		s.log.Error("router call failed", "err", err)
 	}
-	body := errorBody{Error: f.Message}
+	body := errorBody{Error: f.Message, Reason: f.Reason}
 	if f.Queue != nil {
 		body.QueueDepth, body.QueueLimit = &f.Queue.Depth, &f.Queue.Limit
 	}

@@ -43,6 +43,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// Ready reports why the replica is not ready yet (nil = ready).
 	Ready func() error
+	// Conditions lists what /readyz reports beside the verdict (nil:
+	// nothing).
+	Conditions func(context.Context) []ReadyCondition
 	// Proxy enables /v1/completions and /v1/chat/completions.
 	Proxy bool
 	// Models are the served models and their tokenizers (text prompts
@@ -307,6 +310,9 @@ func (s *Server) handle(mux *http.ServeMux, rt route, gate func(http.ResponseWri
 		if gate != nil && !gate(sw, r) {
 			return
 		}
+		if rt.access == dataPlane {
+			r = s.withClient(r)
+		}
 		h(sw, r)
 	})
 }
@@ -378,12 +384,16 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	var conds []ReadyCondition
+	if s.opts.Conditions != nil {
+		conds = s.opts.Conditions(r.Context())
+	}
 	if s.opts.Ready != nil {
 		if err := s.opts.Ready(); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
+			writeJSON(w, http.StatusServiceUnavailable, readyBody{Status: "not ready", Reason: err.Error(), Conditions: conds})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, http.StatusOK, readyBody{Status: "ready", Conditions: conds})
 }

@@ -203,6 +203,7 @@ const (
 	RouteErrorCode_ROUTE_ERROR_TIMEOUT            RouteErrorCode = 5 // HTTP 504
 	RouteErrorCode_ROUTE_ERROR_LIMIT              RouteErrorCode = 6 // HTTP 429: a configured bound (registry size, in-flight requests)
 	RouteErrorCode_ROUTE_ERROR_CANCELLED          RouteErrorCode = 7 // the client left (no HTTP answer is read)
+	RouteErrorCode_ROUTE_ERROR_CLIENT_LIMIT       RouteErrorCode = 8 // HTTP 429: the client's own active-request cap
 )
 
 // Enum value maps for RouteErrorCode.
@@ -216,6 +217,7 @@ var (
 		5: "ROUTE_ERROR_TIMEOUT",
 		6: "ROUTE_ERROR_LIMIT",
 		7: "ROUTE_ERROR_CANCELLED",
+		8: "ROUTE_ERROR_CLIENT_LIMIT",
 	}
 	RouteErrorCode_value = map[string]int32{
 		"ROUTE_ERROR_UNSPECIFIED":        0,
@@ -226,6 +228,7 @@ var (
 		"ROUTE_ERROR_TIMEOUT":            5,
 		"ROUTE_ERROR_LIMIT":              6,
 		"ROUTE_ERROR_CANCELLED":          7,
+		"ROUTE_ERROR_CLIENT_LIMIT":       8,
 	}
 )
 
@@ -1843,7 +1846,11 @@ type RouteRequest struct {
 	CancelToken uint64 `protobuf:"varint,10,opt,name=cancel_token,json=cancelToken,proto3" json:"cancel_token,omitempty"`
 	// session_id (x-session-id or the body's session_id) makes the request
 	// sticky: routed to the session's bound rank while that rank is fit.
-	SessionId     string `protobuf:"bytes,11,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,11,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// client names who asked (set by the API edge from the bearer token or
+	// the peer address, never by the client itself): the per-client
+	// active-request cap counts requests by it.
+	Client        string `protobuf:"bytes,12,opt,name=client,proto3" json:"client,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1951,6 +1958,13 @@ func (x *RouteRequest) GetCancelToken() uint64 {
 func (x *RouteRequest) GetSessionId() string {
 	if x != nil {
 		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RouteRequest) GetClient() string {
+	if x != nil {
+		return x.Client
 	}
 	return ""
 }
@@ -2986,6 +3000,7 @@ type RequestLifecycle struct {
 	//	*RequestLifecycle_PrefillCompleted
 	//	*RequestLifecycle_Free
 	//	*RequestLifecycle_OutputBlock
+	//	*RequestLifecycle_RenewLease
 	Step          isRequestLifecycle_Step `protobuf_oneof:"step"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3062,6 +3077,15 @@ func (x *RequestLifecycle) GetOutputBlock() *AddOutputBlock {
 	return nil
 }
 
+func (x *RequestLifecycle) GetRenewLease() *RenewLease {
+	if x != nil {
+		if x, ok := x.Step.(*RequestLifecycle_RenewLease); ok {
+			return x.RenewLease
+		}
+	}
+	return nil
+}
+
 type isRequestLifecycle_Step interface {
 	isRequestLifecycle_Step()
 }
@@ -3078,11 +3102,65 @@ type RequestLifecycle_OutputBlock struct {
 	OutputBlock *AddOutputBlock `protobuf:"bytes,4,opt,name=output_block,json=outputBlock,proto3,oneof"`
 }
 
+type RequestLifecycle_RenewLease struct {
+	RenewLease *RenewLease `protobuf:"bytes,5,opt,name=renew_lease,json=renewLease,proto3,oneof"`
+}
+
 func (*RequestLifecycle_PrefillCompleted) isRequestLifecycle_Step() {}
 
 func (*RequestLifecycle_Free) isRequestLifecycle_Step() {}
 
 func (*RequestLifecycle_OutputBlock) isRequestLifecycle_Step() {}
+
+func (*RequestLifecycle_RenewLease) isRequestLifecycle_Step() {}
+
+// RenewLease says a request of this replica is still being served (its
+// answer is streaming): its lease runs for at least the lease minimum
+// from now. Not gossiped: only the replica that routed a request expires
+// it on its lease, and peers learn of the expiry as a free.
+type RenewLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLease) Reset() {
+	*x = RenewLease{}
+	mi := &file_kvrouter_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLease) ProtoMessage() {}
+
+func (x *RenewLease) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
+func (*RenewLease) Descriptor() ([]byte, []int) {
+	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RenewLease) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
 
 // LifecycleReply acknowledges a RequestLifecycle (or says it was unknown).
 type LifecycleReply struct {
@@ -3095,7 +3173,7 @@ type LifecycleReply struct {
 
 func (x *LifecycleReply) Reset() {
 	*x = LifecycleReply{}
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3185,7 @@ func (x *LifecycleReply) String() string {
 func (*LifecycleReply) ProtoMessage() {}
 
 func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[39]
+	mi := &file_kvrouter_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3198,7 @@ func (x *LifecycleReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleReply.ProtoReflect.Descriptor instead.
 func (*LifecycleReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{39}
+	return file_kvrouter_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LifecycleReply) GetRequestId() string {
@@ -3145,7 +3223,7 @@ type RegistryQuery struct {
 
 func (x *RegistryQuery) Reset() {
 	*x = RegistryQuery{}
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3157,7 +3235,7 @@ func (x *RegistryQuery) String() string {
 func (*RegistryQuery) ProtoMessage() {}
 
 func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[40]
+	mi := &file_kvrouter_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3170,7 +3248,7 @@ func (x *RegistryQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryQuery.ProtoReflect.Descriptor instead.
 func (*RegistryQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{40}
+	return file_kvrouter_proto_rawDescGZIP(), []int{41}
 }
 
 type RegisteredWorker struct {
@@ -3188,7 +3266,7 @@ type RegisteredWorker struct {
 
 func (x *RegisteredWorker) Reset() {
 	*x = RegisteredWorker{}
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3278,7 @@ func (x *RegisteredWorker) String() string {
 func (*RegisteredWorker) ProtoMessage() {}
 
 func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[41]
+	mi := &file_kvrouter_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3291,7 @@ func (x *RegisteredWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredWorker.ProtoReflect.Descriptor instead.
 func (*RegisteredWorker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{41}
+	return file_kvrouter_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegisteredWorker) GetWorker() *WorkerHeartbeat {
@@ -3278,7 +3356,7 @@ type RegistryReply struct {
 
 func (x *RegistryReply) Reset() {
 	*x = RegistryReply{}
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3368,7 @@ func (x *RegistryReply) String() string {
 func (*RegistryReply) ProtoMessage() {}
 
 func (x *RegistryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[42]
+	mi := &file_kvrouter_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3381,7 @@ func (x *RegistryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryReply.ProtoReflect.Descriptor instead.
 func (*RegistryReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{42}
+	return file_kvrouter_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegistryReply) GetWorkers() []*RegisteredWorker {
@@ -3354,7 +3432,7 @@ type ShardStatsQuery struct {
 
 func (x *ShardStatsQuery) Reset() {
 	*x = ShardStatsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3444,7 @@ func (x *ShardStatsQuery) String() string {
 func (*ShardStatsQuery) ProtoMessage() {}
 
 func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[43]
+	mi := &file_kvrouter_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3457,7 @@ func (x *ShardStatsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsQuery.ProtoReflect.Descriptor instead.
 func (*ShardStatsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{43}
+	return file_kvrouter_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ShardStatsQuery) GetDigest() bool {
@@ -3399,7 +3477,7 @@ type WorkerBlocks struct {
 
 func (x *WorkerBlocks) Reset() {
 	*x = WorkerBlocks{}
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3489,7 @@ func (x *WorkerBlocks) String() string {
 func (*WorkerBlocks) ProtoMessage() {}
 
 func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[44]
+	mi := &file_kvrouter_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3502,7 @@ func (x *WorkerBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerBlocks.ProtoReflect.Descriptor instead.
 func (*WorkerBlocks) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{44}
+	return file_kvrouter_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WorkerBlocks) GetWorker() *WorkerRank {
@@ -3456,7 +3534,7 @@ type ShardStatsReply struct {
 
 func (x *ShardStatsReply) Reset() {
 	*x = ShardStatsReply{}
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3546,7 @@ func (x *ShardStatsReply) String() string {
 func (*ShardStatsReply) ProtoMessage() {}
 
 func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[45]
+	mi := &file_kvrouter_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3559,7 @@ func (x *ShardStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatsReply.ProtoReflect.Descriptor instead.
 func (*ShardStatsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{45}
+	return file_kvrouter_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ShardStatsReply) GetShard() uint32 {
@@ -3534,7 +3612,7 @@ type PotentialLoad struct {
 
 func (x *PotentialLoad) Reset() {
 	*x = PotentialLoad{}
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3624,7 @@ func (x *PotentialLoad) String() string {
 func (*PotentialLoad) ProtoMessage() {}
 
 func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[46]
+	mi := &file_kvrouter_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3637,7 @@ func (x *PotentialLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoad.ProtoReflect.Descriptor instead.
 func (*PotentialLoad) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{46}
+	return file_kvrouter_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PotentialLoad) GetWorker() *WorkerRank {
@@ -3608,7 +3686,7 @@ type DropOrigin struct {
 
 func (x *DropOrigin) Reset() {
 	*x = DropOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3698,7 @@ func (x *DropOrigin) String() string {
 func (*DropOrigin) ProtoMessage() {}
 
 func (x *DropOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[47]
+	mi := &file_kvrouter_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3711,7 @@ func (x *DropOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropOrigin.ProtoReflect.Descriptor instead.
 func (*DropOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{47}
+	return file_kvrouter_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DropOrigin) GetOrigin() string {
@@ -3654,7 +3732,7 @@ type StaleRequestsFreed struct {
 
 func (x *StaleRequestsFreed) Reset() {
 	*x = StaleRequestsFreed{}
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +3744,7 @@ func (x *StaleRequestsFreed) String() string {
 func (*StaleRequestsFreed) ProtoMessage() {}
 
 func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[48]
+	mi := &file_kvrouter_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +3757,7 @@ func (x *StaleRequestsFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StaleRequestsFreed.ProtoReflect.Descriptor instead.
 func (*StaleRequestsFreed) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{48}
+	return file_kvrouter_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StaleRequestsFreed) GetRequestIds() []string {
@@ -3701,7 +3779,7 @@ type ActiveRequestsQuery struct {
 
 func (x *ActiveRequestsQuery) Reset() {
 	*x = ActiveRequestsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3713,7 +3791,7 @@ func (x *ActiveRequestsQuery) String() string {
 func (*ActiveRequestsQuery) ProtoMessage() {}
 
 func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[49]
+	mi := &file_kvrouter_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3726,7 +3804,7 @@ func (x *ActiveRequestsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsQuery.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{49}
+	return file_kvrouter_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ActiveRequestsQuery) GetOrigin() string {
@@ -3758,7 +3836,7 @@ type ActiveRequestsReply struct {
 
 func (x *ActiveRequestsReply) Reset() {
 	*x = ActiveRequestsReply{}
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +3848,7 @@ func (x *ActiveRequestsReply) String() string {
 func (*ActiveRequestsReply) ProtoMessage() {}
 
 func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[50]
+	mi := &file_kvrouter_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +3861,7 @@ func (x *ActiveRequestsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveRequestsReply.ProtoReflect.Descriptor instead.
 func (*ActiveRequestsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{50}
+	return file_kvrouter_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ActiveRequestsReply) GetEvents() []*SequenceEvent {
@@ -3819,7 +3897,7 @@ type ReplaceOrigin struct {
 
 func (x *ReplaceOrigin) Reset() {
 	*x = ReplaceOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3831,7 +3909,7 @@ func (x *ReplaceOrigin) String() string {
 func (*ReplaceOrigin) ProtoMessage() {}
 
 func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[51]
+	mi := &file_kvrouter_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3844,7 +3922,7 @@ func (x *ReplaceOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceOrigin.ProtoReflect.Descriptor instead.
 func (*ReplaceOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{51}
+	return file_kvrouter_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReplaceOrigin) GetOrigin() string {
@@ -3872,7 +3950,7 @@ type OverlapScoresQuery struct {
 
 func (x *OverlapScoresQuery) Reset() {
 	*x = OverlapScoresQuery{}
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +3962,7 @@ func (x *OverlapScoresQuery) String() string {
 func (*OverlapScoresQuery) ProtoMessage() {}
 
 func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[52]
+	mi := &file_kvrouter_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +3975,7 @@ func (x *OverlapScoresQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresQuery.ProtoReflect.Descriptor instead.
 func (*OverlapScoresQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{52}
+	return file_kvrouter_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *OverlapScoresQuery) GetTokenIds() []uint32 {
@@ -3928,7 +4006,7 @@ type OverlapScoresReply struct {
 
 func (x *OverlapScoresReply) Reset() {
 	*x = OverlapScoresReply{}
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3940,7 +4018,7 @@ func (x *OverlapScoresReply) String() string {
 func (*OverlapScoresReply) ProtoMessage() {}
 
 func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[53]
+	mi := &file_kvrouter_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3953,7 +4031,7 @@ func (x *OverlapScoresReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlapScoresReply.ProtoReflect.Descriptor instead.
 func (*OverlapScoresReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{53}
+	return file_kvrouter_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *OverlapScoresReply) GetRequestBlocks() uint32 {
@@ -3989,7 +4067,7 @@ type PotentialLoadsQuery struct {
 
 func (x *PotentialLoadsQuery) Reset() {
 	*x = PotentialLoadsQuery{}
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4079,7 @@ func (x *PotentialLoadsQuery) String() string {
 func (*PotentialLoadsQuery) ProtoMessage() {}
 
 func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[54]
+	mi := &file_kvrouter_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4092,7 @@ func (x *PotentialLoadsQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsQuery.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{54}
+	return file_kvrouter_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PotentialLoadsQuery) GetTokenIds() []uint32 {
@@ -4040,7 +4118,7 @@ type PotentialLoadsReply struct {
 
 func (x *PotentialLoadsReply) Reset() {
 	*x = PotentialLoadsReply{}
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4052,7 +4130,7 @@ func (x *PotentialLoadsReply) String() string {
 func (*PotentialLoadsReply) ProtoMessage() {}
 
 func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[55]
+	mi := &file_kvrouter_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4065,7 +4143,7 @@ func (x *PotentialLoadsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PotentialLoadsReply.ProtoReflect.Descriptor instead.
 func (*PotentialLoadsReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{55}
+	return file_kvrouter_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PotentialLoadsReply) GetLoads() []*PotentialLoad {
@@ -4090,7 +4168,7 @@ type ClusterDigest struct {
 
 func (x *ClusterDigest) Reset() {
 	*x = ClusterDigest{}
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4102,7 +4180,7 @@ func (x *ClusterDigest) String() string {
 func (*ClusterDigest) ProtoMessage() {}
 
 func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[56]
+	mi := &file_kvrouter_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4115,7 +4193,7 @@ func (x *ClusterDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDigest.ProtoReflect.Descriptor instead.
 func (*ClusterDigest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{56}
+	return file_kvrouter_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ClusterDigest) GetOrigin() string {
@@ -4156,7 +4234,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4168,7 +4246,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[57]
+	mi := &file_kvrouter_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4181,7 +4259,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{57}
+	return file_kvrouter_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StateRequest) GetRequester() string {
@@ -4203,7 +4281,7 @@ type StateSnapshot struct {
 
 func (x *StateSnapshot) Reset() {
 	*x = StateSnapshot{}
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4215,7 +4293,7 @@ func (x *StateSnapshot) String() string {
 func (*StateSnapshot) ProtoMessage() {}
 
 func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[58]
+	mi := &file_kvrouter_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4228,7 +4306,7 @@ func (x *StateSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateSnapshot.ProtoReflect.Descriptor instead.
 func (*StateSnapshot) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{58}
+	return file_kvrouter_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StateSnapshot) GetOrigin() string {
@@ -4262,7 +4340,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +4352,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[59]
+	mi := &file_kvrouter_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +4365,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{59}
+	return file_kvrouter_proto_rawDescGZIP(), []int{60}
 }
 
 // DumpQuery asks a shard for the next chunk of its index dump, from the
@@ -4306,7 +4384,7 @@ type DumpQuery struct {
 
 func (x *DumpQuery) Reset() {
 	*x = DumpQuery{}
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4318,7 +4396,7 @@ func (x *DumpQuery) String() string {
 func (*DumpQuery) ProtoMessage() {}
 
 func (x *DumpQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[60]
+	mi := &file_kvrouter_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4331,7 +4409,7 @@ func (x *DumpQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpQuery.ProtoReflect.Descriptor instead.
 func (*DumpQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{60}
+	return file_kvrouter_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DumpQuery) GetTier() uint32 {
@@ -4369,7 +4447,7 @@ type DumpChunk struct {
 
 func (x *DumpChunk) Reset() {
 	*x = DumpChunk{}
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4381,7 +4459,7 @@ func (x *DumpChunk) String() string {
 func (*DumpChunk) ProtoMessage() {}
 
 func (x *DumpChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[61]
+	mi := &file_kvrouter_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4394,7 +4472,7 @@ func (x *DumpChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpChunk.ProtoReflect.Descriptor instead.
 func (*DumpChunk) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{61}
+	return file_kvrouter_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DumpChunk) GetEvents() []*KvEvent {
@@ -4441,7 +4519,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4453,7 +4531,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[62]
+	mi := &file_kvrouter_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4466,7 +4544,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{62}
+	return file_kvrouter_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RankEntry) GetWorker() *WorkerRank {
@@ -4524,7 +4602,7 @@ type RankTable struct {
 
 func (x *RankTable) Reset() {
 	*x = RankTable{}
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4536,7 +4614,7 @@ func (x *RankTable) String() string {
 func (*RankTable) ProtoMessage() {}
 
 func (x *RankTable) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[63]
+	mi := &file_kvrouter_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4549,7 +4627,7 @@ func (x *RankTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankTable.ProtoReflect.Descriptor instead.
 func (*RankTable) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{63}
+	return file_kvrouter_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RankTable) GetRanks() []*RankEntry {
@@ -4570,7 +4648,7 @@ type PeerStep struct {
 
 func (x *PeerStep) Reset() {
 	*x = PeerStep{}
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4582,7 +4660,7 @@ func (x *PeerStep) String() string {
 func (*PeerStep) ProtoMessage() {}
 
 func (x *PeerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[64]
+	mi := &file_kvrouter_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4595,7 +4673,7 @@ func (x *PeerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStep.ProtoReflect.Descriptor instead.
 func (*PeerStep) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{64}
+	return file_kvrouter_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PeerStep) GetEvent() *SequenceEvent {
@@ -4619,7 +4697,7 @@ type RestoreOrigin struct {
 
 func (x *RestoreOrigin) Reset() {
 	*x = RestoreOrigin{}
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4709,7 @@ func (x *RestoreOrigin) String() string {
 func (*RestoreOrigin) ProtoMessage() {}
 
 func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[65]
+	mi := &file_kvrouter_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4722,7 @@ func (x *RestoreOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreOrigin.ProtoReflect.Descriptor instead.
 func (*RestoreOrigin) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{65}
+	return file_kvrouter_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RestoreOrigin) GetOrigin() string {
@@ -4678,7 +4756,7 @@ type TrackedQuery struct {
 
 func (x *TrackedQuery) Reset() {
 	*x = TrackedQuery{}
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4690,7 +4768,7 @@ func (x *TrackedQuery) String() string {
 func (*TrackedQuery) ProtoMessage() {}
 
 func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[66]
+	mi := &file_kvrouter_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4703,20 +4781,25 @@ func (x *TrackedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedQuery.ProtoReflect.Descriptor instead.
 func (*TrackedQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{66}
+	return file_kvrouter_proto_rawDescGZIP(), []int{67}
 }
 
 type TrackedReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	TrackedRequests uint64                 `protobuf:"varint,1,opt,name=tracked_requests,json=trackedRequests,proto3" json:"tracked_requests,omitempty"`
 	QueueDepth      uint32                 `protobuf:"varint,2,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The scheduler's own requests by client: how many clients hold one,
+	// and the client holding the most and how many it holds.
+	Clients           uint32 `protobuf:"varint,3,opt,name=clients,proto3" json:"clients,omitempty"`
+	TopClient         string `protobuf:"bytes,4,opt,name=top_client,json=topClient,proto3" json:"top_client,omitempty"`
+	TopClientRequests uint64 `protobuf:"varint,5,opt,name=top_client_requests,json=topClientRequests,proto3" json:"top_client_requests,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TrackedReply) Reset() {
 	*x = TrackedReply{}
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4728,7 +4811,7 @@ func (x *TrackedReply) String() string {
 func (*TrackedReply) ProtoMessage() {}
 
 func (x *TrackedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[67]
+	mi := &file_kvrouter_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4741,7 +4824,7 @@ func (x *TrackedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedReply.ProtoReflect.Descriptor instead.
 func (*TrackedReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{67}
+	return file_kvrouter_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TrackedReply) GetTrackedRequests() uint64 {
@@ -4758,6 +4841,27 @@ func (x *TrackedReply) GetQueueDepth() uint32 {
 	return 0
 }
 
+func (x *TrackedReply) GetClients() uint32 {
+	if x != nil {
+		return x.Clients
+	}
+	return 0
+}
+
+func (x *TrackedReply) GetTopClient() string {
+	if x != nil {
+		return x.TopClient
+	}
+	return ""
+}
+
+func (x *TrackedReply) GetTopClientRequests() uint64 {
+	if x != nil {
+		return x.TopClientRequests
+	}
+	return 0
+}
+
 // SessionUpdates hands peers' session writes to the scheduler, which owns
 // the session table (the replication edge receives them with the rest of
 // a peer's stream). Entries are SessionBound or SessionEnded events.
@@ -4770,7 +4874,7 @@ type SessionUpdates struct {
 
 func (x *SessionUpdates) Reset() {
 	*x = SessionUpdates{}
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4782,7 +4886,7 @@ func (x *SessionUpdates) String() string {
 func (*SessionUpdates) ProtoMessage() {}
 
 func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[68]
+	mi := &file_kvrouter_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4795,7 +4899,7 @@ func (x *SessionUpdates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUpdates.ProtoReflect.Descriptor instead.
 func (*SessionUpdates) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{68}
+	return file_kvrouter_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SessionUpdates) GetEvents() []*SequenceEvent {
@@ -4815,7 +4919,7 @@ type EndSession struct {
 
 func (x *EndSession) Reset() {
 	*x = EndSession{}
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4827,7 +4931,7 @@ func (x *EndSession) String() string {
 func (*EndSession) ProtoMessage() {}
 
 func (x *EndSession) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[69]
+	mi := &file_kvrouter_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4840,7 +4944,7 @@ func (x *EndSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSession.ProtoReflect.Descriptor instead.
 func (*EndSession) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{69}
+	return file_kvrouter_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *EndSession) GetSessionId() string {
@@ -4860,7 +4964,7 @@ type EndSessionReply struct {
 
 func (x *EndSessionReply) Reset() {
 	*x = EndSessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4872,7 +4976,7 @@ func (x *EndSessionReply) String() string {
 func (*EndSessionReply) ProtoMessage() {}
 
 func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[70]
+	mi := &file_kvrouter_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4885,7 +4989,7 @@ func (x *EndSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndSessionReply.ProtoReflect.Descriptor instead.
 func (*EndSessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{70}
+	return file_kvrouter_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *EndSessionReply) GetFound() bool {
@@ -4912,7 +5016,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4924,7 +5028,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[71]
+	mi := &file_kvrouter_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4937,7 +5041,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{71}
+	return file_kvrouter_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SessionQuery) GetSessionId() string {
@@ -4959,7 +5063,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4971,7 +5075,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[72]
+	mi := &file_kvrouter_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4984,7 +5088,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{72}
+	return file_kvrouter_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SessionReply) GetFound() bool {
@@ -5024,7 +5128,7 @@ type SessionDigestQuery struct {
 
 func (x *SessionDigestQuery) Reset() {
 	*x = SessionDigestQuery{}
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5140,7 @@ func (x *SessionDigestQuery) String() string {
 func (*SessionDigestQuery) ProtoMessage() {}
 
 func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[73]
+	mi := &file_kvrouter_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5153,7 @@ func (x *SessionDigestQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestQuery.ProtoReflect.Descriptor instead.
 func (*SessionDigestQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{73}
+	return file_kvrouter_proto_rawDescGZIP(), []int{74}
 }
 
 type SessionDigestReply struct {
@@ -5062,7 +5166,7 @@ type SessionDigestReply struct {
 
 func (x *SessionDigestReply) Reset() {
 	*x = SessionDigestReply{}
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5178,7 @@ func (x *SessionDigestReply) String() string {
 func (*SessionDigestReply) ProtoMessage() {}
 
 func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[74]
+	mi := &file_kvrouter_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5191,7 @@ func (x *SessionDigestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDigestReply.ProtoReflect.Descriptor instead.
 func (*SessionDigestReply) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{74}
+	return file_kvrouter_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SessionDigestReply) GetCount() uint64 {
@@ -5114,7 +5218,7 @@ type SessionSnapshotQuery struct {
 
 func (x *SessionSnapshotQuery) Reset() {
 	*x = SessionSnapshotQuery{}
-	mi := &file_kvrouter_proto_msgTypes[75]
+	mi := &file_kvrouter_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5126,7 +5230,7 @@ func (x *SessionSnapshotQuery) String() string {
 func (*SessionSnapshotQuery) ProtoMessage() {}
 
 func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_proto_msgTypes[75]
+	mi := &file_kvrouter_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5139,7 +5243,7 @@ func (x *SessionSnapshotQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSnapshotQuery.ProtoReflect.Descriptor instead.
 func (*SessionSnapshotQuery) Descriptor() ([]byte, []int) {
-	return file_kvrouter_proto_rawDescGZIP(), []int{75}
+	return file_kvrouter_proto_rawDescGZIP(), []int{76}
 }
 
 var File_kvrouter_proto protoreflect.FileDescriptor
@@ -5280,7 +5384,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
 	"\x10_assume_kv_reuseB\x1a\n" +
-	"\x18_shared_cache_multiplier\"\xfa\x03\n" +
+	"\x18_shared_cache_multiplier\"\x92\x04\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -5295,7 +5399,8 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\fcancel_token\x18\n" +
 	" \x01(\x04R\vcancelToken\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\v \x01(\tR\tsessionId\"O\n" +
+	"session_id\x18\v \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06client\x18\f \x01(\tR\x06client\"O\n" +
 	"\vCancelRoute\x12!\n" +
 	"\fcancel_token\x18\x01 \x01(\x04R\vcancelToken\x12\x1d\n" +
 	"\n" +
@@ -5370,14 +5475,20 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\vqueue_depth\x18\x03 \x01(\rR\n" +
 	"queueDepth\x12\x1f\n" +
 	"\vqueue_limit\x18\x04 \x01(\rR\n" +
-	"queueLimit\"\x8f\x02\n" +
+	"queueLimit\"\xd1\x02\n" +
 	"\x10RequestLifecycle\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12V\n" +
 	"\x11prefill_completed\x18\x02 \x01(\v2'.kvrouter.internal.MarkPrefillCompletedH\x00R\x10prefillCompleted\x124\n" +
 	"\x04free\x18\x03 \x01(\v2\x1e.kvrouter.internal.FreeRequestH\x00R\x04free\x12F\n" +
-	"\foutput_block\x18\x04 \x01(\v2!.kvrouter.internal.AddOutputBlockH\x00R\voutputBlockB\x06\n" +
-	"\x04step\"E\n" +
+	"\foutput_block\x18\x04 \x01(\v2!.kvrouter.internal.AddOutputBlockH\x00R\voutputBlock\x12@\n" +
+	"\vrenew_lease\x18\x05 \x01(\v2\x1d.kvrouter.internal.RenewLeaseH\x00R\n" +
+	"renewLeaseB\x06\n" +
+	"\x04step\"+\n" +
+	"\n" +
+	"RenewLease\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"E\n" +
 	"\x0eLifecycleReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -5485,11 +5596,15 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x121\n" +
 	"\x04adds\x18\x02 \x03(\v2\x1d.kvrouter.internal.AddRequestR\x04adds\x12!\n" +
 	"\fprefill_done\x18\x03 \x03(\tR\vprefillDone\"\x0e\n" +
-	"\fTrackedQuery\"Z\n" +
+	"\fTrackedQuery\"\xc3\x01\n" +
 	"\fTrackedReply\x12)\n" +
 	"\x10tracked_requests\x18\x01 \x01(\x04R\x0ftrackedRequests\x12\x1f\n" +
 	"\vqueue_depth\x18\x02 \x01(\rR\n" +
-	"queueDepth\"J\n" +
+	"queueDepth\x12\x18\n" +
+	"\aclients\x18\x03 \x01(\rR\aclients\x12\x1d\n" +
+	"\n" +
+	"top_client\x18\x04 \x01(\tR\ttopClient\x12.\n" +
+	"\x13top_client_requests\x18\x05 \x01(\x04R\x11topClientRequests\"J\n" +
 	"\x0eSessionUpdates\x128\n" +
 	"\x06events\x18\x01 \x03(\v2 .kvrouter.internal.SequenceEventR\x06events\"+\n" +
 	"\n" +
@@ -5527,7 +5642,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"WorkerRole\x12\x14\n" +
 	"\x10WORKER_ROLE_BOTH\x10\x00\x12\x17\n" +
 	"\x13WORKER_ROLE_PREFILL\x10\x01\x12\x16\n" +
-	"\x12WORKER_ROLE_DECODE\x10\x02*\xf6\x01\n" +
+	"\x12WORKER_ROLE_DECODE\x10\x02*\x94\x02\n" +
 	"\x0eRouteErrorCode\x12\x1b\n" +
 	"\x17ROUTE_ERROR_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eROUTE_ERROR_NO_ELIGIBLE_WORKER\x10\x01\x12\x1a\n" +
@@ -5536,7 +5651,8 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x17ROUTE_ERROR_BAD_REQUEST\x10\x04\x12\x17\n" +
 	"\x13ROUTE_ERROR_TIMEOUT\x10\x05\x12\x15\n" +
 	"\x11ROUTE_ERROR_LIMIT\x10\x06\x12\x19\n" +
-	"\x15ROUTE_ERROR_CANCELLED\x10\aB'Z%github.com/kvrouter/kvrouter/messagesb\x06proto3"
+	"\x15ROUTE_ERROR_CANCELLED\x10\a\x12\x1c\n" +
+	"\x18ROUTE_ERROR_CLIENT_LIMIT\x10\bB'Z%github.com/kvrouter/kvrouter/messagesb\x06proto3"
 
 var (
 	file_kvrouter_proto_rawDescOnce sync.Once
@@ -5551,7 +5667,7 @@ func file_kvrouter_proto_rawDescGZIP() []byte {
 }
 
 var file_kvrouter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_kvrouter_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_kvrouter_proto_goTypes = []any{
 	(StorageTier)(0),             // 0: kvrouter.internal.StorageTier
 	(WorkerState)(0),             // 1: kvrouter.internal.WorkerState
@@ -5596,44 +5712,45 @@ var file_kvrouter_proto_goTypes = []any{
 	(*Tick)(nil),                 // 40: kvrouter.internal.Tick
 	(*RouteError)(nil),           // 41: kvrouter.internal.RouteError
 	(*RequestLifecycle)(nil),     // 42: kvrouter.internal.RequestLifecycle
-	(*LifecycleReply)(nil),       // 43: kvrouter.internal.LifecycleReply
-	(*RegistryQuery)(nil),        // 44: kvrouter.internal.RegistryQuery
-	(*RegisteredWorker)(nil),     // 45: kvrouter.internal.RegisteredWorker
-	(*RegistryReply)(nil),        // 46: kvrouter.internal.RegistryReply
-	(*ShardStatsQuery)(nil),      // 47: kvrouter.internal.ShardStatsQuery
-	(*WorkerBlocks)(nil),         // 48: kvrouter.internal.WorkerBlocks
-	(*ShardStatsReply)(nil),      // 49: kvrouter.internal.ShardStatsReply
-	(*PotentialLoad)(nil),        // 50: kvrouter.internal.PotentialLoad
-	(*DropOrigin)(nil),           // 51: kvrouter.internal.DropOrigin
-	(*StaleRequestsFreed)(nil),   // 52: kvrouter.internal.StaleRequestsFreed
-	(*ActiveRequestsQuery)(nil),  // 53: kvrouter.internal.ActiveRequestsQuery
-	(*ActiveRequestsReply)(nil),  // 54: kvrouter.internal.ActiveRequestsReply
-	(*ReplaceOrigin)(nil),        // 55: kvrouter.internal.ReplaceOrigin
-	(*OverlapScoresQuery)(nil),   // 56: kvrouter.internal.OverlapScoresQuery
-	(*OverlapScoresReply)(nil),   // 57: kvrouter.internal.OverlapScoresReply
-	(*PotentialLoadsQuery)(nil),  // 58: kvrouter.internal.PotentialLoadsQuery
-	(*PotentialLoadsReply)(nil),  // 59: kvrouter.internal.PotentialLoadsReply
-	(*ClusterDigest)(nil),        // 60: kvrouter.internal.ClusterDigest
-	(*StateRequest)(nil),         // 61: kvrouter.internal.StateRequest
-	(*StateSnapshot)(nil),        // 62: kvrouter.internal.StateSnapshot
-	(*Barrier)(nil),              // 63: kvrouter.internal.Barrier
-	(*DumpQuery)(nil),            // 64: kvrouter.internal.DumpQuery
-	(*DumpChunk)(nil),            // 65: kvrouter.internal.DumpChunk
-	(*RankEntry)(nil),            // 66: kvrouter.internal.RankEntry
-	(*RankTable)(nil),            // 67: kvrouter.internal.RankTable
-	(*PeerStep)(nil),             // 68: kvrouter.internal.PeerStep
-	(*RestoreOrigin)(nil),        // 69: kvrouter.internal.RestoreOrigin
-	(*TrackedQuery)(nil),         // 70: kvrouter.internal.TrackedQuery
-	(*TrackedReply)(nil),         // 71: kvrouter.internal.TrackedReply
-	(*SessionUpdates)(nil),       // 72: kvrouter.internal.SessionUpdates
-	(*EndSession)(nil),           // 73: kvrouter.internal.EndSession
-	(*EndSessionReply)(nil),      // 74: kvrouter.internal.EndSessionReply
-	(*SessionQuery)(nil),         // 75: kvrouter.internal.SessionQuery
-	(*SessionReply)(nil),         // 76: kvrouter.internal.SessionReply
-	(*SessionDigestQuery)(nil),   // 77: kvrouter.internal.SessionDigestQuery
-	(*SessionDigestReply)(nil),   // 78: kvrouter.internal.SessionDigestReply
-	(*SessionSnapshotQuery)(nil), // 79: kvrouter.internal.SessionSnapshotQuery
-	nil,                          // 80: kvrouter.internal.ShardStatsReply.CountersEntry
+	(*RenewLease)(nil),           // 43: kvrouter.internal.RenewLease
+	(*LifecycleReply)(nil),       // 44: kvrouter.internal.LifecycleReply
+	(*RegistryQuery)(nil),        // 45: kvrouter.internal.RegistryQuery
+	(*RegisteredWorker)(nil),     // 46: kvrouter.internal.RegisteredWorker
+	(*RegistryReply)(nil),        // 47: kvrouter.internal.RegistryReply
+	(*ShardStatsQuery)(nil),      // 48: kvrouter.internal.ShardStatsQuery
+	(*WorkerBlocks)(nil),         // 49: kvrouter.internal.WorkerBlocks
+	(*ShardStatsReply)(nil),      // 50: kvrouter.internal.ShardStatsReply
+	(*PotentialLoad)(nil),        // 51: kvrouter.internal.PotentialLoad
+	(*DropOrigin)(nil),           // 52: kvrouter.internal.DropOrigin
+	(*StaleRequestsFreed)(nil),   // 53: kvrouter.internal.StaleRequestsFreed
+	(*ActiveRequestsQuery)(nil),  // 54: kvrouter.internal.ActiveRequestsQuery
+	(*ActiveRequestsReply)(nil),  // 55: kvrouter.internal.ActiveRequestsReply
+	(*ReplaceOrigin)(nil),        // 56: kvrouter.internal.ReplaceOrigin
+	(*OverlapScoresQuery)(nil),   // 57: kvrouter.internal.OverlapScoresQuery
+	(*OverlapScoresReply)(nil),   // 58: kvrouter.internal.OverlapScoresReply
+	(*PotentialLoadsQuery)(nil),  // 59: kvrouter.internal.PotentialLoadsQuery
+	(*PotentialLoadsReply)(nil),  // 60: kvrouter.internal.PotentialLoadsReply
+	(*ClusterDigest)(nil),        // 61: kvrouter.internal.ClusterDigest
+	(*StateRequest)(nil),         // 62: kvrouter.internal.StateRequest
+	(*StateSnapshot)(nil),        // 63: kvrouter.internal.StateSnapshot
+	(*Barrier)(nil),              // 64: kvrouter.internal.Barrier
+	(*DumpQuery)(nil),            // 65: kvrouter.internal.DumpQuery
+	(*DumpChunk)(nil),            // 66: kvrouter.internal.DumpChunk
+	(*RankEntry)(nil),            // 67: kvrouter.internal.RankEntry
+	(*RankTable)(nil),            // 68: kvrouter.internal.RankTable
+	(*PeerStep)(nil),             // 69: kvrouter.internal.PeerStep
+	(*RestoreOrigin)(nil),        // 70: kvrouter.internal.RestoreOrigin
+	(*TrackedQuery)(nil),         // 71: kvrouter.internal.TrackedQuery
+	(*TrackedReply)(nil),         // 72: kvrouter.internal.TrackedReply
+	(*SessionUpdates)(nil),       // 73: kvrouter.internal.SessionUpdates
+	(*EndSession)(nil),           // 74: kvrouter.internal.EndSession
+	(*EndSessionReply)(nil),      // 75: kvrouter.internal.EndSessionReply
+	(*SessionQuery)(nil),         // 76: kvrouter.internal.SessionQuery
+	(*SessionReply)(nil),         // 77: kvrouter.internal.SessionReply
+	(*SessionDigestQuery)(nil),   // 78: kvrouter.internal.SessionDigestQuery
+	(*SessionDigestReply)(nil),   // 79: kvrouter.internal.SessionDigestReply
+	(*SessionSnapshotQuery)(nil), // 80: kvrouter.internal.SessionSnapshotQuery
+	nil,                          // 81: kvrouter.internal.ShardStatsReply.CountersEntry
 }
 var file_kvrouter_proto_depIdxs = []int32{
 	5,  // 0: kvrouter.internal.BlockStored.blocks:type_name -> kvrouter.internal.StoredBlock
@@ -5668,31 +5785,32 @@ var file_kvrouter_proto_depIdxs = []int32{
 	18, // 29: kvrouter.internal.RequestLifecycle.prefill_completed:type_name -> kvrouter.internal.MarkPrefillCompleted
 	19, // 30: kvrouter.internal.RequestLifecycle.free:type_name -> kvrouter.internal.FreeRequest
 	20, // 31: kvrouter.internal.RequestLifecycle.output_block:type_name -> kvrouter.internal.AddOutputBlock
-	34, // 32: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
-	45, // 33: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
-	4,  // 34: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
-	48, // 35: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
-	80, // 36: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
-	4,  // 37: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
-	29, // 38: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
-	29, // 39: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
-	15, // 40: kvrouter.internal.OverlapScoresReply.ranks:type_name -> kvrouter.internal.RankOverlaps
-	50, // 41: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
-	29, // 42: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
-	9,  // 43: kvrouter.internal.DumpChunk.events:type_name -> kvrouter.internal.KvEvent
-	4,  // 44: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
-	1,  // 45: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
-	2,  // 46: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
-	66, // 47: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
-	29, // 48: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
-	17, // 49: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
-	29, // 50: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
-	4,  // 51: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	43, // 32: kvrouter.internal.RequestLifecycle.renew_lease:type_name -> kvrouter.internal.RenewLease
+	34, // 33: kvrouter.internal.RegisteredWorker.worker:type_name -> kvrouter.internal.WorkerHeartbeat
+	46, // 34: kvrouter.internal.RegistryReply.workers:type_name -> kvrouter.internal.RegisteredWorker
+	4,  // 35: kvrouter.internal.WorkerBlocks.worker:type_name -> kvrouter.internal.WorkerRank
+	49, // 36: kvrouter.internal.ShardStatsReply.blocks:type_name -> kvrouter.internal.WorkerBlocks
+	81, // 37: kvrouter.internal.ShardStatsReply.counters:type_name -> kvrouter.internal.ShardStatsReply.CountersEntry
+	4,  // 38: kvrouter.internal.PotentialLoad.worker:type_name -> kvrouter.internal.WorkerRank
+	29, // 39: kvrouter.internal.ActiveRequestsReply.events:type_name -> kvrouter.internal.SequenceEvent
+	29, // 40: kvrouter.internal.ReplaceOrigin.events:type_name -> kvrouter.internal.SequenceEvent
+	15, // 41: kvrouter.internal.OverlapScoresReply.ranks:type_name -> kvrouter.internal.RankOverlaps
+	51, // 42: kvrouter.internal.PotentialLoadsReply.loads:type_name -> kvrouter.internal.PotentialLoad
+	29, // 43: kvrouter.internal.StateSnapshot.events:type_name -> kvrouter.internal.SequenceEvent
+	9,  // 44: kvrouter.internal.DumpChunk.events:type_name -> kvrouter.internal.KvEvent
+	4,  // 45: kvrouter.internal.RankEntry.worker:type_name -> kvrouter.internal.WorkerRank
+	1,  // 46: kvrouter.internal.RankEntry.state:type_name -> kvrouter.internal.WorkerState
+	2,  // 47: kvrouter.internal.RankEntry.role:type_name -> kvrouter.internal.WorkerRole
+	67, // 48: kvrouter.internal.RankTable.ranks:type_name -> kvrouter.internal.RankEntry
+	29, // 49: kvrouter.internal.PeerStep.event:type_name -> kvrouter.internal.SequenceEvent
+	17, // 50: kvrouter.internal.RestoreOrigin.adds:type_name -> kvrouter.internal.AddRequest
+	29, // 51: kvrouter.internal.SessionUpdates.events:type_name -> kvrouter.internal.SequenceEvent
+	4,  // 52: kvrouter.internal.SessionReply.worker:type_name -> kvrouter.internal.WorkerRank
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_proto_init() }
@@ -5718,15 +5836,16 @@ func file_kvrouter_proto_init() {
 		(*RequestLifecycle_PrefillCompleted)(nil),
 		(*RequestLifecycle_Free)(nil),
 		(*RequestLifecycle_OutputBlock)(nil),
+		(*RequestLifecycle_RenewLease)(nil),
 	}
-	file_kvrouter_proto_msgTypes[49].OneofWrappers = []any{}
+	file_kvrouter_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_proto_rawDesc), len(file_kvrouter_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   77,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -34,6 +34,8 @@ type Router struct {
 	sessionEvents   *prometheus.CounterVec
 	sessionMoves    *prometheus.CounterVec
 	sessions        prometheus.Gauge
+	admission       *prometheus.CounterVec
+	expired         *prometheus.CounterVec
 	HTTPRequests    *prometheus.CounterVec
 	GRPCRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
@@ -113,6 +115,14 @@ func New() *Router {
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvrouter_sessions", Help: "Entries in the sticky-session table (tombstones of ended sessions included).",
 		}),
+		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_admission_refused_total",
+			Help: "Routes refused with 429 at an active-request bound, by reason (active_requests: the replica's max-active-requests; client_active_requests: the calling client's max-active-requests-per-client).",
+		}, []string{"reason"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_requests_expired_total",
+			Help: "Requests freed without a free, by reason (lease: a request this replica routed whose lease ran out, freed on every replica; stale: older than stale-request-expiry).",
+		}, []string{"reason"}),
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint and status code.",
 		}, []string{"endpoint", "code"}),
@@ -135,7 +145,7 @@ func New() *Router {
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
-		m.sessionEvents, m.sessionMoves, m.sessions,
+		m.sessionEvents, m.sessionMoves, m.sessions, m.admission, m.expired,
 		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
@@ -171,6 +181,12 @@ func (m *Router) SessionEvent(event string, n int) {
 }
 func (m *Router) SessionMoved(reason string) { m.sessionMoves.WithLabelValues(reason).Inc() }
 func (m *Router) SessionCount(n int)         { m.sessions.Set(float64(n)) }
+func (m *Router) AdmissionRefused(reason string) {
+	m.admission.WithLabelValues(reason).Inc()
+}
+func (m *Router) RequestsExpired(reason string, n int) {
+	m.expired.WithLabelValues(reason).Add(float64(n))
+}
 
 func (m *Router) Disaggregation(path string) { m.disagg.WithLabelValues(path).Inc() }
 

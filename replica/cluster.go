@@ -15,7 +15,8 @@ import (
 
 // clusterLink is the replica's membership in a multi-replica cluster.
 type clusterLink struct {
-	node *cluster.Node
+	node       *cluster.Node
+	minMembers int // --cluster-min-members
 }
 
 // joinCluster joins the memberlist cluster when --cluster-bind is set.
@@ -53,7 +54,7 @@ func (r *Replica) joinCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("join cluster: %w", err)
 	}
-	r.cluster = &clusterLink{node: node}
+	r.cluster = &clusterLink{node: node, minMembers: r.cfg.ClusterMinMembers}
 	pub := func(ev *messages.SequenceEvent) {
 		if err := node.Publish(ev); err != nil {
 			r.log.Debug("gossip publish refused", "err", err)
@@ -101,6 +102,12 @@ func (c *clusterLink) addState(st *metrics.State) {
 	st.Gauges["cluster_members"] = float64(s.Members)
 	st.Gauges["cluster_keys"] = float64(s.Keys)
 	st.Gauges["cluster_health_score"] = float64(s.HealthScore)
+	st.Gauges["cluster_expected_members"] = float64(c.node.ExpectedMembers(c.minMembers))
+	ok := 1.0
+	if c.node.Membership(c.minMembers) != nil {
+		ok = 0
+	}
+	st.Gauges["cluster_membership_ok"] = ok
 	// The primary key's id (cluster.KeyID: 8 hex digits of its SHA-256)
 	// as a number, so a rotation step can be seen to have reached every
 	// replica: printf '%d\n' 0x$(base64 -d <key | sha256sum | cut -c1-8).
@@ -126,6 +133,8 @@ func (c *clusterLink) addState(st *metrics.State) {
 		"cluster_degraded_probes": s.DegradedProbes,
 		// memberlist's complaints about single inbound messages (logging.go).
 		"cluster_rejected_messages": s.RejectedMessages,
+		// Gossip no key of ours decrypts (membership.go).
+		"cluster_key_mismatches": s.KeyMismatches,
 	} {
 		st.Counters = append(st.Counters, metrics.Counter{Name: name, Source: "memberlist", Value: v})
 	}

@@ -221,6 +221,9 @@ func (r *Replica) Ready() error {
 	if err := r.bus.Ready(); err != nil {
 		return err
 	}
+	if err := r.clusterMembership(); err != nil {
+		return err
+	}
 	if r.wasReady.Load() {
 		// Warm-up conditions gate the first readiness only: a peer's
 		// digest lagging under load later must not flip every replica

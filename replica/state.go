@@ -43,6 +43,7 @@ func (r *Replica) gatherState(ctx context.Context) (*metrics.State, error) {
 		ready = 0
 	}
 	out.Gauges["ready"] = ready
+	r.addClientState(ctx, out)
 	out.Counters = append(out.Counters, metrics.Counter{Name: "index_snapshots", Source: "jetstream", Value: r.snapshots.Load()})
 	if r.bus != nil {
 		r.bus.addState(out)

@@ -25,6 +25,8 @@ type Failure struct {
 	Queue *Queue
 	// Unexpected: not one of the router's typed errors (log it).
 	Unexpected bool
+	// Reason names the bound a refusal hit (Reason*; "" for others).
+	Reason string
 }
 
 // Queue is the backpressure queue at a refusal.
@@ -60,6 +62,10 @@ func Classify(err error) Failure {
 		return f(http.StatusNotFound, codes.NotFound, err.Error())
 	case errors.Is(err, actors.ErrBadRequest):
 		return f(http.StatusBadRequest, codes.InvalidArgument, err.Error())
+	case errors.Is(err, actors.ErrClientLimit):
+		out := f(http.StatusTooManyRequests, codes.ResourceExhausted, err.Error())
+		out.Reason = ReasonClientActive
+		return out
 	case errors.Is(err, actors.ErrLimit):
 		return f(http.StatusTooManyRequests, codes.ResourceExhausted, err.Error())
 	case errors.Is(err, actors.ErrTimeout), errors.Is(err, context.DeadlineExceeded):

@@ -9,6 +9,10 @@ import (
 // well formed (too many requests in flight).
 var ErrLimit = errors.New("limit reached")
 
+// ErrClientLimit is wrapped when one client's own bound refuses its
+// request; it matches ErrLimit too.
+var ErrClientLimit = fmt.Errorf("client %w", ErrLimit)
+
 // Limits bound what one request may cost and how many may be in flight on
 // one replica. 0 means no bound.
 type Limits struct {
@@ -22,6 +26,11 @@ type Limits struct {
 	// still active (not freed or expired): each costs memory on every
 	// replica until freed or expired.
 	MaxActiveRequests int
+	// MaxActiveRequestsPerClient bounds the active requests of one
+	// client (its bearer token, else its address) on this replica, so
+	// one client that routes and never frees fills its own share, not
+	// the replica.
+	MaxActiveRequestsPerClient int
 }
 
 // Default bounds: a 1M-token prompt is far past any served context today;
@@ -31,6 +40,10 @@ const (
 	DefaultMaxPromptTokens   = 1 << 20
 	DefaultMaxRequestIDBytes = 256
 	DefaultMaxActiveRequests = 1 << 16
+	// DefaultMaxActiveRequestsPerClient is an eighth of the replica's
+	// bound: a gateway that sends every client's requests under one
+	// token must raise it.
+	DefaultMaxActiveRequestsPerClient = DefaultMaxActiveRequests / 8
 )
 
 // DefaultLimits returns the default bounds.
@@ -39,12 +52,14 @@ func DefaultLimits() Limits {
 		MaxPromptTokens:   DefaultMaxPromptTokens,
 		MaxRequestIDBytes: DefaultMaxRequestIDBytes,
 		MaxActiveRequests: DefaultMaxActiveRequests,
+
+		MaxActiveRequestsPerClient: DefaultMaxActiveRequestsPerClient,
 	}
 }
 
 // Validate rejects negative bounds.
 func (l Limits) Validate() error {
-	if l.MaxPromptTokens < 0 || l.MaxRequestIDBytes < 0 || l.MaxActiveRequests < 0 {
+	if l.MaxPromptTokens < 0 || l.MaxRequestIDBytes < 0 || l.MaxActiveRequests < 0 || l.MaxActiveRequestsPerClient < 0 {
 		return fmt.Errorf("limits must be >= 0 (0 = no bound), got %+v: %w", l, ErrInvalidConfig)
 	}
 	return nil
@@ -69,4 +84,21 @@ func (l Limits) CheckAdmission(active int) error {
 		return fmt.Errorf("%d requests in flight on this replica, limit %d (max-active-requests): %w", active, l.MaxActiveRequests, ErrLimit)
 	}
 	return nil
+}
+
+// CheckClient refuses a client's new active request when it already holds
+// active of them (ErrClientLimit). An unnamed client ("") is not bounded
+// here.
+func (l Limits) CheckClient(client string, active int) error {
+	if l.MaxActiveRequestsPerClient > 0 && client != "" && active >= l.MaxActiveRequestsPerClient {
+		return fmt.Errorf("this client holds %d requests in flight on this replica, limit %d per client (max-active-requests-per-client; free finished requests): %w",
+			active, l.MaxActiveRequestsPerClient, ErrClientLimit)
+	}
+	return nil
+}
+
+// SaturatedBy reports whether one client's active requests have reached
+// the per-client bound (its further routes are refused).
+func (l Limits) SaturatedBy(active int) bool {
+	return l.MaxActiveRequestsPerClient > 0 && active >= l.MaxActiveRequestsPerClient
 }

@@ -7,7 +7,7 @@ import (
 )
 
 func TestLimits(t *testing.T) {
-	l := Limits{MaxPromptTokens: 10, MaxRequestIDBytes: 4, MaxActiveRequests: 2}
+	l := Limits{MaxPromptTokens: 10, MaxRequestIDBytes: 4, MaxActiveRequests: 2, MaxActiveRequestsPerClient: 3}
 	tests := []struct {
 		name    string
 		err     error
@@ -21,6 +21,11 @@ func TestLimits(t *testing.T) {
 		{"full", l.CheckAdmission(2), ErrLimit, "max-active-requests"},
 		{"no bounds", Limits{}.CheckRequest(1<<30, strings.Repeat("x", 1<<20)), nil, ""},
 		{"no admission bound", Limits{}.CheckAdmission(1 << 30), nil, ""},
+		{"client under its bound", l.CheckClient("token:ab", 2), nil, ""},
+		{"client at its bound", l.CheckClient("token:ab", 3), ErrClientLimit, "max-active-requests-per-client"},
+		{"a client bound is a limit", l.CheckClient("addr:10.0.0.1", 9), ErrLimit, "per client"},
+		{"unnamed callers are not bounded per client", l.CheckClient("", 9), nil, ""},
+		{"no client bound", Limits{}.CheckClient("token:ab", 1<<30), nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

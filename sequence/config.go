@@ -37,14 +37,25 @@ type Config struct {
 	// prefixes in steps of Stride blocks. Every replica must use the same
 	// value. 0 means 1.
 	Stride int
+
+	// Lease sizes the leases of the requests this replica routed (its
+	// owner passes them in Request.Lease); ExpiryDuration caps them.
+	Lease LeasePolicy
 }
 
 // SweepInterval is how often the owner should call ExpireStale: every
 // check (Dynamo's 30 s), or a quarter of the expiry when that is shorter,
 // so a short expiry set by the user frees a vanished client's request
 // close to on time rather than up to a check later.
+//
+// With leases, also at least every half lease minimum, so an expired
+// lease is freed within 1.5 times its length.
 func (c Config) SweepInterval(check time.Duration) time.Duration {
-	return min(check, c.ExpiryDuration/4)
+	every := min(check, c.ExpiryDuration/4)
+	if c.Lease.Enabled() {
+		every = min(every, c.Lease.Min/2)
+	}
+	return every
 }
 
 // EffectiveStride is Stride with 0 read as 1.
@@ -60,6 +71,7 @@ func DefaultConfig() Config {
 		AssumeKVReuse:     true,
 		ExpiryDuration:    DefaultExpiryDuration,
 		Stride:            1,
+		Lease:             DefaultLeasePolicy(),
 	}
 }
 
@@ -67,6 +79,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.ExpiryDuration <= 0 {
 		return fmt.Errorf("sequence: expiry duration must be positive, got %s", c.ExpiryDuration)
+	}
+	if err := c.Lease.Validate(); err != nil {
+		return err
 	}
 	if c.Stride < 0 || c.Stride > MaxStride {
 		return fmt.Errorf("sequence: stride must be in 1..%d, got %d", MaxStride, c.Stride)

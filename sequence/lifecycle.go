@@ -83,14 +83,62 @@ func (s *ActiveSequences) Restore(info RequestInfo) error {
 	return nil
 }
 
-// ExpireStale frees every request that started more than ExpiryDuration
-// before now and returns their ids, sorted. It is the only cure for phantom
-// load left by a lost Free; the owner calls it periodically (Dynamo checks
-// every 30 s).
+// ExpireStale frees every request past its end and returns their ids,
+// sorted: a leased request (Request.Lease) once its lease ran out, any
+// other once it started more than ExpiryDuration before now. It is the
+// only cure for phantom load left by a lost Free; the owner calls it
+// periodically (Dynamo checks every 30 s).
 func (s *ActiveSequences) ExpireStale(now time.Time) []string {
-	return s.freeWhere(func(st *requestState) bool {
-		return now.Sub(st.startedAt) > s.cfg.ExpiryDuration
-	})
+	return s.freeWhere(func(st *requestState) bool { return s.expired(st, now) })
+}
+
+// Expired counts the requests ExpireStale(now) would free: leased ones
+// (their lease ran out) and the others (older than ExpiryDuration).
+func (s *ActiveSequences) Expired(now time.Time) (leased, stale int) {
+	for _, st := range s.requests {
+		switch {
+		case !s.expired(st, now):
+		case st.leaseEnd.IsZero():
+			stale++
+		default:
+			leased++
+		}
+	}
+	return leased, stale
+}
+
+func (s *ActiveSequences) expired(st *requestState, now time.Time) bool {
+	if !st.leaseEnd.IsZero() {
+		return now.After(st.leaseEnd)
+	}
+	return now.Sub(st.startedAt) > s.cfg.ExpiryDuration
+}
+
+// Renew extends a leased request's lease to at least d from now (a lease
+// never shrinks); a request without a lease is left alone. It returns
+// when the lease now ends (zero: not leased), or ErrUnknownRequest.
+func (s *ActiveSequences) Renew(id string, now time.Time, d time.Duration) (time.Time, error) {
+	st, ok := s.requests[id]
+	if !ok {
+		return time.Time{}, fmt.Errorf("renew %q: %w", id, ErrUnknownRequest)
+	}
+	if st.leaseEnd.IsZero() {
+		return time.Time{}, nil
+	}
+	if end := now.Add(d); end.After(st.leaseEnd) {
+		st.leaseEnd = end
+	}
+	return st.leaseEnd, nil
+}
+
+// LeaseEnd is when a request's lease ends (zero: not leased); ok is false
+// for an unknown id.
+func (s *ActiveSequences) LeaseEnd(id string) (end time.Time, ok bool) {
+	st, ok := s.requests[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	return st.leaseEnd, true
 }
 
 // FreeOrigin frees every request owned by a router replica (used when that
@@ -112,4 +160,13 @@ func (s *ActiveSequences) freeWhere(match func(*requestState) bool) []string {
 		s.remove(id, s.requests[id])
 	}
 	return ids
+}
+
+// ExpectedOutput is a request's expected output tokens (0: unknown or not
+// active).
+func (s *ActiveSequences) ExpectedOutput(id string) uint64 {
+	if st, ok := s.requests[id]; ok {
+		return st.expectedOutput
+	}
+	return 0
 }

@@ -53,6 +53,10 @@ type Request struct {
 	// prefill completes (router_track_prefill_tokens).
 	TrackPrefill         bool
 	ExpectedOutputTokens uint64
+	// Lease, when positive, makes the request expire Lease after it
+	// was added unless renewed (Renew); 0: it expires ExpiryDuration after
+	// it started (a peer's request, or leases off). See LeasePolicy.
+	Lease time.Duration
 }
 
 // Load is what the scheduler's cost function reads.
@@ -78,6 +82,8 @@ type requestState struct {
 	isl            uint64
 	expectedOutput uint64
 	startedAt      time.Time
+	// leaseEnd is when a leased request expires (zero: not leased).
+	leaseEnd time.Time
 
 	trackPrefill  bool
 	prefillTokens uint64 // counted in the load while !prefillDone
@@ -174,6 +180,9 @@ func (s *ActiveSequences) AddRequest(r Request, now time.Time) error {
 		trackPrefill:    r.TrackPrefill,
 		prefillTokens:   r.PrefillTokens,
 		exclusiveWeight: 1,
+	}
+	if r.Lease > 0 {
+		st.leaseEnd = now.Add(r.Lease)
 	}
 	s.insert(r.ID, st)
 	return nil

@@ -21,16 +21,53 @@ type Entry struct {
 	// late cancel of that call frees this request and not a newer one that
 	// re-used its id.
 	Token uint64
+	// Client names who routed a local entry (the bearer token's or the
+	// peer address's key); "" for peers' entries and unnamed callers.
+	Client string
 }
 
-// Table maps request ids to their rank (and owner and call token).
+// Table maps request ids to their rank (and owner and call token), and
+// counts the entries of each named client. The count map holds only
+// clients with at least one entry, so it is bounded by the table.
 type Table struct {
 	entries map[string]Entry
+	clients map[string]int
 }
 
 // New returns an empty table.
 func New() *Table {
-	return &Table{entries: map[string]Entry{}}
+	return &Table{entries: map[string]Entry{}, clients: map[string]int{}}
+}
+
+// ClientActive is how many tracked requests client holds.
+func (t *Table) ClientActive(client string) int { return t.clients[client] }
+
+// Clients is how many named clients hold a tracked request.
+func (t *Table) Clients() int { return len(t.clients) }
+
+// TopClient is the named client holding the most tracked requests (ties:
+// the smallest name) and how many; "" and 0 when none. O(clients): for
+// scrapes, not decisions.
+func (t *Table) TopClient() (string, int) {
+	top, most := "", 0
+	for c, n := range t.clients {
+		if n > most || (n == most && c < top) {
+			top, most = c, n
+		}
+	}
+	return top, most
+}
+
+func (t *Table) count(client string, delta int) {
+	if client == "" {
+		return
+	}
+	n := t.clients[client] + delta
+	if n <= 0 {
+		delete(t.clients, client)
+		return
+	}
+	t.clients[client] = n
 }
 
 // Len is the number of tracked requests.
@@ -45,7 +82,11 @@ func (t *Table) Lookup(id string) (Entry, bool) {
 // Track records a request, replacing any earlier entry of the same id (a
 // re-used id moves to its new rank).
 func (t *Table) Track(id string, e Entry) {
+	if old, ok := t.entries[id]; ok {
+		t.count(old.Client, -1)
+	}
 	t.entries[id] = e
+	t.count(e.Client, 1)
 }
 
 // Untrack forgets a request and returns its entry (false: not tracked).
@@ -53,6 +94,7 @@ func (t *Table) Untrack(id string) (Entry, bool) {
 	e, ok := t.entries[id]
 	if ok {
 		delete(t.entries, id)
+		t.count(e.Client, -1)
 	}
 	return e, ok
 }

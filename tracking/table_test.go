@@ -92,3 +92,34 @@ func TestApplyRemote(t *testing.T) {
 		})
 	}
 }
+
+// Client counts follow every way an entry comes and goes, and a client
+// with nothing left is forgotten.
+func TestClientCounts(t *testing.T) {
+	tb := New()
+	a, b := kv.WorkerWithDpRank{WorkerID: 1}, kv.WorkerWithDpRank{WorkerID: 2}
+	tb.Track("r1", Entry{Rank: a, Client: "x"})
+	tb.Track("r2", Entry{Rank: b, Client: "x"})
+	tb.Track("r3", Entry{Rank: a, Client: "y"})
+	tb.Track("r4", Entry{Rank: a, Origin: "peer"}) // unnamed
+	if got := tb.ClientActive("x"); got != 2 {
+		t.Fatalf("x holds %d, want 2", got)
+	}
+	if c, n := tb.TopClient(); c != "x" || n != 2 || tb.Clients() != 2 {
+		t.Fatalf("top %q %d of %d clients, want x 2 of 2", c, n, tb.Clients())
+	}
+	tb.Track("r2", Entry{Rank: b, Client: "y"}) // a re-used id moves to its new client
+	if tb.ClientActive("x") != 1 || tb.ClientActive("y") != 2 {
+		t.Fatalf("after re-use: x %d, y %d; want 1, 2", tb.ClientActive("x"), tb.ClientActive("y"))
+	}
+	tb.Untrack("r1")
+	tb.Untrack("r1") // twice changes nothing
+	tb.DropUnregistered(func(w kv.WorkerWithDpRank) bool { return w != b })
+	if tb.Clients() != 1 || tb.ClientActive("x") != 0 || tb.ClientActive("y") != 1 {
+		t.Fatalf("after untrack and drop: %d clients, x %d, y %d; want 1, 0, 1", tb.Clients(), tb.ClientActive("x"), tb.ClientActive("y"))
+	}
+	tb.DropOrigin("")
+	if c, n := tb.TopClient(); c != "" || n != 0 || tb.Clients() != 0 {
+		t.Fatalf("empty table: top %q %d, %d clients", c, n, tb.Clients())
+	}
+}

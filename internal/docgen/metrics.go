@@ -96,6 +96,8 @@ func touch(m *metrics.Router) {
 	m.SessionEvent("x", 1)
 	m.SessionMoved("x")
 	m.SessionCount(1)
+	m.AdmissionRefused("x")
+	m.RequestsExpired("x", 1)
 	m.HTTPRequests.WithLabelValues("x", "200").Inc()
 	m.GRPCRequests.WithLabelValues("x", "OK").Inc()
 	m.ProxyRequests.WithLabelValues("x").Inc()
