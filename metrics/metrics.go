@@ -39,6 +39,7 @@ type Router struct {
 	ProxyRequests   *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
 	PromptsRefused  *prometheus.CounterVec
+	BodiesRefused   *prometheus.CounterVec
 	// Parity is the live cache-parity set (metrics/parity.go).
 	Parity *Parity
 }
@@ -131,12 +132,16 @@ func New() *Router {
 			Name: "kvrouter_prompts_refused_total",
 			Help: "Text and chat prompts refused with a 4xx before routing, by reason (length: over max-prompt-tokens by the text's length, before any tokenization; tokens: tokenization stopped once the count passed max-prompt-tokens; unknown_model; messages: messages the engine's preprocessing refuses; template: the chat template failed; no_chat_template; no_tokenizer; input: another client error).",
 		}, []string{"reason"}),
+		BodiesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_http_bodies_refused_total",
+			Help: "Request bodies of the router's own HTTP API (route, free, prefill_done, overlap_scores, potential_loads, workers) refused with a 4xx before they were acted on, by endpoint and reason: unknown_field (a key the endpoint does not read, often a typo or a field of another version), malformed (not JSON, a wrong type, data after the object), empty, too_large (over max-body-bytes), read (the body could not be read). A rising count means a client sends requests the router does not understand: the 400's error names the field.",
+		}, []string{"endpoint", "reason"}),
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions,
-		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused,
+		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused, m.BodiesRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)

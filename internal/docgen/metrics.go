@@ -101,6 +101,7 @@ func touch(m *metrics.Router) {
 	m.ProxyRequests.WithLabelValues("x").Inc()
 	m.ProxyTTFT.Observe(1)
 	m.PromptsRefused.WithLabelValues("x").Inc()
+	m.BodiesRefused.WithLabelValues("x", "x").Inc()
 	p := m.Parity
 	p.Compared.WithLabelValues("x").Inc()
 	p.TokenMismatch.WithLabelValues("x").Inc()
