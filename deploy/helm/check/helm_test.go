@@ -2,8 +2,7 @@
 // deploy/helm/kvrouter through Helm's Go packages (pkg/lint, pkg/engine,
 // pkg/chart/loader), in a module of its own so the router's module does
 // not depend on Helm: `cd deploy/helm/check && go test ./...`. It
-// compiles about a quarter of what the helm CLI does (no client-go,
-// no cobra, no registry clients).
+// compiles 536 packages where the helm CLI compiles 965.
 package check
 
 import (
