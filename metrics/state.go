@@ -110,13 +110,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		sums[ctr.Name][ctr.Source] += ctr.Value
 	}
 	for name, bySource := range sums {
-		desc := prometheus.NewDesc("kvrouter_"+name+"_total", "Counter "+name+" by source.", []string{"source"}, nil)
+		desc := prometheus.NewDesc("kvrouter_"+name+"_total", stateCounterHelp(name), []string{"source"}, nil)
 		for src, v := range bySource {
 			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), src)
 		}
 	}
 	for name, v := range st.Gauges {
-		desc := prometheus.NewDesc("kvrouter_"+name, "Gauge "+name+".", nil, nil)
+		desc := prometheus.NewDesc("kvrouter_"+name, stateGaugeHelp(name), nil, nil)
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v)
 	}
 }
