@@ -55,10 +55,10 @@ func New() *Router {
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 18),
 		}, []string{"phase"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_decisions_total", Help: "Routing decisions by outcome.",
+			Name: "kvrouter_decisions_total", Help: "Routing decisions by outcome: routed (tracked until /free), query (update_states false: nothing tracked), queued (every eligible worker over the queue threshold; decided later), overloaded (429: the queue is full), no_worker (503: no eligible worker: none registered, all unhealthy, draining or excluded), bad_request (400), cancelled (the client left while queued). Rising no_worker or overloaded means the fleet is too small or down.",
 		}, []string{"outcome"}),
 		overlapBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "kvrouter_decision_overlap_blocks", Help: "Cached prefix blocks on the chosen worker.",
+			Name: "kvrouter_decision_overlap_blocks", Help: "Cached prefix blocks (per the index) on the worker chosen for each routed request; multiply by block-size for tokens. Near 0 for a shared-prefix workload means KV events are not arriving (see kvrouter_kv_events_applied_total).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}),
 		hitRate: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -66,23 +66,23 @@ func New() *Router {
 			Buckets: prometheus.LinearBuckets(0, 0.1, 11),
 		}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_decisions_degraded_total", Help: "Decisions made without every reply (shard or load timeout).",
+			Name: "kvrouter_decisions_degraded_total", Help: "Decisions made without every shard's or the load tracker's reply within decision-timeout, by reason (shard_timeout, load_timeout): routed on partial information. A steady rate means the replica is CPU starved or decision-timeout is too short.",
 		}, []string{"reason"}),
 		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_disaggregation_decisions_total",
 			Help: "Decisions in a disaggregated fleet by prefill path: remote (prefill pool, KV transfer) or local (short_prompt: max_local_prefill_length; no_prefill_worker; same_rank).",
 		}, []string{"path"}),
 		eventsApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_kv_events_applied_total", Help: "KV events applied to the index by kind.",
+			Name: "kvrouter_kv_events_applied_total", Help: "KV events applied to the index, by kind (stored, removed, cleared). Flat while engines serve traffic means no events arrive: check the engines' KV-event flags and kvrouter_kv_event_messages_total or kvrouter_zmq_messages_total.",
 		}, []string{"kind"}),
 		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_kv_events_dropped_total", Help: "KV events not applied (or partly applied) by reason.",
+			Name: "kvrouter_kv_events_dropped_total", Help: "KV events not applied (or partly applied), by reason: parent_not_found (a Stored event whose parent is unknown: events lost or reordered), invalid_event, invalid_block_sequence, unknown_rank (a rank the worker does not have), unregistered_worker_expired (held too long for a worker that never registered), prediction_* (approximate mode). Each drop is logged (rate-limited) with the worker and rank; refused events degrade the rank's index trust.",
 		}, []string{"reason"}),
 		shardRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_shard_restarts_total", Help: "Indexer shard restarts after a panic; intact=false means the shard was reset.",
 		}, []string{"intact"}),
 		workerRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_workers_rejected_total", Help: "Worker registrations refused, by reason.",
+			Name: "kvrouter_workers_rejected_total", Help: "Worker registrations refused, by reason: block_size_mismatch (the engine's block size is not --block-size), registry_full (max-workers), url_* (the worker URL fails worker-url-allow), zmq_endpoint_* (the KV-event endpoint fails it). The refused worker gets no traffic; the log names it.",
 		}, []string{"reason"}),
 		strideMismatch: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvrouter_active_sequence_stride_mismatches_total",
@@ -122,10 +122,10 @@ func New() *Router {
 			Help: "gRPC API calls by method (Lifecycle/Route, Lifecycle/Free, Lifecycle/PrefillDone for the calls a Lifecycle stream carries) and status code (OK, InvalidArgument, ...).",
 		}, []string{"method", "code"}),
 		ProxyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_proxy_requests_total", Help: "Proxied completions by outcome.",
+			Name: "kvrouter_proxy_requests_total", Help: "Proxied completions (/v1/completions, /v1/chat/completions) by outcome: ok, worker_error (the engine answered non-200, relayed), client_gone (the client left before the end), worker_stream_error (the engine's stream broke), worker_unreachable (502 after a retry on another worker), route_error (no worker could be chosen), decode_failed (disaggregated: the decode hop failed), bad_input (400), loop (508: the request had already passed a router).",
 		}, []string{"outcome"}),
 		ProxyTTFT: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "kvrouter_proxy_time_to_first_token_seconds", Help: "Time to first token of proxied completions.",
+			Name: "kvrouter_proxy_time_to_first_token_seconds", Help: "Time from a proxied completion's arrival to the engine's first answer byte (routing, queueing and prefill). High values with a low kvrouter_decision_kv_hit_rate mean prompts are prefilled from scratch.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
 		}),
 		PromptsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -66,10 +66,10 @@ func (m *Router) RegisterState(gather StateFunc) {
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvrouter_scrape_errors_total", Help: "Scrapes that could not read the actors' state in time.",
 		}),
-		indexed:  prometheus.NewDesc("kvrouter_worker_indexed_blocks", "Device blocks indexed per worker rank.", []string{"worker_id", "dp_rank"}, nil),
-		requests: prometheus.NewDesc("kvrouter_worker_active_requests", "Requests in flight per worker rank (fleet-wide).", []string{"worker_id", "dp_rank"}, nil),
-		prefill:  prometheus.NewDesc("kvrouter_worker_active_prefill_tokens", "Prompt tokens still to prefill per worker rank.", []string{"worker_id", "dp_rank"}, nil),
-		decode:   prometheus.NewDesc("kvrouter_worker_active_decode_blocks", "Active (decode) blocks per worker rank.", []string{"worker_id", "dp_rank"}, nil),
+		indexed:  prometheus.NewDesc("kvrouter_worker_indexed_blocks", "Device-tier blocks the index holds per worker rank (what routing can credit as cached). Compare with the engine's own cache size; 0 on a busy rank means its KV events do not arrive.", []string{"worker_id", "dp_rank"}, nil),
+		requests: prometheus.NewDesc("kvrouter_worker_active_requests", "Requests in flight per worker rank, from every replica (gossip shares the load): routed and not yet freed.", []string{"worker_id", "dp_rank"}, nil),
+		prefill:  prometheus.NewDesc("kvrouter_worker_active_prefill_tokens", "Prompt tokens still to prefill per worker rank (not cached, prefill not yet done): the prefill queue routing weighs with prefill-load-scale.", []string{"worker_id", "dp_rank"}, nil),
+		decode:   prometheus.NewDesc("kvrouter_worker_active_decode_blocks", "KV blocks the rank's in-flight requests occupy (prompt and generated, decayed as they near max_tokens): the decode load routing weighs.", []string{"worker_id", "dp_rank"}, nil),
 	}
 	m.Registry.MustRegister(c, c.errors)
 }
