@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/bits"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -279,24 +280,26 @@ type unknownFieldError struct{ name string }
 func (e *unknownFieldError) Error() string { return "unknown field " + e.name }
 
 // unmarshalStrict decodes the JSON object in data into dst, as
-// json.Unmarshal does (keys match field names case-insensitively), but
-// refuses a key dst has no field for, at any depth, with an
-// *unknownFieldError naming it. A top-level key equal to extra (when not
-// "") is accepted and skipped.
+// json.Unmarshal does, but refuses a key dst has no field for, at any
+// depth, with an *unknownFieldError naming it; a key must be spelled as
+// its field is (json.Unmarshal would match "Token_IDs" to token_ids). A
+// top-level key equal to extra (when not "") is accepted and skipped.
 func unmarshalStrict(data []byte, dst any, extra string) error {
 	err := decodeDisallowingUnknown(data, dst)
 	var unknown *unknownFieldError
-	if extra == "" || !errors.As(err, &unknown) || unknown.name != strconv.Quote(extra) {
+	if extra != "" && errors.As(err, &unknown) && unknown.name == strconv.Quote(extra) {
+		// The extra key (the session field, in the request rarely) is
+		// cut out and the rest decoded again: a retry rather than a
+		// pre-scan keeps a body that has no extra key to one decode.
+		if rest, ok := dropTopLevelMember(data, extra); ok {
+			data = rest
+			err = decodeDisallowingUnknown(data, dst)
+		}
+	}
+	if err != nil {
 		return err
 	}
-	// The extra key (the session field, in the request rarely) is cut out
-	// and the rest decoded again: a retry rather than a pre-scan keeps a
-	// body that has no extra key to one decode.
-	rest, ok := dropTopLevelMember(data, extra)
-	if !ok {
-		return err
-	}
-	return decodeDisallowingUnknown(rest, dst)
+	return checkExactKeys(data, reflect.TypeOf(dst))
 }
 
 func decodeDisallowingUnknown(data []byte, dst any) error {

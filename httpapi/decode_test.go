@@ -145,6 +145,13 @@ func TestUnmarshalStrict(t *testing.T) {
 		{`{"token_ids":[1]} x`, "", "data after the object", 0},
 		{`{"token_ids":[1]}  `, "", "", 1},
 		{`{"token_ids":[1],}`, "", "invalid character", 0},
+		{`{"Token_IDs":[1,2]}`, "", `unknown field "Token_IDs"`, 0},
+		{`{"token_ids":[1],"REQUEST_ID":"a"}`, "", `unknown field "REQUEST_ID"`, 0},
+		{`{"token_ids":[1],"pinned_worker":{"Worker_Id":1}}`, "", `unknown field "Worker_Id"`, 0},
+		{`{"token_ids":[1],"router_config_override":{"Router_Temperature":0.5}}`, "", `unknown field "Router_Temperature"`, 0},
+		{`{"token_ids":[1],"Session_ID":"s"}`, "session_id", `unknown field "Session_ID"`, 0},
+		{`{"token_ids":[1],"pinned_worker":{"worker_id":1,"dp_rank":2},"router_config_override":{"router_temperature":0.5},"messages":null,"model":"m"}`, "", "", 1},
+		{`{"request_\u0069d":"a","token_ids":[1]}`, "", "", 1},
 	}
 	for _, tt := range tests {
 		var body RouteBody

@@ -137,6 +137,9 @@ func TestUnknownFieldsRefused(t *testing.T) {
 	}{
 		{"/route", "route", `{"token_ids":[1,2],"tokens":[3]}`, "tokens"},
 		{"/route", "route", `{"Stream":true,"token_ids":[1,2]}`, "Stream"},
+		{"/route", "route", `{"Token_IDs":[1,2]}`, "Token_IDs"},
+		{"/free", "free", `{"Request_ID":"r"}`, "Request_ID"},
+		{"/workers", "workers", `{"Worker_ID":9}`, "Worker_ID"},
 		{"/route", "route", `{"prompt":"hi","max_tokens":3}`, "max_tokens"},
 		{"/route", "route", `{"token_ids":[1],"session_id":"s"}`, "session_id"}, // not the configured field
 		{"/route", "route", `{"token_ids":[1],"pinned_worker":{"worker_id":1,"rank":0}}`, "rank"},
