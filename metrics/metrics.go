@@ -51,7 +51,7 @@ func New() *Router {
 	m := &Router{
 		Registry: reg,
 		decisionLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "kvrouter_decision_duration_seconds", Help: "Routing decision latency by phase (hash, score, select, total).",
+			Name: "kvrouter_decision_duration_seconds", Help: "Routing decision latency by phase: hash (the prompt's block hashes), score (index lookups and load), select (the cost and the choice), total (from arrival at the scheduler to the answer, queueing included). A total far above the sum of the others means requests wait in the queue or the replica is CPU starved.",
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 18),
 		}, []string{"phase"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -115,7 +115,7 @@ func New() *Router {
 			Name: "kvrouter_sessions", Help: "Entries in the sticky-session table (tombstones of ended sessions included).",
 		}),
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint and status code.",
+			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint (route, free, prefill_done, overlap_scores, potential_loads, workers, sessions, models, completions, chat_completions, parity, healthz, readyz) and status code. A rising 4xx share is clients sending what the router refuses (see kvrouter_http_bodies_refused_total and the error bodies); 5xx other than 503 is a bug.",
 		}, []string{"endpoint", "code"}),
 		GRPCRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_grpc_requests_total",

@@ -64,7 +64,7 @@ func (m *Router) RegisterState(gather StateFunc) {
 	c := &stateCollector{
 		gather: gather,
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvrouter_scrape_errors_total", Help: "Scrapes that could not read the actors' state in time.",
+			Name: "kvrouter_scrape_errors_total", Help: "Scrapes that could not read the actors' state within 2 s: the per-rank and component series are missing from that scrape. A steady rate means the replica is overloaded (or an index digest is running).",
 		}),
 		indexed:  prometheus.NewDesc("kvrouter_worker_indexed_blocks", "Device-tier blocks the index holds per worker rank (what routing can credit as cached). Compare with the engine's own cache size; 0 on a busy rank means its KV events do not arrive.", []string{"worker_id", "dp_rank"}, nil),
 		requests: prometheus.NewDesc("kvrouter_worker_active_requests", "Requests in flight per worker rank, from every replica (gossip shares the load): routed and not yet freed.", []string{"worker_id", "dp_rank"}, nil),
