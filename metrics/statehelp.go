@@ -34,7 +34,7 @@ var stateHelp = map[string]string{
 	"zmq_replayed":       "ZMQ batches applied from replays (gaps filled).",
 	"zmq_lost":           "ZMQ sequence numbers neither received nor replayed: batches whose blocks the index lacks. Moves with kvrouter_zmq_replay_errors_total or when the engine's replay buffer no longer holds them.",
 	"zmq_restarts":       "Engine restarts detected on ZMQ (the sequence went backwards or jumped, or a replay showed a different batch); the rank's index is cleared and rebuilt from new events.",
-	"zmq_ref_suppressed": "Duplicate stores or removals of a block absorbed by the reference counter (an engine announcing one block from several places, such as DP ranks sharing a publisher); no action.",
+	"zmq_ref_suppressed": "Stores of a block hash the rank already holds, and removals of one of its several copies, kept from the index by the reference counter (vLLM may hold one hash in several blocks; hybrid models publish each hash once per KV cache group). Expected; no action.",
 	"zmq_connections":    "ZMQ SUB connections established. More than the engines' ranks means reconnects: an engine restarting or the network dropping the link.",
 
 	// ---- the index (source: index; snapshots: jetstream) ----
