@@ -154,6 +154,10 @@ func readStream(r io.Reader, res *Result) error {
 				return perr
 			}
 			if done {
+				// Read to the end (the blank line, the chunked end) so
+				// the connection goes back to the pool: closed before its
+				// end, the transport drops it and the next request dials.
+				_, _ = io.Copy(io.Discard, io.LimitReader(br, 4<<10)) // the answer is complete: a failure here loses nothing
 				return nil
 			}
 		}

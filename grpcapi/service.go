@@ -197,6 +197,7 @@ func (v *service) Workers(ctx context.Context, req *pb.WorkersRequest) (*pb.Work
 	res := &pb.WorkersResponse{
 		QueueDepth: st.QueueDepth, TrackedRequests: st.TrackedRequests, IndexCounters: st.IndexCounters,
 		IndexDigest: st.IndexDigest, RegistryDigest: st.RegistryDigest, UnregisteredIndexed: st.UnregisteredIndexed,
+		IndexTrustTransitions: st.IndexTrustTransitions,
 	}
 	for _, w := range st.Workers {
 		ws := &pb.WorkerStatus{
@@ -211,6 +212,8 @@ func (v *service) Workers(ctx context.Context, req *pb.WorkersRequest) (*pb.Work
 				DpRank: r.DpRank, State: r.State, IndexedBlocks: r.IndexedBlocks, ActiveRequests: r.ActiveRequests,
 				ActivePrefillTokens: r.ActivePrefillTokens, ActiveDecodeBlocks: r.ActiveDecodeBlocks,
 				PrefillTokensPerSec: r.PrefillTokensPerSec,
+				IndexTrust: &pb.IndexTrust{State: r.IndexTrust.State, Reason: r.IndexTrust.Reason, Detail: r.IndexTrust.Detail,
+					SinceUnixNano: r.IndexTrust.SinceUnixNano},
 			})
 		}
 		res.Workers = append(res.Workers, ws)

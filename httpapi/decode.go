@@ -9,8 +9,10 @@ import (
 	"io"
 	"math/bits"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // TokenIDs decodes a JSON array of token ids without going through
@@ -202,42 +204,120 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 	writeJSON(w, code, errorBody{Error: fmt.Sprintf(format, args...)})
 }
 
-// decodeBody reads a JSON object into dst with a size limit. It answers
-// the client itself on failure (413 or 400) and returns false. When
-// tokens is non-nil, the body's "token_ids" go there by the fast path.
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any, tokens ...**TokenIDs) bool {
-	return decodeBodyBuf(w, r, limit, nil, dst, tokens...)
+// jsonBody says how decodeJSON reads a route's body.
+type jsonBody struct {
+	endpoint string // the refusal counter's endpoint label
+	dst      any
+	// buf is read into when it is large enough, and left holding the
+	// buffer used, for recycling (nil: a new buffer).
+	buf *[]byte
+	// tokens, when non-nil, receives the body's "token_ids" by the fast
+	// path (fastjson.go).
+	tokens **TokenIDs
+	// extra is one more top-level key accepted although dst has no field
+	// of that name: the session body field, which the handler reads from
+	// the raw body ("" = none).
+	extra string
 }
 
-// decodeBodyBuf is decodeBody reading into *buf when it is large enough
-// (and leaving there the buffer it used, for recycling).
-func decodeBodyBuf(w http.ResponseWriter, r *http.Request, limit int64, buf *[]byte, dst any, tokens ...**TokenIDs) bool {
+// decodeJSON reads a JSON object into b.dst with the server's size limit.
+// A key dst does not have is refused: a field the router would silently
+// ignore is a request that does not do what its author thinks. On failure
+// it answers the client itself (413 or 400 with the reason), counts the
+// refusal by endpoint and reason, and returns false.
+func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, b jsonBody) bool {
 	var reuse []byte
-	if buf != nil {
-		reuse = (*buf)[:0]
+	if b.buf != nil {
+		reuse = (*b.buf)[:0]
 	}
-	body, ok := readBodyOrFail(w, r, limit, reuse)
-	if !ok {
+	body, err := readBody(w, r, s.opts.MaxBodyBytes, reuse)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.bodyRefused(b.endpoint, "too_large")
+			writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", s.opts.MaxBodyBytes)
+		} else {
+			s.bodyRefused(b.endpoint, "read")
+			writeError(w, http.StatusBadRequest, "read body: %v", err)
+		}
 		return false
 	}
-	if buf != nil {
-		*buf = body
+	if b.buf != nil {
+		*b.buf = body
 	}
-	var err error
-	if len(bytes.TrimSpace(body)) == 0 {
+	if len(trimJSONSpace(body)) == 0 {
+		s.bodyRefused(b.endpoint, "empty")
 		writeError(w, http.StatusBadRequest, "empty body: want a JSON object")
 		return false
 	}
-	if len(tokens) == 1 {
-		err = unmarshalWithTokens(body, dst, tokens[0])
+	if b.tokens != nil {
+		err = unmarshalWithTokens(body, b.dst, b.tokens, b.extra)
 	} else {
-		err = json.Unmarshal(body, dst)
+		err = unmarshalStrict(body, b.dst, b.extra)
 	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
+	if err == nil {
+		return true
+	}
+	var unknown *unknownFieldError
+	if errors.As(err, &unknown) {
+		s.bodyRefused(b.endpoint, "unknown_field")
+		writeError(w, http.StatusBadRequest, "%v", err)
 		return false
 	}
-	return true
+	s.bodyRefused(b.endpoint, "malformed")
+	writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
+	return false
+}
+
+// bodyRefused counts a request body refused before its handler ran.
+func (s *Server) bodyRefused(endpoint, reason string) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.BodiesRefused.WithLabelValues(endpoint, reason).Inc()
+	}
+}
+
+// unknownFieldError is a body key its route does not read.
+type unknownFieldError struct{ name string }
+
+func (e *unknownFieldError) Error() string { return "unknown field " + e.name }
+
+// unmarshalStrict decodes the JSON object in data into dst, as
+// json.Unmarshal does, but refuses a key dst has no field for, at any
+// depth, with an *unknownFieldError naming it; a key must be spelled as
+// its field is (json.Unmarshal would match "Token_IDs" to token_ids). A
+// top-level key equal to extra (when not "") is accepted and skipped.
+func unmarshalStrict(data []byte, dst any, extra string) error {
+	err := decodeDisallowingUnknown(data, dst)
+	var unknown *unknownFieldError
+	if extra != "" && errors.As(err, &unknown) && unknown.name == strconv.Quote(extra) {
+		// The extra key (the session field, in the request rarely) is
+		// cut out and the rest decoded again: a retry rather than a
+		// pre-scan keeps a body that has no extra key to one decode.
+		if rest, ok := dropTopLevelMember(data, extra); ok {
+			data = rest
+			err = decodeDisallowingUnknown(data, dst)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return checkExactKeys(data, reflect.TypeOf(dst))
+}
+
+func decodeDisallowingUnknown(data []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		// encoding/json names the field only in its message.
+		if name, found := strings.CutPrefix(err.Error(), "json: unknown field "); found {
+			return &unknownFieldError{name: name}
+		}
+		return err
+	}
+	if off := dec.InputOffset(); len(trimJSONSpace(data[off:])) > 0 {
+		return fmt.Errorf("data after the object (at byte %d)", off)
+	}
+	return nil
 }
 
 func describeJSONError(err error) string {
@@ -259,7 +339,8 @@ func describeJSONError(err error) string {
 func parseUint(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
 
 // readBodyOrFail is readBody that answers the client itself (413 for a
-// body over limit, 400 otherwise) and returns false on failure.
+// body over limit, 400 otherwise) and returns false on failure: the
+// OpenAI routes' reader, whose bodies carry fields for the engine.
 func readBodyOrFail(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, bool) {
 	body, err := readBody(w, r, limit, buf)
 	if err == nil {

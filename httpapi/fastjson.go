@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"encoding/json"
 )
 
 // Prompts are thousands of integers, and encoding/json scans a body twice
@@ -10,20 +9,22 @@ import (
 // a 4k-token prompt that was 60% of a routing decision's CPU. So the API
 // lifts the top-level "token_ids" array out of the body, parses it with
 // TokenIDs' direct integer scanner, and leaves encoding/json only the
-// small remainder (with the array replaced by null).
+// small remainder (with the array replaced by null), which it decodes
+// strictly: every key but token_ids goes through unmarshalStrict, so an
+// unknown key is refused on this path as on the others.
 
-// unmarshalWithTokens decodes body into dst, parsing the top-level
-// "token_ids" array into *tokens by the fast path. When the body is not a
-// well-formed object the fast path steps aside and encoding/json reports
-// the error as usual.
-func unmarshalWithTokens(body []byte, dst any, tokens **TokenIDs) error {
+// unmarshalWithTokens is unmarshalStrict(body, dst, extra) parsing the
+// top-level "token_ids" array into *tokens by the fast path. When the
+// body is not a well-formed object the fast path steps aside and
+// encoding/json reports the error as usual.
+func unmarshalWithTokens(body []byte, dst any, tokens **TokenIDs, extra string) error {
 	// A recycled buffer may be pre-set in *tokens; it must never stand in
 	// for an absent token_ids.
 	reuse := *tokens
 	*tokens = nil
 	start, end, ok := findTopLevelArray(body, "token_ids")
 	if !ok {
-		return json.Unmarshal(body, dst)
+		return unmarshalStrict(body, dst, extra)
 	}
 	var ids TokenIDs
 	if reuse != nil {
@@ -36,7 +37,7 @@ func unmarshalWithTokens(body []byte, dst any, tokens **TokenIDs) error {
 	rest = append(rest, body[:start]...)
 	rest = append(rest, "null"...)
 	rest = append(rest, body[end:]...)
-	if err := json.Unmarshal(rest, dst); err != nil {
+	if err := unmarshalStrict(rest, dst, extra); err != nil {
 		return err
 	}
 	*tokens = &ids
@@ -94,6 +95,59 @@ func findTopLevel(b []byte, key string, valueEnd func([]byte, int) (int, bool)) 
 			return 0, 0, false // '}' (key absent) or malformed
 		}
 		i++
+	}
+}
+
+// dropTopLevelMember returns b without its first top-level member named
+// key (the key, its value and one separating comma), when b is an object
+// well formed up to that member's end; ok is false otherwise. The result
+// is a new slice: b is not modified.
+func dropTopLevelMember(b []byte, key string) ([]byte, bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i++
+	prevEnd := -1 // end of the previous member's value (its comma follows)
+	for {
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return nil, false
+		}
+		kStart := i
+		kEnd, ok := skipString(b, i)
+		if !ok {
+			return nil, false
+		}
+		name := b[i+1 : kEnd-1]
+		i = skipWS(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		vEnd, ok := skipValue(b, skipWS(b, i+1))
+		if !ok {
+			return nil, false
+		}
+		next := skipWS(b, vEnd)
+		if next >= len(b) || b[next] != ',' && b[next] != '}' {
+			return nil, false
+		}
+		if string(name) == key {
+			out := make([]byte, 0, len(b))
+			switch {
+			case b[next] == ',': // a member follows: drop through its comma
+				out = append(append(out, b[:kStart]...), b[next+1:]...)
+			case prevEnd >= 0: // the last of several: drop from the comma before it
+				out = append(append(out, b[:prevEnd]...), b[vEnd:]...)
+			default: // the only member
+				out = append(append(out, b[:kStart]...), b[vEnd:]...)
+			}
+			return out, true
+		}
+		if b[next] == '}' {
+			return nil, false // key absent
+		}
+		prevEnd, i = vEnd, next+1
 	}
 }
 

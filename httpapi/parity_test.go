@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -433,5 +434,48 @@ func TestLongUnaryAnswerIsCompared(t *testing.T) {
 		t.Fatalf("compared %v times, want 1 (without usage: %v)", n,
 			testutil.ToFloat64(g.m.Parity.WithoutUsage.WithLabelValues("qwen3", "malformed"))+
 				testutil.ToFloat64(g.m.Parity.WithoutUsage.WithLabelValues("qwen3", "missing")))
+	}
+}
+
+// TestClientLeavesAfterDone: a client that stops reading at "data:
+// [DONE]" (as OpenAI SDKs do) and closes the connection before the
+// engine ends its response has the whole answer: the proxy counts it ok
+// and compares its usage, rather than calling it a cut stream. The
+// engine here holds its response open after [DONE] until the proxy
+// hangs up, which makes the client's close land before the end.
+func TestClientLeavesAfterDone(t *testing.T) {
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\"}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(eng.Close)
+	g := startParityRig(t, testModels(t), parity.DefaultConfig(), nil, eng.URL)
+	resp, err := http.Post(g.url+"/v1/completions", "application/json", strings.NewReader(`{"model":"qwen3","prompt":[1,2,3],"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended before [DONE]: %v", err)
+		}
+		if strings.TrimSpace(line) == "data: [DONE]" {
+			break
+		}
+	}
+	resp.Body.Close() // before EOF: the transport closes the connection
+	itest.Eventually(t, 5*time.Second, "answer compared", func() bool {
+		return testutil.ToFloat64(g.m.Parity.Compared.WithLabelValues("qwen3")) == 1
+	})
+	if n := testutil.CollectAndCount(g.m.Parity.WithoutUsage); n != 0 {
+		t.Fatalf("answer counted as not compared: %d series", n)
+	}
+	if n := testutil.ToFloat64(g.m.ProxyRequests.WithLabelValues("ok")); n != 1 {
+		t.Fatalf("proxy outcome ok %v, want 1 (client_gone %v)", n, testutil.ToFloat64(g.m.ProxyRequests.WithLabelValues("client_gone")))
 	}
 }

@@ -325,6 +325,12 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 	first := true
 	var tokens uint64
 	renew := s.leaseRenewer(p.requestID)
+	// done: the stream's "data: [DONE]" has been relayed, so the client
+	// has the whole answer. A client that hangs up after it (OpenAI's
+	// SDKs stop reading there and close) or an engine connection that
+	// fails after it cuts nothing: the answer is ok and its usage is
+	// compared.
+	done := false
 	for {
 		line, err := reader.ReadBytes('\n')
 		if len(line) > 0 {
@@ -337,7 +343,7 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 				}
 			}
 			usageOnly, drop := u.line(p, line)
-			if !drop {
+			if !drop && !done {
 				if _, werr := w.Write(line); werr != nil {
 					s.outcome("client_gone")
 					p.observeParity("stream_cut")
@@ -348,12 +354,24 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 				tokens++
 				p.maybeOutputBlock(tokens)
 			}
-			if flusher != nil && (line[0] == '\n' || len(line) == 1) {
+			switch {
+			case done: // nothing after [DONE] is relayed
+			case u.sse && isDone(line):
+				done = true
+				// Sent now with its blank line (the engine's is not
+				// relayed): a client waiting for [DONE] must not wait for
+				// the engine's end.
+				eol := line[len(bytes.TrimRight(line, "\r\n")):]
+				_, _ = w.Write(eol) // a failure is the client gone after [DONE]: nothing is lost
+				if flusher != nil {
+					flusher.Flush()
+				}
+			case flusher != nil && (line[0] == '\n' || len(line) == 1):
 				flusher.Flush()
 			}
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) || done {
 				if flusher != nil {
 					flusher.Flush()
 				}
@@ -370,6 +388,12 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			return
 		}
 	}
+}
+
+// isDone reports whether an SSE line is the stream's end, "data: [DONE]".
+func isDone(line []byte) bool {
+	data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:"))
+	return ok && string(bytes.TrimSpace(data)) == "[DONE]"
 }
 
 // usageReader finds the engine's usage in an answer as it is relayed:

@@ -109,7 +109,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	sc := routeScratchPool.Get().(*routeScratch)
 	var body RouteBody
 	body.TokenIDs = &sc.tokens
-	if !decodeBodyBuf(w, r, s.opts.MaxBodyBytes, &sc.body, &body, &body.TokenIDs) {
+	if !s.decodeJSON(w, r, jsonBody{endpoint: "route", dst: &body, buf: &sc.body, tokens: &body.TokenIDs, extra: s.opts.SessionBodyField}) {
 		return
 	}
 	promptTokens, ok := s.textTokens(w, r, &body.textInput, &body.TokenIDs, &body.LoraName)
@@ -173,9 +173,9 @@ type requestIDBody struct {
 	RequestID string `json:"request_id"`
 }
 
-func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, call func(context.Context, string) error) {
+func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, endpoint string, call func(context.Context, string) error) {
 	var body requestIDBody
-	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body) {
+	if !s.decodeJSON(w, r, jsonBody{endpoint: endpoint, dst: &body}) {
 		return
 	}
 	if err := routeapi.CheckRequestID(body.RequestID); err != nil {
@@ -190,11 +190,11 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, call func(con
 }
 
 func (s *Server) prefillDone(w http.ResponseWriter, r *http.Request) {
-	s.lifecycle(w, r, s.opts.Router.MarkPrefillCompleted)
+	s.lifecycle(w, r, "prefill_done", s.opts.Router.MarkPrefillCompleted)
 }
 
 func (s *Server) free(w http.ResponseWriter, r *http.Request) {
-	s.lifecycle(w, r, s.opts.Router.Free)
+	s.lifecycle(w, r, "free", s.opts.Router.Free)
 }
 
 type tokensBody struct {
@@ -204,9 +204,9 @@ type tokensBody struct {
 	promptTokens int
 }
 
-func (s *Server) decodeTokens(w http.ResponseWriter, r *http.Request) (tokensBody, bool) {
+func (s *Server) decodeTokens(w http.ResponseWriter, r *http.Request, endpoint string) (tokensBody, bool) {
 	var body tokensBody
-	if !decodeBody(w, r, s.opts.MaxBodyBytes, &body, &body.TokenIDs) {
+	if !s.decodeJSON(w, r, jsonBody{endpoint: endpoint, dst: &body, tokens: &body.TokenIDs}) {
 		return body, false
 	}
 	var ok bool
@@ -243,7 +243,7 @@ type OverlapRow struct {
 }
 
 func (s *Server) overlapScores(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.decodeTokens(w, r)
+	body, ok := s.decodeTokens(w, r, "overlap_scores")
 	if !ok {
 		return
 	}
@@ -283,7 +283,7 @@ type LoadRow struct {
 }
 
 func (s *Server) potentialLoads(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.decodeTokens(w, r)
+	body, ok := s.decodeTokens(w, r, "potential_loads")
 	if !ok {
 		return
 	}

@@ -137,7 +137,9 @@ func TestWorkersAPI(t *testing.T) {
 func FuzzHandlers(f *testing.F) {
 	s, _ := newTestServer(f, 2)
 	for _, seed := range []string{`{"token_ids":[1,2,3]}`, `{"request_id":"x","token_ids":[1]}`, `{"token_ids":[1],"pinned_worker":{"worker_id":1}}`,
-		`{"worker_id":3,"url":"u"}`, `{"request_id":"x"}`, `{"prompt":[1,2],"max_tokens":1}`, `{`, `[]`, ``, `{"token_ids":null}`} {
+		`{"worker_id":3,"url":"u"}`, `{"request_id":"x"}`, `{"prompt":[1,2],"max_tokens":1}`, `{`, `[]`, ``, `{"token_ids":null}`,
+		`{"token_ids":[1],"bogus":1}`, `{"session_id":"s","token_ids":[1,2]}`, `{"request_id":"x","Request_ID":"y"}`,
+		`{"token_ids":[1],"pinned_worker":{"worker_id":1,"extra":{}}}`, `{"worker_id":3,"urls":[]}`} {
 		f.Add(seed, uint8(0))
 	}
 	paths := []string{"/route", "/prefill_done", "/free", "/overlap_scores", "/potential_loads", "/workers"}

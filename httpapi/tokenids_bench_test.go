@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -137,4 +138,47 @@ func TestTokenIDsEdgesAtEveryPosition(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkRouteBodyStrict is a /route body's decode: the whole body (4k
+// token ids by the fast path, the rest strictly), and the remainder alone
+// strictly and by json.Unmarshal, which accepts unknown keys: the
+// difference is what refusing them costs per request.
+func BenchmarkRouteBodyStrict(b *testing.B) {
+	var buf bytes.Buffer
+	buf.WriteString(`{"request_id":"req-000123","update_states":true,"lora_name":"","session_id":"s-42","token_ids":[`)
+	for i := 0; i < 4096; i++ {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(strconv.Itoa(1000 + i*37%150000))
+	}
+	buf.WriteString(`]}`)
+	body := buf.Bytes()
+	rest := []byte(`{"request_id":"req-000123","update_states":true,"lora_name":"","token_ids":null}`)
+	b.Run("body", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			var rb RouteBody
+			if err := unmarshalWithTokens(body, &rb, &rb.TokenIDs, "session_id"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remainder_strict", func(b *testing.B) {
+		for b.Loop() {
+			var rb RouteBody
+			if err := unmarshalStrict(rest, &rb, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remainder_lenient", func(b *testing.B) {
+		for b.Loop() {
+			var rb RouteBody
+			if err := json.Unmarshal(rest, &rb); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

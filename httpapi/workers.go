@@ -1,11 +1,8 @@
 package httpapi
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/kv"
@@ -68,40 +65,9 @@ type AddWorkerBody struct {
 // maxDpSize bounds a registration so a typo cannot spawn a million actors.
 const maxDpSize = 1024
 
-// decodeStrict reads a JSON object into dst, refusing (400) a field dst
-// does not have: a registration field the router would silently ignore
-// is a registration that does not do what its author thinks.
-func decodeStrict(w http.ResponseWriter, r *http.Request, limit int64, dst any) bool {
-	body, ok := readBodyOrFail(w, r, limit, nil)
-	if !ok {
-		return false
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		writeError(w, http.StatusBadRequest, "empty body: want a JSON object")
-		return false
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil && dec.More() {
-		writeError(w, http.StatusBadRequest, "malformed JSON: data after the object")
-		return false
-	}
-	if err == nil {
-		return true
-	}
-	// encoding/json names the field only in its message.
-	if name, found := strings.CutPrefix(err.Error(), "json: unknown field "); found {
-		writeError(w, http.StatusBadRequest, "unknown field %s", name)
-		return false
-	}
-	writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
-	return false
-}
-
 func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 	var body AddWorkerBody
-	if !decodeStrict(w, r, s.opts.MaxBodyBytes, &body) {
+	if !s.decodeJSON(w, r, jsonBody{endpoint: "workers", dst: &body}) {
 		return
 	}
 	if body.WorkerID == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/zmqevents"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // A field POST /workers does not know is refused with its name, not
@@ -122,4 +123,47 @@ func TestAddWorkerSubscribesToAnEngine(t *testing.T) {
 		defer mu.Unlock()
 		return ranks[want] > 0
 	})
+}
+
+// TestUnknownFieldsRefused: every route of the router's own API answers
+// a key it does not read with a 400 naming the key, and counts it; the
+// configured session field is accepted on /route only.
+func TestUnknownFieldsRefused(t *testing.T) {
+	s, _ := newTestServer(t, 2)
+	m := s.opts.Metrics
+	s.opts.SessionBodyField = "conversation"
+	tests := []struct {
+		path, endpoint, body, field string
+	}{
+		{"/route", "route", `{"token_ids":[1,2],"tokens":[3]}`, "tokens"},
+		{"/route", "route", `{"Stream":true,"token_ids":[1,2]}`, "Stream"},
+		{"/route", "route", `{"Token_IDs":[1,2]}`, "Token_IDs"},
+		{"/free", "free", `{"Request_ID":"r"}`, "Request_ID"},
+		{"/workers", "workers", `{"Worker_ID":9}`, "Worker_ID"},
+		{"/route", "route", `{"prompt":"hi","max_tokens":3}`, "max_tokens"},
+		{"/route", "route", `{"token_ids":[1],"session_id":"s"}`, "session_id"}, // not the configured field
+		{"/route", "route", `{"token_ids":[1],"pinned_worker":{"worker_id":1,"rank":0}}`, "rank"},
+		{"/free", "free", `{"request_id":"r","id":"r"}`, "id"},
+		{"/prefill_done", "prefill_done", `{"request_id":"r","worker_id":1}`, "worker_id"},
+		{"/overlap_scores", "overlap_scores", `{"token_ids":[1],"conversation":"s"}`, "conversation"},
+		{"/potential_loads", "potential_loads", `{"token_ids":[1],"lora":"x"}`, "lora"},
+		{"/workers", "workers", `{"worker_id":9,"urls":["http://10.0.0.9:8000"]}`, "urls"},
+	}
+	for _, tt := range tests {
+		before := testutil.ToFloat64(m.BodiesRefused.WithLabelValues(tt.endpoint, "unknown_field"))
+		code, out := do(t, s, "POST", tt.path, tt.body)
+		if want := fmt.Sprintf("unknown field %q", tt.field); code != 400 || out["error"] != want {
+			t.Errorf("POST %s %s: %d %v, want 400 %q", tt.path, tt.body, code, out, want)
+		}
+		if got := testutil.ToFloat64(m.BodiesRefused.WithLabelValues(tt.endpoint, "unknown_field")); got != before+1 {
+			t.Errorf("POST %s %s: refusals %v, want %v", tt.path, tt.body, got, before+1)
+		}
+	}
+	if code, out := do(t, s, "POST", "/route", `{"token_ids":[1,2],"conversation":"c1"}`); code != 200 {
+		t.Fatalf("route with the session field: %d %v", code, out)
+	}
+	if code, _ := do(t, s, "POST", "/free", `{"request_id":"r"`); code != 400 ||
+		testutil.ToFloat64(m.BodiesRefused.WithLabelValues("free", "malformed")) != 1 {
+		t.Fatalf("malformed body: %d, refusals %v", code, testutil.ToFloat64(m.BodiesRefused.WithLabelValues("free", "malformed")))
+	}
 }

@@ -41,6 +41,7 @@ type Router struct {
 	ProxyRequests   *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
 	PromptsRefused  *prometheus.CounterVec
+	BodiesRefused   *prometheus.CounterVec
 	// Parity is the live cache-parity set (metrics/parity.go).
 	Parity *Parity
 }
@@ -52,14 +53,14 @@ func New() *Router {
 	m := &Router{
 		Registry: reg,
 		decisionLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "kvrouter_decision_duration_seconds", Help: "Routing decision latency by phase (hash, score, select, total).",
+			Name: "kvrouter_decision_duration_seconds", Help: "Routing decision latency by phase: hash (the prompt's block hashes), score (index lookups and load), select (the cost and the choice), total (from arrival at the scheduler to the answer, queueing included). A total far above the sum of the others means requests wait in the queue or the replica is CPU starved.",
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 18),
 		}, []string{"phase"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_decisions_total", Help: "Routing decisions by outcome.",
+			Name: "kvrouter_decisions_total", Help: "Routing decisions by outcome: routed (tracked until /free), query (update_states false: nothing tracked), queued (every eligible worker over the queue threshold; decided later), overloaded (429: the queue is full), no_worker (503: no eligible worker: none registered, all unhealthy, draining or excluded), bad_request (400), cancelled (the client left while queued). Rising no_worker or overloaded means the fleet is too small or down.",
 		}, []string{"outcome"}),
 		overlapBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "kvrouter_decision_overlap_blocks", Help: "Cached prefix blocks on the chosen worker.",
+			Name: "kvrouter_decision_overlap_blocks", Help: "Cached prefix blocks (per the index) on the worker chosen for each routed request; multiply by block-size for tokens. Near 0 for a shared-prefix workload means KV events are not arriving (see kvrouter_kv_events_applied_total).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}),
 		hitRate: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -67,23 +68,23 @@ func New() *Router {
 			Buckets: prometheus.LinearBuckets(0, 0.1, 11),
 		}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_decisions_degraded_total", Help: "Decisions made without every reply (shard or load timeout).",
+			Name: "kvrouter_decisions_degraded_total", Help: "Decisions made without every shard's or the load tracker's reply within decision-timeout, by reason (shard_timeout, load_timeout): routed on partial information. A steady rate means the replica is CPU starved or decision-timeout is too short.",
 		}, []string{"reason"}),
 		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_disaggregation_decisions_total",
 			Help: "Decisions in a disaggregated fleet by prefill path: remote (prefill pool, KV transfer) or local (short_prompt: max_local_prefill_length; no_prefill_worker; same_rank).",
 		}, []string{"path"}),
 		eventsApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_kv_events_applied_total", Help: "KV events applied to the index by kind.",
+			Name: "kvrouter_kv_events_applied_total", Help: "KV events applied to the index, by kind (stored, removed, cleared). Flat while engines serve traffic means no events arrive: check the engines' KV-event flags and kvrouter_kv_event_messages_total or kvrouter_zmq_messages_total.",
 		}, []string{"kind"}),
 		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_kv_events_dropped_total", Help: "KV events not applied (or partly applied) by reason.",
+			Name: "kvrouter_kv_events_dropped_total", Help: "KV events not applied (or partly applied), by reason: parent_not_found (a Stored event whose parent is unknown: events lost or reordered), invalid_event, invalid_block_sequence, unknown_rank (a rank the worker does not have), unregistered_worker_expired (held too long for a worker that never registered), prediction_* (approximate mode). Each drop is logged (rate-limited) with the worker and rank; refused events degrade the rank's index trust.",
 		}, []string{"reason"}),
 		shardRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_shard_restarts_total", Help: "Indexer shard restarts after a panic; intact=false means the shard was reset.",
 		}, []string{"intact"}),
 		workerRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_workers_rejected_total", Help: "Worker registrations refused, by reason.",
+			Name: "kvrouter_workers_rejected_total", Help: "Worker registrations refused, by reason: block_size_mismatch (the engine's block size is not --block-size), registry_full (max-workers), url_* (the worker URL fails worker-url-allow), zmq_endpoint_* (the KV-event endpoint fails it). The refused worker gets no traffic; the log names it.",
 		}, []string{"reason"}),
 		strideMismatch: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvrouter_active_sequence_stride_mismatches_total",
@@ -124,29 +125,33 @@ func New() *Router {
 			Help: "Requests freed without a free, by reason (lease: a request this replica routed whose lease ran out, freed on every replica; stale: older than stale-request-expiry).",
 		}, []string{"reason"}),
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint and status code.",
+			Name: "kvrouter_http_requests_total", Help: "HTTP API requests by endpoint (route, free, prefill_done, overlap_scores, potential_loads, workers, sessions, models, completions, chat_completions, parity, healthz, readyz) and status code. A rising 4xx share is clients sending what the router refuses (see kvrouter_http_bodies_refused_total and the error bodies); 5xx other than 503 is a bug.",
 		}, []string{"endpoint", "code"}),
 		GRPCRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_grpc_requests_total",
 			Help: "gRPC API calls by method (Lifecycle/Route, Lifecycle/Free, Lifecycle/PrefillDone for the calls a Lifecycle stream carries) and status code (OK, InvalidArgument, ...).",
 		}, []string{"method", "code"}),
 		ProxyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_proxy_requests_total", Help: "Proxied completions by outcome.",
+			Name: "kvrouter_proxy_requests_total", Help: "Proxied completions (/v1/completions, /v1/chat/completions) by outcome: ok, worker_error (the engine answered non-200, relayed), client_gone (the client left before the end), worker_stream_error (the engine's stream broke), worker_unreachable (502 after a retry on another worker), route_error (no worker could be chosen), decode_failed (disaggregated: the decode hop failed), bad_input (400), loop (508: the request had already passed a router).",
 		}, []string{"outcome"}),
 		ProxyTTFT: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "kvrouter_proxy_time_to_first_token_seconds", Help: "Time to first token of proxied completions.",
+			Name: "kvrouter_proxy_time_to_first_token_seconds", Help: "Time from a proxied completion's arrival to the engine's first answer byte (routing, queueing and prefill). High values with a low kvrouter_decision_kv_hit_rate mean prompts are prefilled from scratch.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
 		}),
 		PromptsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_prompts_refused_total",
 			Help: "Text and chat prompts refused with a 4xx before routing, by reason (length: over max-prompt-tokens by the text's length, before any tokenization; tokens: tokenization stopped once the count passed max-prompt-tokens; unknown_model; messages: messages the engine's preprocessing refuses; template: the chat template failed; no_chat_template; no_tokenizer; input: another client error).",
 		}, []string{"reason"}),
+		BodiesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_http_bodies_refused_total",
+			Help: "Request bodies of the router's own HTTP API (route, free, prefill_done, overlap_scores, potential_loads, workers) refused with a 4xx before they were acted on, by endpoint and reason: unknown_field (a key the endpoint does not read, often a typo or a field of another version), malformed (not JSON, a wrong type, data after the object), empty, too_large (over max-body-bytes), read (the body could not be read). A rising count means a client sends requests the router does not understand: the 400's error names the field.",
+		}, []string{"endpoint", "reason"}),
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions, m.admission, m.expired,
-		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused,
+		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused, m.BodiesRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)

@@ -44,7 +44,7 @@ func newParity() *Parity {
 			"Predicted cached tokens the engine did not confirm (predicted - confirmed when positive)."),
 		WithoutUsage: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_parity_requests_without_usage_total",
-			Help: "Proxied requests not compared (or compared without cached tokens), by reason: missing (no usage in the answer), malformed, stream_cut, worker_error, no_cached_tokens (usage without cached_tokens).",
+			Help: "Proxied requests not compared (or compared without cached tokens), by reason: missing (no usage in the answer), malformed, stream_cut (the engine's stream or the client went away before data: [DONE]), worker_error, no_cached_tokens (usage without cached_tokens).",
 		}, []string{"model", "reason"}),
 		Switches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_parity_tokenization_switches_total",

@@ -64,12 +64,12 @@ func (m *Router) RegisterState(gather StateFunc) {
 	c := &stateCollector{
 		gather: gather,
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvrouter_scrape_errors_total", Help: "Scrapes that could not read the actors' state in time.",
+			Name: "kvrouter_scrape_errors_total", Help: "Scrapes that could not read the actors' state within 2 s: the per-rank and component series are missing from that scrape. A steady rate means the replica is overloaded (or an index digest is running).",
 		}),
-		indexed:  prometheus.NewDesc("kvrouter_worker_indexed_blocks", "Device blocks indexed per worker rank.", []string{"worker_id", "dp_rank"}, nil),
-		requests: prometheus.NewDesc("kvrouter_worker_active_requests", "Requests in flight per worker rank (fleet-wide).", []string{"worker_id", "dp_rank"}, nil),
-		prefill:  prometheus.NewDesc("kvrouter_worker_active_prefill_tokens", "Prompt tokens still to prefill per worker rank.", []string{"worker_id", "dp_rank"}, nil),
-		decode:   prometheus.NewDesc("kvrouter_worker_active_decode_blocks", "Active (decode) blocks per worker rank.", []string{"worker_id", "dp_rank"}, nil),
+		indexed:  prometheus.NewDesc("kvrouter_worker_indexed_blocks", "Device-tier blocks the index holds per worker rank (what routing can credit as cached). Compare with the engine's own cache size; 0 on a busy rank means its KV events do not arrive.", []string{"worker_id", "dp_rank"}, nil),
+		requests: prometheus.NewDesc("kvrouter_worker_active_requests", "Requests in flight per worker rank, from every replica (gossip shares the load): routed and not yet freed.", []string{"worker_id", "dp_rank"}, nil),
+		prefill:  prometheus.NewDesc("kvrouter_worker_active_prefill_tokens", "Prompt tokens still to prefill per worker rank (not cached, prefill not yet done): the prefill queue routing weighs with prefill-load-scale.", []string{"worker_id", "dp_rank"}, nil),
+		decode:   prometheus.NewDesc("kvrouter_worker_active_decode_blocks", "KV blocks the rank's in-flight requests occupy (prompt and generated, decayed as they near max_tokens): the decode load routing weighs.", []string{"worker_id", "dp_rank"}, nil),
 	}
 	m.Registry.MustRegister(c, c.errors)
 }
@@ -110,32 +110,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		sums[ctr.Name][ctr.Source] += ctr.Value
 	}
 	for name, bySource := range sums {
-		desc := prometheus.NewDesc("kvrouter_"+name+"_total", stateHelp(name, "Counter "+name+" by source."), []string{"source"}, nil)
+		desc := prometheus.NewDesc("kvrouter_"+name+"_total", stateCounterHelp(name), []string{"source"}, nil)
 		for src, v := range bySource {
 			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), src)
 		}
 	}
 	for name, v := range st.Gauges {
-		desc := prometheus.NewDesc("kvrouter_"+name, stateHelp(name, "Gauge "+name+"."), nil, nil)
+		desc := prometheus.NewDesc("kvrouter_"+name, stateGaugeHelp(name), nil, nil)
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v)
 	}
-}
-
-// stateHelp is the help text of a State gauge or counter: its entry in
-// stateHelps, else fallback.
-func stateHelp(name, fallback string) string {
-	if h, ok := stateHelps[name]; ok {
-		return h
-	}
-	return fallback
-}
-
-var stateHelps = map[string]string{
-	"clients_active":             "Clients (bearer tokens, else addresses) holding at least one of the requests this replica routed.",
-	"client_top_active_requests": "Active requests of the client holding the most of those this replica routed.",
-	"client_top_share":           "The top client's share (0-1) of the active requests this replica routed.",
-	"client_saturated":           "1 while one client holds max-active-requests-per-client active requests (its further routes get 429; others are served).",
-	"cluster_expected_members":   "Live cluster members (this replica included) the readiness rule wants (--cluster-min-members; by default 2 when a seed names another replica).",
-	"cluster_membership_ok":      "1 while the cluster has the expected members; 0 makes a replica not yet ready unready, and a key mismatch makes any replica unready.",
-	"cluster_key_mismatches":     "Gossip no key of this replica decrypts (memberlist: no installed keys could decrypt): a peer's message refused here, or this replica's join refused by a seed. A wrong --cluster-key-file here or there.",
 }

@@ -34,6 +34,15 @@ func Metrics(root string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("scanning replica for state metrics: %w", err)
 	}
+	// Every counter and gauge the components report has help text of
+	// its own (metrics/statehelp.go), not a generic line.
+	for _, set := range []map[string]bool{names.counters, names.gauges} {
+		for _, n := range sortedKeys(set) {
+			if !metrics.StateHelp(n) {
+				return "", fmt.Errorf("metric %s reported through metrics.State has no help text: add it to metrics/statehelp.go", n)
+			}
+		}
+	}
 	m := metrics.New()
 	m.RegisterState(func(context.Context) (*metrics.State, error) { return names.state(), nil })
 	m.RegisterParityState(func() metrics.ParityState {
@@ -103,6 +112,7 @@ func touch(m *metrics.Router) {
 	m.ProxyRequests.WithLabelValues("x").Inc()
 	m.ProxyTTFT.Observe(1)
 	m.PromptsRefused.WithLabelValues("x").Inc()
+	m.BodiesRefused.WithLabelValues("x", "x").Inc()
 	p := m.Parity
 	p.Compared.WithLabelValues("x").Inc()
 	p.TokenMismatch.WithLabelValues("x").Inc()

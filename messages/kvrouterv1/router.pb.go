@@ -923,8 +923,11 @@ type RankStatus struct {
 	ActivePrefillTokens uint64                 `protobuf:"varint,5,opt,name=active_prefill_tokens,json=activePrefillTokens,proto3" json:"active_prefill_tokens,omitempty"`
 	ActiveDecodeBlocks  float64                `protobuf:"fixed64,6,opt,name=active_decode_blocks,json=activeDecodeBlocks,proto3" json:"active_decode_blocks,omitempty"`
 	PrefillTokensPerSec float64                `protobuf:"fixed64,7,opt,name=prefill_tokens_per_sec,json=prefillTokensPerSec,proto3" json:"prefill_tokens_per_sec,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// index_trust is how far this rank's part of the KV event index is
+	// believed (GET /workers' index_trust; docs/index-trust.md).
+	IndexTrust    *IndexTrust `protobuf:"bytes,8,opt,name=index_trust,json=indexTrust,proto3" json:"index_trust,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RankStatus) Reset() {
@@ -1006,6 +1009,91 @@ func (x *RankStatus) GetPrefillTokensPerSec() float64 {
 	return 0
 }
 
+func (x *RankStatus) GetIndexTrust() *IndexTrust {
+	if x != nil {
+		return x.IndexTrust
+	}
+	return nil
+}
+
+// IndexTrust is one rank's index trust.
+type IndexTrust struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state is "exact", "degraded" or "untrusted". For an untrusted rank
+	// routing scores predicted blocks instead of the event index.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// reason is the cause holding a degraded or untrusted rank there
+	// (gap_open, gap_unrepaired, replay_failed, refused_events,
+	// stale_stream, parity_drift); empty for an exact rank.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// detail (degraded and untrusted ranks) names the last evidence: a refused event's drop reason,
+	// replay_error or replay_incomplete, how many events a gap lost, a
+	// parity window's unconfirmed share.
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// since_unix_nano is when the rank entered state (0 for an exact rank).
+	SinceUnixNano int64 `protobuf:"varint,4,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexTrust) Reset() {
+	*x = IndexTrust{}
+	mi := &file_kvrouterv1_router_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexTrust) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexTrust) ProtoMessage() {}
+
+func (x *IndexTrust) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouterv1_router_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexTrust.ProtoReflect.Descriptor instead.
+func (*IndexTrust) Descriptor() ([]byte, []int) {
+	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *IndexTrust) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *IndexTrust) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *IndexTrust) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *IndexTrust) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
 type WorkerStatus struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId              uint64                 `protobuf:"varint,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1027,7 +1115,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_kvrouterv1_router_proto_msgTypes[13]
+	mi := &file_kvrouterv1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1127,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouterv1_router_proto_msgTypes[13]
+	mi := &file_kvrouterv1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1140,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{13}
+	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkerStatus) GetWorkerId() uint64 {
@@ -1155,13 +1243,17 @@ type WorkersResponse struct {
 	IndexDigest         uint64                 `protobuf:"varint,5,opt,name=index_digest,json=indexDigest,proto3" json:"index_digest,omitempty"`
 	RegistryDigest      uint64                 `protobuf:"varint,6,opt,name=registry_digest,json=registryDigest,proto3" json:"registry_digest,omitempty"`
 	UnregisteredIndexed map[string]uint64      `protobuf:"bytes,7,rep,name=unregistered_indexed,json=unregisteredIndexed,proto3" json:"unregistered_indexed,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// index_trust_transitions counts the ranks' trust changes by target
+	// state and reason ("untrusted/stale_stream": n), as GET /workers'
+	// index_trust_transitions.
+	IndexTrustTransitions map[string]uint64 `protobuf:"bytes,8,rep,name=index_trust_transitions,json=indexTrustTransitions,proto3" json:"index_trust_transitions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *WorkersResponse) Reset() {
 	*x = WorkersResponse{}
-	mi := &file_kvrouterv1_router_proto_msgTypes[14]
+	mi := &file_kvrouterv1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1265,7 @@ func (x *WorkersResponse) String() string {
 func (*WorkersResponse) ProtoMessage() {}
 
 func (x *WorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouterv1_router_proto_msgTypes[14]
+	mi := &file_kvrouterv1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1278,7 @@ func (x *WorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersResponse.ProtoReflect.Descriptor instead.
 func (*WorkersResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{14}
+	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkersResponse) GetWorkers() []*WorkerStatus {
@@ -1238,6 +1330,13 @@ func (x *WorkersResponse) GetUnregisteredIndexed() map[string]uint64 {
 	return nil
 }
 
+func (x *WorkersResponse) GetIndexTrustTransitions() map[string]uint64 {
+	if x != nil {
+		return x.IndexTrustTransitions
+	}
+	return nil
+}
+
 // QueueFull is the detail of a RESOURCE_EXHAUSTED route refusal because
 // every eligible worker's queue was full (HTTP 429's queue_depth and
 // queue_limit).
@@ -1251,7 +1350,7 @@ type QueueFull struct {
 
 func (x *QueueFull) Reset() {
 	*x = QueueFull{}
-	mi := &file_kvrouterv1_router_proto_msgTypes[15]
+	mi := &file_kvrouterv1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1362,7 @@ func (x *QueueFull) String() string {
 func (*QueueFull) ProtoMessage() {}
 
 func (x *QueueFull) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouterv1_router_proto_msgTypes[15]
+	mi := &file_kvrouterv1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1375,7 @@ func (x *QueueFull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFull.ProtoReflect.Descriptor instead.
 func (*QueueFull) Descriptor() ([]byte, []int) {
-	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{15}
+	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueFull) GetQueueDepth() uint32 {
@@ -1306,7 +1405,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_kvrouterv1_router_proto_msgTypes[16]
+	mi := &file_kvrouterv1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1417,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouterv1_router_proto_msgTypes[16]
+	mi := &file_kvrouterv1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1430,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{16}
+	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Error) GetCode() int32 {
@@ -1371,7 +1470,7 @@ type LifecycleRequest struct {
 
 func (x *LifecycleRequest) Reset() {
 	*x = LifecycleRequest{}
-	mi := &file_kvrouterv1_router_proto_msgTypes[17]
+	mi := &file_kvrouterv1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1482,7 @@ func (x *LifecycleRequest) String() string {
 func (*LifecycleRequest) ProtoMessage() {}
 
 func (x *LifecycleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouterv1_router_proto_msgTypes[17]
+	mi := &file_kvrouterv1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1495,7 @@ func (x *LifecycleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleRequest.ProtoReflect.Descriptor instead.
 func (*LifecycleRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{17}
+	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LifecycleRequest) GetId() uint64 {
@@ -1477,7 +1576,7 @@ type LifecycleResponse struct {
 
 func (x *LifecycleResponse) Reset() {
 	*x = LifecycleResponse{}
-	mi := &file_kvrouterv1_router_proto_msgTypes[18]
+	mi := &file_kvrouterv1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1588,7 @@ func (x *LifecycleResponse) String() string {
 func (*LifecycleResponse) ProtoMessage() {}
 
 func (x *LifecycleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouterv1_router_proto_msgTypes[18]
+	mi := &file_kvrouterv1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1601,7 @@ func (x *LifecycleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleResponse.ProtoReflect.Descriptor instead.
 func (*LifecycleResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{18}
+	return file_kvrouterv1_router_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LifecycleResponse) GetId() uint64 {
@@ -1658,7 +1757,7 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x16PotentialLoadsResponse\x12*\n" +
 	"\x05loads\x18\x01 \x03(\v2\x14.kvrouter.v1.LoadRowR\x05loads\"3\n" +
 	"\x0eWorkersRequest\x12!\n" +
-	"\findex_digest\x18\x01 \x01(\bR\vindexDigest\"\xa6\x02\n" +
+	"\findex_digest\x18\x01 \x01(\bR\vindexDigest\"\xe0\x02\n" +
 	"\n" +
 	"RankStatus\x12\x17\n" +
 	"\adp_rank\x18\x01 \x01(\rR\x06dpRank\x12\x14\n" +
@@ -1667,7 +1766,15 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x0factive_requests\x18\x04 \x01(\rR\x0eactiveRequests\x122\n" +
 	"\x15active_prefill_tokens\x18\x05 \x01(\x04R\x13activePrefillTokens\x120\n" +
 	"\x14active_decode_blocks\x18\x06 \x01(\x01R\x12activeDecodeBlocks\x123\n" +
-	"\x16prefill_tokens_per_sec\x18\a \x01(\x01R\x13prefillTokensPerSec\"\xf3\x03\n" +
+	"\x16prefill_tokens_per_sec\x18\a \x01(\x01R\x13prefillTokensPerSec\x128\n" +
+	"\vindex_trust\x18\b \x01(\v2\x17.kvrouter.v1.IndexTrustR\n" +
+	"indexTrust\"z\n" +
+	"\n" +
+	"IndexTrust\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12&\n" +
+	"\x0fsince_unix_nano\x18\x04 \x01(\x03R\rsinceUnixNano\"\xf3\x03\n" +
 	"\fWorkerStatus\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1d\n" +
@@ -1684,7 +1791,7 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\tunhealthy\x18\v \x01(\bR\tunhealthy\x12\x1d\n" +
 	"\n" +
 	"busy_ranks\x18\f \x03(\rR\tbusyRanks\x12-\n" +
-	"\x05ranks\x18\r \x03(\v2\x17.kvrouter.v1.RankStatusR\x05ranks\"\xaa\x04\n" +
+	"\x05ranks\x18\r \x03(\v2\x17.kvrouter.v1.RankStatusR\x05ranks\"\xe5\x05\n" +
 	"\x0fWorkersResponse\x123\n" +
 	"\aworkers\x18\x01 \x03(\v2\x19.kvrouter.v1.WorkerStatusR\aworkers\x12\x1f\n" +
 	"\vqueue_depth\x18\x02 \x01(\rR\n" +
@@ -1693,11 +1800,15 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x0eindex_counters\x18\x04 \x03(\v2/.kvrouter.v1.WorkersResponse.IndexCountersEntryR\rindexCounters\x12!\n" +
 	"\findex_digest\x18\x05 \x01(\x04R\vindexDigest\x12'\n" +
 	"\x0fregistry_digest\x18\x06 \x01(\x04R\x0eregistryDigest\x12h\n" +
-	"\x14unregistered_indexed\x18\a \x03(\v25.kvrouter.v1.WorkersResponse.UnregisteredIndexedEntryR\x13unregisteredIndexed\x1a@\n" +
+	"\x14unregistered_indexed\x18\a \x03(\v25.kvrouter.v1.WorkersResponse.UnregisteredIndexedEntryR\x13unregisteredIndexed\x12o\n" +
+	"\x17index_trust_transitions\x18\b \x03(\v27.kvrouter.v1.WorkersResponse.IndexTrustTransitionsEntryR\x15indexTrustTransitions\x1a@\n" +
 	"\x12IndexCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aF\n" +
 	"\x18UnregisteredIndexedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aH\n" +
+	"\x1aIndexTrustTransitionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"M\n" +
 	"\tQueueFull\x12\x1f\n" +
@@ -1743,7 +1854,7 @@ func file_kvrouterv1_router_proto_rawDescGZIP() []byte {
 	return file_kvrouterv1_router_proto_rawDescData
 }
 
-var file_kvrouterv1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_kvrouterv1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_kvrouterv1_router_proto_goTypes = []any{
 	(*WorkerRef)(nil),              // 0: kvrouter.v1.WorkerRef
 	(*ConfigOverride)(nil),         // 1: kvrouter.v1.ConfigOverride
@@ -1758,14 +1869,16 @@ var file_kvrouterv1_router_proto_goTypes = []any{
 	(*PotentialLoadsResponse)(nil), // 10: kvrouter.v1.PotentialLoadsResponse
 	(*WorkersRequest)(nil),         // 11: kvrouter.v1.WorkersRequest
 	(*RankStatus)(nil),             // 12: kvrouter.v1.RankStatus
-	(*WorkerStatus)(nil),           // 13: kvrouter.v1.WorkerStatus
-	(*WorkersResponse)(nil),        // 14: kvrouter.v1.WorkersResponse
-	(*QueueFull)(nil),              // 15: kvrouter.v1.QueueFull
-	(*Error)(nil),                  // 16: kvrouter.v1.Error
-	(*LifecycleRequest)(nil),       // 17: kvrouter.v1.LifecycleRequest
-	(*LifecycleResponse)(nil),      // 18: kvrouter.v1.LifecycleResponse
-	nil,                            // 19: kvrouter.v1.WorkersResponse.IndexCountersEntry
-	nil,                            // 20: kvrouter.v1.WorkersResponse.UnregisteredIndexedEntry
+	(*IndexTrust)(nil),             // 13: kvrouter.v1.IndexTrust
+	(*WorkerStatus)(nil),           // 14: kvrouter.v1.WorkerStatus
+	(*WorkersResponse)(nil),        // 15: kvrouter.v1.WorkersResponse
+	(*QueueFull)(nil),              // 16: kvrouter.v1.QueueFull
+	(*Error)(nil),                  // 17: kvrouter.v1.Error
+	(*LifecycleRequest)(nil),       // 18: kvrouter.v1.LifecycleRequest
+	(*LifecycleResponse)(nil),      // 19: kvrouter.v1.LifecycleResponse
+	nil,                            // 20: kvrouter.v1.WorkersResponse.IndexCountersEntry
+	nil,                            // 21: kvrouter.v1.WorkersResponse.UnregisteredIndexedEntry
+	nil,                            // 22: kvrouter.v1.WorkersResponse.IndexTrustTransitionsEntry
 }
 var file_kvrouterv1_router_proto_depIdxs = []int32{
 	0,  // 0: kvrouter.v1.RouteRequest.pinned_worker:type_name -> kvrouter.v1.WorkerRef
@@ -1773,36 +1886,38 @@ var file_kvrouterv1_router_proto_depIdxs = []int32{
 	0,  // 2: kvrouter.v1.RouteResponse.prefill_worker:type_name -> kvrouter.v1.WorkerRef
 	7,  // 3: kvrouter.v1.OverlapScoresResponse.scores:type_name -> kvrouter.v1.OverlapRow
 	9,  // 4: kvrouter.v1.PotentialLoadsResponse.loads:type_name -> kvrouter.v1.LoadRow
-	12, // 5: kvrouter.v1.WorkerStatus.ranks:type_name -> kvrouter.v1.RankStatus
-	13, // 6: kvrouter.v1.WorkersResponse.workers:type_name -> kvrouter.v1.WorkerStatus
-	19, // 7: kvrouter.v1.WorkersResponse.index_counters:type_name -> kvrouter.v1.WorkersResponse.IndexCountersEntry
-	20, // 8: kvrouter.v1.WorkersResponse.unregistered_indexed:type_name -> kvrouter.v1.WorkersResponse.UnregisteredIndexedEntry
-	15, // 9: kvrouter.v1.Error.queue_full:type_name -> kvrouter.v1.QueueFull
-	2,  // 10: kvrouter.v1.LifecycleRequest.route:type_name -> kvrouter.v1.RouteRequest
-	4,  // 11: kvrouter.v1.LifecycleRequest.prefill_done:type_name -> kvrouter.v1.RequestRef
-	4,  // 12: kvrouter.v1.LifecycleRequest.free:type_name -> kvrouter.v1.RequestRef
-	3,  // 13: kvrouter.v1.LifecycleResponse.route:type_name -> kvrouter.v1.RouteResponse
-	5,  // 14: kvrouter.v1.LifecycleResponse.ack:type_name -> kvrouter.v1.Ack
-	16, // 15: kvrouter.v1.LifecycleResponse.error:type_name -> kvrouter.v1.Error
-	2,  // 16: kvrouter.v1.Router.Route:input_type -> kvrouter.v1.RouteRequest
-	4,  // 17: kvrouter.v1.Router.PrefillDone:input_type -> kvrouter.v1.RequestRef
-	4,  // 18: kvrouter.v1.Router.Free:input_type -> kvrouter.v1.RequestRef
-	6,  // 19: kvrouter.v1.Router.OverlapScores:input_type -> kvrouter.v1.TokensRequest
-	6,  // 20: kvrouter.v1.Router.PotentialLoads:input_type -> kvrouter.v1.TokensRequest
-	11, // 21: kvrouter.v1.Router.Workers:input_type -> kvrouter.v1.WorkersRequest
-	17, // 22: kvrouter.v1.Router.Lifecycle:input_type -> kvrouter.v1.LifecycleRequest
-	3,  // 23: kvrouter.v1.Router.Route:output_type -> kvrouter.v1.RouteResponse
-	5,  // 24: kvrouter.v1.Router.PrefillDone:output_type -> kvrouter.v1.Ack
-	5,  // 25: kvrouter.v1.Router.Free:output_type -> kvrouter.v1.Ack
-	8,  // 26: kvrouter.v1.Router.OverlapScores:output_type -> kvrouter.v1.OverlapScoresResponse
-	10, // 27: kvrouter.v1.Router.PotentialLoads:output_type -> kvrouter.v1.PotentialLoadsResponse
-	14, // 28: kvrouter.v1.Router.Workers:output_type -> kvrouter.v1.WorkersResponse
-	18, // 29: kvrouter.v1.Router.Lifecycle:output_type -> kvrouter.v1.LifecycleResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 5: kvrouter.v1.RankStatus.index_trust:type_name -> kvrouter.v1.IndexTrust
+	12, // 6: kvrouter.v1.WorkerStatus.ranks:type_name -> kvrouter.v1.RankStatus
+	14, // 7: kvrouter.v1.WorkersResponse.workers:type_name -> kvrouter.v1.WorkerStatus
+	20, // 8: kvrouter.v1.WorkersResponse.index_counters:type_name -> kvrouter.v1.WorkersResponse.IndexCountersEntry
+	21, // 9: kvrouter.v1.WorkersResponse.unregistered_indexed:type_name -> kvrouter.v1.WorkersResponse.UnregisteredIndexedEntry
+	22, // 10: kvrouter.v1.WorkersResponse.index_trust_transitions:type_name -> kvrouter.v1.WorkersResponse.IndexTrustTransitionsEntry
+	16, // 11: kvrouter.v1.Error.queue_full:type_name -> kvrouter.v1.QueueFull
+	2,  // 12: kvrouter.v1.LifecycleRequest.route:type_name -> kvrouter.v1.RouteRequest
+	4,  // 13: kvrouter.v1.LifecycleRequest.prefill_done:type_name -> kvrouter.v1.RequestRef
+	4,  // 14: kvrouter.v1.LifecycleRequest.free:type_name -> kvrouter.v1.RequestRef
+	3,  // 15: kvrouter.v1.LifecycleResponse.route:type_name -> kvrouter.v1.RouteResponse
+	5,  // 16: kvrouter.v1.LifecycleResponse.ack:type_name -> kvrouter.v1.Ack
+	17, // 17: kvrouter.v1.LifecycleResponse.error:type_name -> kvrouter.v1.Error
+	2,  // 18: kvrouter.v1.Router.Route:input_type -> kvrouter.v1.RouteRequest
+	4,  // 19: kvrouter.v1.Router.PrefillDone:input_type -> kvrouter.v1.RequestRef
+	4,  // 20: kvrouter.v1.Router.Free:input_type -> kvrouter.v1.RequestRef
+	6,  // 21: kvrouter.v1.Router.OverlapScores:input_type -> kvrouter.v1.TokensRequest
+	6,  // 22: kvrouter.v1.Router.PotentialLoads:input_type -> kvrouter.v1.TokensRequest
+	11, // 23: kvrouter.v1.Router.Workers:input_type -> kvrouter.v1.WorkersRequest
+	18, // 24: kvrouter.v1.Router.Lifecycle:input_type -> kvrouter.v1.LifecycleRequest
+	3,  // 25: kvrouter.v1.Router.Route:output_type -> kvrouter.v1.RouteResponse
+	5,  // 26: kvrouter.v1.Router.PrefillDone:output_type -> kvrouter.v1.Ack
+	5,  // 27: kvrouter.v1.Router.Free:output_type -> kvrouter.v1.Ack
+	8,  // 28: kvrouter.v1.Router.OverlapScores:output_type -> kvrouter.v1.OverlapScoresResponse
+	10, // 29: kvrouter.v1.Router.PotentialLoads:output_type -> kvrouter.v1.PotentialLoadsResponse
+	15, // 30: kvrouter.v1.Router.Workers:output_type -> kvrouter.v1.WorkersResponse
+	19, // 31: kvrouter.v1.Router.Lifecycle:output_type -> kvrouter.v1.LifecycleResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_kvrouterv1_router_proto_init() }
@@ -1812,12 +1927,12 @@ func file_kvrouterv1_router_proto_init() {
 	}
 	file_kvrouterv1_router_proto_msgTypes[1].OneofWrappers = []any{}
 	file_kvrouterv1_router_proto_msgTypes[2].OneofWrappers = []any{}
-	file_kvrouterv1_router_proto_msgTypes[17].OneofWrappers = []any{
+	file_kvrouterv1_router_proto_msgTypes[18].OneofWrappers = []any{
 		(*LifecycleRequest_Route)(nil),
 		(*LifecycleRequest_PrefillDone)(nil),
 		(*LifecycleRequest_Free)(nil),
 	}
-	file_kvrouterv1_router_proto_msgTypes[18].OneofWrappers = []any{
+	file_kvrouterv1_router_proto_msgTypes[19].OneofWrappers = []any{
 		(*LifecycleResponse_Route)(nil),
 		(*LifecycleResponse_Ack)(nil),
 		(*LifecycleResponse_Error)(nil),
@@ -1828,7 +1943,7 @@ func file_kvrouterv1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouterv1_router_proto_rawDesc), len(file_kvrouterv1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
