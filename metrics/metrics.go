@@ -39,6 +39,10 @@ type Router struct {
 	ProxyRequests   *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
 	PromptsRefused  *prometheus.CounterVec
+	// EPPRequests and EPPAnswers count the gateway endpoint picker's
+	// requests by outcome and its answers by how they ended (eppapi).
+	EPPRequests *prometheus.CounterVec
+	EPPAnswers  *prometheus.CounterVec
 	// Parity is the live cache-parity set (metrics/parity.go).
 	Parity *Parity
 }
@@ -131,12 +135,21 @@ func New() *Router {
 			Name: "kvrouter_prompts_refused_total",
 			Help: "Text and chat prompts refused with a 4xx before routing, by reason (length: over max-prompt-tokens by the text's length, before any tokenization; tokens: tokenization stopped once the count passed max-prompt-tokens; unknown_model; messages: messages the engine's preprocessing refuses; template: the chat template failed; no_chat_template; no_tokenizer; input: another client error).",
 		}, []string{"reason"}),
+		EPPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_epp_requests_total",
+			Help: "Requests the gateway asked the endpoint picker (--epp-addr) about, by outcome: routed (an endpoint was named), header_only (no body: any endpoint was named), or the HTTP status of the immediate response that refused it (400 malformed body, 404 unknown model or path, 413 body over max-body-bytes, 429 queue full, 503 no eligible endpoint, 500 unsupported body mode, ...).",
+		}, []string{"outcome"}),
+		EPPAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_epp_answers_total",
+			Help: "Routed requests the endpoint picker freed, by how the answer ended: complete (end of stream or trailers), worker_error (a status other than 200), cut (the gateway closed the stream or it broke before the end), rerouted (the gateway served a fallback endpoint: the request was recorded there instead).",
+		}, []string{"end"}),
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions,
 		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused,
+		m.EPPRequests, m.EPPAnswers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)
