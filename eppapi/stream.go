@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	procmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
@@ -44,6 +45,9 @@ type stream struct {
 	rank    uint32
 	inf     *httpapi.Inference
 	workers map[uint64]string
+	// meta is the request's metadata context as the gateway last sent
+	// it (Envoy may attach it to any message).
+	meta *corev3.Metadata
 }
 
 // Process serves one request's ext_proc stream.
@@ -65,6 +69,9 @@ func (s *Server) Process(srv extproc.ExternalProcessor_ProcessServer) error {
 		if first {
 			first = false
 			st.modes = modesOf(req.GetProtocolConfig())
+		}
+		if md := req.GetMetadataContext(); md != nil && !st.decided {
+			st.meta = md
 		}
 		out, done := st.handle(req)
 		if req.GetObservabilityMode() {
@@ -193,8 +200,8 @@ func (st *stream) refuseWith(f *httpapi.Failure, reason string) ([]*extproc.Proc
 }
 
 // allowed is the gateway's subset as worker ids (nil: no subset).
-func (st *stream) allowed(req *extproc.ProcessingRequest) ([]uint64, *httpapi.Failure) {
-	addrs, ok, err := subset(req.GetMetadataContext())
+func (st *stream) allowed() ([]uint64, *httpapi.Failure) {
+	addrs, ok, err := subset(st.meta)
 	if err != nil {
 		return nil, &httpapi.Failure{Status: http.StatusBadRequest, Body: map[string]string{"error": err.Error()}}
 	}
@@ -234,7 +241,7 @@ func (st *stream) pick(req *extproc.ProcessingRequest, eos bool) ([]*extproc.Pro
 	if f := st.book(); f != nil {
 		return st.refuseWith(f, "no_endpoint")
 	}
-	allowed, f := st.allowed(req)
+	allowed, f := st.allowed()
 	if f != nil {
 		return st.refuseWith(f, "subset")
 	}
@@ -307,7 +314,7 @@ func (st *stream) pickWithoutBody(req *extproc.ProcessingRequest) ([]*extproc.Pr
 	if f := st.book(); f != nil {
 		return st.refuseWith(f, "no_endpoint")
 	}
-	ids, f := st.allowed(req)
+	ids, f := st.allowed()
 	if f != nil {
 		return st.refuseWith(f, "subset")
 	}
