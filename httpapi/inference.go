@@ -305,25 +305,21 @@ func (s *Server) routerFailure(err error) *Failure {
 
 // WorkerAddrs maps every registered worker to the host:port of its URL
 // (the engine's listener, as a gateway names its endpoints), from the
-// proxy's registry copy (refreshed at most once a second).
+// proxy's registry copy (refreshed at most once a second). The map is
+// shared: callers must not change it.
 func (s *Server) WorkerAddrs(ctx context.Context) (map[uint64]string, error) {
 	s.urlsMu.Lock()
-	fresh := s.urls != nil && time.Since(s.urlsRefresh) < time.Second
+	addrs, fresh := s.addrs, s.addrs != nil && time.Since(s.urlsRefresh) < time.Second
 	s.urlsMu.Unlock()
-	if !fresh {
-		if err := s.refreshURLs(ctx); err != nil {
-			return nil, err
-		}
+	if fresh {
+		return addrs, nil
+	}
+	if err := s.refreshURLs(ctx); err != nil {
+		return nil, err
 	}
 	s.urlsMu.Lock()
 	defer s.urlsMu.Unlock()
-	out := make(map[uint64]string, len(s.urls))
-	for id, u := range s.urls {
-		if a, err := HostPort(u); err == nil {
-			out[id] = a
-		}
-	}
-	return out, nil
+	return s.addrs, nil
 }
 
 // HostPort is a worker URL's host:port (the scheme's port when the URL

@@ -515,11 +515,15 @@ func (s *Server) refreshURLs(ctx context.Context) error {
 		return fmt.Errorf("read worker registry: %w", err)
 	}
 	urls := make(map[uint64]string, len(reg.Workers))
+	addrs := make(map[uint64]string, len(reg.Workers))
 	for _, w := range reg.Workers {
 		urls[w.Worker.WorkerId] = w.Worker.Url
+		if a, err := HostPort(w.Worker.Url); err == nil {
+			addrs[w.Worker.WorkerId] = a
+		}
 	}
 	s.urlsMu.Lock()
-	s.urls, s.urlsRefresh = urls, time.Now()
+	s.urls, s.addrs, s.urlsRefresh = urls, addrs, time.Now()
 	s.urlsMu.Unlock()
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/internal/testutil"
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/replica"
 	"github.com/kvrouter/kvrouter/tokenizer"
@@ -698,4 +699,38 @@ func TestEPPToken(t *testing.T) {
 		t.Fatalf("with the token: %d %s", o.status, o.errBody)
 	}
 	f.idle(t, "after a request with the token")
+}
+
+// TestEPPDisaggregated: in a prefill/decode fleet the picker names the
+// decode endpoint and the prefill endpoint in x-prefiller-host-port (the
+// llm-d P/D sidecar's header); both hops are freed by the end of the
+// answer. (The gateway here sends the request to the decode engine
+// itself; with the sidecar in front of it, the sidecar runs the prefill
+// hop first.)
+func TestEPPDisaggregated(t *testing.T) {
+	rep := StartReplica(t, func(c *config.Config) {
+		c.EPPAddr = "127.0.0.1:0"
+		c.MaxLocalPrefillLength = 64
+	})
+	f := &eppFleet{rep: rep, base: BaseURL(rep), addrs: map[uint64]string{}}
+	for id, r := range map[uint64]kv.Role{1: kv.RolePrefill, 2: kv.RolePrefill, 3: kv.RoleDecode, 4: kv.RoleDecode} {
+		u := StartMockWorker(t, rep, id, func(c *mockengine.ServerConfig) { c.Role = r })
+		f.addrs[id] = strings.TrimPrefix(u, "http://")
+	}
+	testutil.Eventually(t, 10*time.Second, "mock workers registered", func() bool { w, _ := f.active(t); return w == 4 })
+	gw := newEnvoy(t, rep)
+	o := gw.do(exchange{path: "/v1/completions", body: jsonBody(t, map[string]any{"prompt": tokens(1024, 9), "max_tokens": 8, "stream": true})})
+	if o.status != 0 || o.code != 200 {
+		t.Fatalf("disaggregated: %d %s, engine %d", o.status, o.errBody, o.code)
+	}
+	if d := f.workerAt(t, o.primary()); d != 3 && d != 4 {
+		t.Fatalf("decode endpoint is worker %d, want a decode worker", d)
+	}
+	if o.prefiller == "" {
+		t.Fatalf("no %s header for a 1024-token prompt over max-local-prefill-length 64", "x-prefiller-host-port")
+	}
+	if p := f.workerAt(t, o.prefiller); p != 1 && p != 2 {
+		t.Fatalf("prefill endpoint is worker %d, want a prefill worker", p)
+	}
+	f.idle(t, "after a disaggregated request")
 }
