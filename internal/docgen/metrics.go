@@ -101,6 +101,8 @@ func touch(m *metrics.Router) {
 	m.ProxyRequests.WithLabelValues("x").Inc()
 	m.ProxyTTFT.Observe(1)
 	m.PromptsRefused.WithLabelValues("x").Inc()
+	m.EPPRequests.WithLabelValues("x").Inc()
+	m.EPPAnswers.WithLabelValues("x").Inc()
 	p := m.Parity
 	p.Compared.WithLabelValues("x").Inc()
 	p.TokenMismatch.WithLabelValues("x").Inc()
