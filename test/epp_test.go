@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvrouter/kvrouter/bench"
+	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/internal/testutil"
 	"github.com/kvrouter/kvrouter/kv"
@@ -52,7 +54,13 @@ type envoy struct {
 
 func newEnvoy(t testing.TB, rep *replica.Replica) *envoy {
 	t.Helper()
-	conn, err := grpc.NewClient(rep.EPPAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return newEnvoyAt(t, rep.EPPAddr())
+}
+
+// newEnvoyAt is a gateway talking to the picker at addr.
+func newEnvoyAt(t testing.TB, addr string) *envoy {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -733,4 +741,101 @@ func TestEPPDisaggregated(t *testing.T) {
 		t.Fatalf("prefill endpoint is worker %d, want a prefill worker", p)
 	}
 	f.idle(t, "after a disaggregated request")
+}
+
+// TestEPPKill9ThreeReplicas: three replica processes serve the picker
+// (one Service in a cluster); a request routed through one of them is in
+// flight when it is kill -9ed. The gateway's requests through the other
+// two keep succeeding, and both drop the dead replica's load within
+// memberlist's failure-detection bound. (A real gateway's connections to
+// the Service move to the live replicas; here the harness talks to the
+// survivors' pickers, and the victim's stream simply breaks.)
+func TestEPPKill9ThreeReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3 replica processes and 4 engines")
+	}
+	c := startProcessClusterWith(t, bench.ProcessClusterOptions{Replicas: 3, EPP: true,
+		Args: []string{"--heartbeat-timeout", "1m", "--log-level", "warn"}})
+	for id := uint64(1); id <= 4; id++ {
+		StartMockWorkerOn(t, c.NATSURL, id, nil)
+	}
+	for _, r := range c.Replicas {
+		base := r.BaseURL
+		testutil.EventuallyNil(t, 10*time.Second, func() error {
+			if n := len(workers(t, base).Workers); n != 4 {
+				return fmt.Errorf("%s: %d workers", base, n)
+			}
+			return nil
+		})
+	}
+	victim := c.Replicas[1]
+	survivors := []*bench.ReplicaProcess{c.Replicas[0], c.Replicas[2]}
+
+	// A request picked by the victim and held before the engine (in
+	// prefill): its peers count it.
+	conn, err := grpc.NewClient(victim.EPPAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := extproc.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{
+		Headers: headerMap(map[string]string{":method": "POST", ":path": "/v1/completions"})}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{
+		Body: jsonBody(t, map[string]any{"prompt": tokens(256, 99), "max_tokens": 100}), EndOfStream: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := st.Recv(); err != nil || r.GetRequestHeaders() == nil {
+		t.Fatalf("the victim's pick: %v %v", r, err)
+	}
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		for _, s := range survivors {
+			if n := totalActive(t, s.BaseURL); n < 1 {
+				return fmt.Errorf("%s does not see the victim's request", s.BaseURL)
+			}
+		}
+		return nil
+	})
+
+	gws := []*envoy{newEnvoyAt(t, survivors[0].EPPAddr), newEnvoyAt(t, survivors[1].EPPAddr)}
+	bound := cluster.LocalTestConfig().FailureDetectionBound(3)
+	var killed time.Time
+	requests := 0
+	for i := 0; ; i++ {
+		if i == 10 {
+			killed = time.Now()
+			if err := victim.Kill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := gws[i%2].do(exchange{path: "/v1/completions",
+			body: jsonBody(t, map[string]any{"prompt": append(tokens(512, uint32(i%5)), tokens(32, uint32(1000+i))...), "max_tokens": 4})})
+		if o.status != 0 || o.code != 200 {
+			t.Fatalf("request %d through a survivor: immediate %d %s, engine %d", i, o.status, o.errBody, o.code)
+		}
+		requests++
+		if !killed.IsZero() && (time.Since(killed) > bound+2*time.Second || (originsDropped(t, survivors[0].BaseURL) >= 1 && originsDropped(t, survivors[1].BaseURL) >= 1)) {
+			break
+		}
+	}
+	testutil.EventuallyNil(t, bound+2*time.Second-min(time.Since(killed), bound), func() error {
+		for _, s := range survivors {
+			if n := originsDropped(t, s.BaseURL); n < 1 {
+				return fmt.Errorf("%s has not dropped the dead replica's requests", s.BaseURL)
+			}
+			if n := totalActive(t, s.BaseURL); n != 0 {
+				return fmt.Errorf("%s still counts %d active requests", s.BaseURL, n)
+			}
+		}
+		return nil
+	})
+	t.Logf("%d requests through the two surviving pickers, 0 failed; the victim's load dropped by both %v after kill -9 (bound %v)",
+		requests, time.Since(killed).Round(time.Millisecond), bound)
 }
