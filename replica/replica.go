@@ -61,12 +61,12 @@ type Replica struct {
 	adminHTTP *http.Server
 	adminLn   net.Listener
 	// The gRPC API (--grpc-addr; grpc.go).
-	grpc        *grpcapi.Server
-	grpcLn      net.Listener
+	grpc   *grpcapi.Server
+	grpcLn net.Listener
 	// The gateway endpoint picker (--epp-addr; epp.go).
-	epp   *eppapi.Server
-	eppLn net.Listener
-	api   *httpapi.Server
+	epp         *eppapi.Server
+	eppLn       net.Listener
+	api         *httpapi.Server
 	adminTokens *httpapi.Tokens
 	apiTokens   *httpapi.Tokens
 	policy      *netpolicy.Policy
