@@ -29,6 +29,9 @@ type ProcessClusterOptions struct {
 	// NoGossip starts independent replicas (no memberlist, no shared
 	// load view): a baseline that isolates what gossip costs.
 	NoGossip bool
+	// EPP starts each replica's gateway endpoint picker on a loopback
+	// port of its own (ReplicaProcess.EPPAddr).
+	EPP bool
 }
 
 // ProcessCluster is a running set of replica processes.
@@ -129,6 +132,15 @@ func (c *ProcessCluster) start() (*ReplicaProcess, error) {
 			args = append(args, "--cluster-join", c.seed)
 		}
 	}
+	eppAddr := ""
+	if c.opts.EPP {
+		eppPort, err := FreeLoopbackPort()
+		if err != nil {
+			return nil, err
+		}
+		eppAddr = fmt.Sprintf("127.0.0.1:%d", eppPort)
+		args = append(args, "--epp-addr", eppAddr)
+	}
 	args = append(args, c.opts.Args...)
 	r, err := StartReplicaProcess(name, ProcessOptions{
 		Command: c.opts.Command, Args: args, HTTPAddr: httpAddr, Env: c.opts.Env,
@@ -137,6 +149,7 @@ func (c *ProcessCluster) start() (*ReplicaProcess, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.EPPAddr = eppAddr
 	c.Replicas = append(c.Replicas, r)
 	return r, nil
 }

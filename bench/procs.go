@@ -39,6 +39,8 @@ var groupSeq atomic.Uint64
 type ReplicaProcess struct {
 	Name    string
 	BaseURL string
+	// EPPAddr is the endpoint picker's address ("" without one).
+	EPPAddr string
 	cmd     *exec.Cmd
 	group   *CPUGroup
 	logFile *os.File

@@ -76,6 +76,14 @@ type Config struct {
 	GRPCMaxStreams     int    `flag:"grpc-max-streams" group:"limits" help:"most calls in flight on one gRPC connection (HTTP/2 concurrent streams)"`
 	GRPCStreamInFlight int    `flag:"grpc-stream-inflight" group:"limits" help:"most calls in flight on one Lifecycle stream; past it the router stops reading the stream until one finishes"`
 
+	// ---- Gateway endpoint picker (eppapi; config/gateway.go) ----
+	EPPAddr              string `flag:"epp-addr" group:"gateway" help:"listen address of the Gateway API Inference Extension endpoint picker (Envoy ext_proc, envoy.service.ext_proc.v3.ExternalProcessor, and grpc.health.v1 with the liveness and readiness services); empty = off. The gateway is its only client: same client token as the gRPC API (--api-token-file, sent by the gateway as authorization: Bearer initial metadata), body limit --max-body-bytes (docs/gateway.md)"`
+	EPPMaxConns          int    `flag:"epp-max-conns" group:"gateway" help:"most gateway connections open at once on the endpoint picker's listener; more wait in the kernel's accept queue (0 = no cap)"`
+	EPPFallbackEndpoints int    `flag:"epp-fallback-endpoints" group:"gateway" help:"endpoints named after the chosen one in x-gateway-destination-endpoint, for the gateway's retries (other workers of the request's subset, in worker-id order); the request is recorded on the endpoint the gateway reports it served (0 = the chosen endpoint only)"`
+	EPPTLSCert           string `flag:"epp-tls-cert" group:"gateway" help:"PEM certificate the endpoint picker's port serves TLS with (with --epp-tls-key); empty = plaintext gRPC"`
+	EPPTLSKey            string `flag:"epp-tls-key" group:"gateway" help:"PEM private key of --epp-tls-cert"`
+	EPPTLSClientCA       string `flag:"epp-tls-client-ca" group:"gateway" help:"PEM CA bundle the gateway's client certificate must chain to: mutual TLS on the endpoint picker's port (needs --epp-tls-cert)"`
+
 	// ---- NATS ----
 	NATSURL                 string        `flag:"nats-url" group:"essentials" help:"external NATS URL; empty starts an embedded NATS server"`
 	NATSListen              string        `flag:"nats-listen" group:"events" help:"embedded NATS listen address (host:port; port 0 = random); beyond loopback it requires authentication (--nats-user, --nats-nkey or --nats-server-config) unless --nats-insecure"`
@@ -273,6 +281,8 @@ func Default() Config {
 		GRPCMaxConns:          1024,
 		GRPCMaxStreams:        1024,
 		GRPCStreamInFlight:    1024,
+		EPPMaxConns:           64,
+		EPPFallbackEndpoints:  2,
 
 		NATSListen:       "127.0.0.1:4222",
 		KVEventsSubject:  "kvrouter.kv_events",
@@ -377,6 +387,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateLogging()...)
 	errs = append(errs, c.validateHTTP()...)
+	errs = append(errs, c.validateGateway()...)
 	errs = append(errs, c.validateModels()...)
 	if c.Parity {
 		if err := c.ParityConfig().Validate(); err != nil {

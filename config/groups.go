@@ -20,6 +20,7 @@ var Groups = []Group{
 	{"essentials", "Essentials", "What most deployments set: listeners, data directory, logging, the model, where workers and their KV events come from."},
 	{"cluster", "Cluster", "Running several replicas that share load state by gossip (memberlist)."},
 	{"security", "Security", "Tokens, allowed worker addresses, NATS authentication and TLS, gossip encryption (docs/security.md)."},
+	{"gateway", "Gateway endpoint picker", "Serving as a Gateway API Inference Extension endpoint picker for an Envoy-based gateway (docs/gateway.md)."},
 	{"routing", "Routing", "The cost a decision minimises and what counts as load (Dynamo's knob names and defaults)."},
 	{"sessions", "Sticky sessions", "Requests of one session go to the same worker while it lives."},
 	{"models", "Models and tokenization", "LoRA adapters, where prompts are tokenized and how chat requests are rendered."},

@@ -21,11 +21,21 @@ func open(fullMethod string) bool {
 // authorize checks the client token ("authorization: Bearer <token>")
 // when APITokens is set; an admin token is accepted too.
 func (s *Server) authorize(ctx context.Context, fullMethod string) error {
-	if s.opts.APITokens == nil || open(fullMethod) {
+	if open(fullMethod) {
+		return nil
+	}
+	return CheckToken(ctx, s.opts.APITokens, s.opts.AdminTokens)
+}
+
+// CheckToken is the client-token rule of a gRPC call ("authorization:
+// Bearer <token>" metadata, one of api's or admin's; api nil: no token
+// needed), shared by the routing API and the gateway endpoint picker.
+func CheckToken(ctx context.Context, api, admin TokenSet) error {
+	if api == nil {
 		return nil
 	}
 	tok, presented := bearer(ctx)
-	if presented && (s.opts.APITokens.Valid(tok) || (s.opts.AdminTokens != nil && s.opts.AdminTokens.Valid(tok))) {
+	if presented && (api.Valid(tok) || (admin != nil && admin.Valid(tok))) {
 		return nil
 	}
 	if presented {

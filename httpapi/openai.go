@@ -174,10 +174,17 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 	return ids, m, nil
 }
 
-// writeInputError answers a tokenization failure: 404 for an unknown
-// model (with the served names), 400 for what the client must fix,
-// 502/503 for an engine that could not tokenize.
+// writeInputError answers a tokenization failure (inputFailure).
 func (s *Server) writeInputError(w http.ResponseWriter, err error) {
+	f := s.inputFailure(err)
+	writeJSON(w, f.Status, f.Body)
+}
+
+// inputFailure is the answer to a tokenization failure: 404 for an
+// unknown model (with the served names), 400 for what the client must
+// fix, 502/503 for an engine that could not tokenize. Refusals of the
+// client's input are counted and logged here.
+func (s *Server) inputFailure(err error) *Failure {
 	var unknown *unknownModelError
 	var msgs *tokenizer.MessagesError
 	var tpl *tokenizer.TemplateError
@@ -190,20 +197,20 @@ func (s *Server) writeInputError(w http.ResponseWriter, err error) {
 			code = http.StatusBadRequest
 		}
 		s.inputRefused("unknown_model", err)
-		writeJSON(w, code, map[string]any{"error": err.Error(), "models": unknown.served})
+		return &Failure{Status: code, Body: map[string]any{"error": err.Error(), "models": unknown.served}, msg: err.Error()}
 	case errors.As(err, &msgs), errors.As(err, &tpl), errors.As(err, &in),
 		errors.Is(err, tokenizer.ErrNoChatTemplate), errors.Is(err, errNoTokenizer):
 		if in == nil || !in.counted {
 			s.inputRefused(inputRefusalReason(msgs, tpl, err), err)
 		}
-		writeError(w, http.StatusBadRequest, "%v", err)
+		return failure(http.StatusBadRequest, "%v", err)
 	case errors.As(err, &eng):
-		writeError(w, eng.status, "%v", err)
+		return failure(eng.status, "%v", err)
 	case errors.Is(err, context.Canceled):
-		writeError(w, 499, "client closed the request")
+		return failure(499, "client closed the request")
 	default:
 		s.log.Error("tokenization failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "%v", err)
+		return failure(http.StatusInternalServerError, "%v", err)
 	}
 }
 
@@ -332,40 +339,32 @@ func (s *Server) completionTokens(ctx context.Context, body []byte, fields map[s
 	return ids, lora, nil
 }
 
-// serveChat is POST /v1/chat/completions through the proxy.
-func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
-	body, fields, ok := s.readJSONObject(w, r)
-	if !ok {
-		return
-	}
+// prepareChat reads a /v1/chat/completions body (fields: its top-level
+// members) into the request to route.
+func (s *Server) prepareChat(ctx context.Context, header http.Header, body []byte, fields map[string]json.RawMessage) (*proxied, *Failure) {
 	var in textInput
 	if err := json.Unmarshal(body, &in); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
-		return
+		return nil, failure(http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
 	}
 	if !in.isChat() {
-		writeError(w, http.StatusBadRequest, "messages is required")
-		return
+		return nil, failure(http.StatusBadRequest, "messages is required")
 	}
-	tokens, m, err := s.tokenizeInput(r.Context(), &in)
+	tokens, m, err := s.tokenizeInput(ctx, &in)
 	if err != nil {
-		s.outcome("bad_input")
-		s.writeInputError(w, err)
-		return
+		f := s.inputFailure(err)
+		f.Outcome = "bad_input"
+		return nil, f
 	}
 	maxTokens, err := maxTokensOf(fields, "max_completion_tokens", "max_tokens")
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
+		return nil, failure(http.StatusBadRequest, "%v", err)
 	}
-	session, err := s.sessionFromFields(r, fields)
+	session, err := s.sessionFromFields(header, fields)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
+		return nil, failure(http.StatusBadRequest, "%v", err)
 	}
-	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/chat/completions", body: body, lora: m.lora, session: session,
-		model: m, source: s.paritySource(m), in: &in}
-	p.serve(w, r)
+	return &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: PathChat, body: body, lora: m.lora, session: session,
+		model: m, source: s.paritySource(m), in: &in}, nil
 }
 
 // maxTokensOf reads the first of the given fields that is present.

@@ -64,56 +64,55 @@ func (s *Server) refuseLoop(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	if s.refuseLoop(w, r) {
-		return
-	}
-	s.serveChat(w, r)
-}
-
-// readJSONObject reads a proxied request's body and its top-level fields
-// (answering 400/413 itself when it cannot).
-func (s *Server) readJSONObject(w http.ResponseWriter, r *http.Request) ([]byte, map[string]json.RawMessage, bool) {
-	body, ok := readBodyOrFail(w, r, s.opts.MaxBodyBytes, nil)
-	if !ok {
-		return nil, nil, false
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
-		return nil, nil, false
-	}
-	return body, fields, true
+	s.proxy(w, r, PathChat)
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	s.proxy(w, r, PathCompletions)
+}
+
+// proxy serves a completion or chat through the proxy.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string) {
 	if s.refuseLoop(w, r) {
 		return
 	}
-	body, fields, ok := s.readJSONObject(w, r)
+	body, ok := readBodyOrFail(w, r, s.opts.MaxBodyBytes, nil)
 	if !ok {
 		return
 	}
-	tokens, lora, err := s.completionTokens(r.Context(), body, fields)
-	if err != nil {
-		s.outcome("bad_input")
-		s.writeInputError(w, err)
+	p, f := s.prepare(r.Context(), path, r.Header, body)
+	if f != nil {
+		if f.Outcome != "" {
+			s.outcome(f.Outcome)
+		}
+		writeJSON(w, f.Status, f.Body)
 		return
+	}
+	p.serve(w, r)
+}
+
+// prepareCompletion reads a /v1/completions body (fields: its top-level
+// members) into the request to route.
+func (s *Server) prepareCompletion(ctx context.Context, header http.Header, body []byte, fields map[string]json.RawMessage) (*proxied, *Failure) {
+	tokens, lora, err := s.completionTokens(ctx, body, fields)
+	if err != nil {
+		f := s.inputFailure(err)
+		f.Outcome = "bad_input"
+		return nil, f
 	}
 	var maxTokens uint64
 	if raw, ok := fields["max_tokens"]; ok {
 		if err := json.Unmarshal(raw, &maxTokens); err != nil {
-			writeError(w, http.StatusBadRequest, "max_tokens must be a non-negative integer")
-			return
+			return nil, failure(http.StatusBadRequest, "max_tokens must be a non-negative integer")
 		}
 	}
-	session, err := s.sessionFromFields(r, fields)
+	session, err := s.sessionFromFields(header, fields)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
+		return nil, failure(http.StatusBadRequest, "%v", err)
 	}
-	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: "/v1/completions", body: body, lora: lora, session: session}
+	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: PathCompletions, body: body, lora: lora, session: session}
 	p.completionParity(body)
-	p.serve(w, r)
+	return p, nil
 }
 
 // proxied is one completion in flight through the proxy.
@@ -183,13 +182,6 @@ func (p *proxied) completionParity(body []byte) {
 
 func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
 	s := p.s
-	if _, ok := p.fields["kv_transfer_params"]; ok {
-		// A client's transfer parameters would point an engine's KV
-		// connector at any host it names; only the router sets them.
-		s.outcome("bad_input")
-		writeError(w, http.StatusBadRequest, "kv_transfer_params is set by the router in a disaggregated fleet, not by clients")
-		return
-	}
 	p.started = time.Now()
 	p.requestUsage()
 	var exclude []uint64
@@ -233,29 +225,17 @@ func (e *routeFailure) Error() string { return e.err.Error() }
 // failure the routed request is freed before returning.
 func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response, uint64, error) {
 	s := p.s
-	p.requestID = routeapi.NewRequestID()
-	req := &messages.RouteRequest{
-		RequestId: p.requestID, TokenIds: p.tokens, UpdateStates: true, ExpectedOutputTokens: p.maxTokens,
-		LoraName: p.lora, SessionId: p.session,
-	}
+	var allowed []uint64
 	if len(exclude) > 0 {
-		allowed, err := s.workersExcept(ctx, exclude)
-		if err != nil {
+		var err error
+		if allowed, err = s.workersExcept(ctx, exclude); err != nil {
 			return nil, 0, err // no other worker: the caller answers 502
 		}
-		req.AllowedWorkerIds = allowed
 	}
-	reply, err := s.opts.Router.Route(ctx, req)
+	reply, err := p.route(ctx, allowed, nil)
 	if err != nil {
 		return nil, 0, &routeFailure{err}
 	}
-	// The decode half of a disaggregated request gets its prompt's
-	// blocks from the prefill worker: its cached tokens are not what the
-	// decision predicted, so only its token count is compared.
-	p.worker, p.rank = reply.Worker.GetWorkerId(), reply.Worker.GetDpRank()
-	p.predicted = int(reply.OverlapBlocks) * s.opts.BlockSize
-	p.hasPrediction = reply.PrefillWorker == nil
-	p.trust = s.indexTrust(reply.Worker)
 	if reply.PrefillWorker != nil {
 		return p.disaggregated(ctx, reply)
 	}
@@ -266,6 +246,30 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 		return nil, workerID, err
 	}
 	return resp, workerID, nil
+}
+
+// route asks the scheduler for a recorded decision under a fresh
+// request id (allowed, pinned: as RouteRequest's) and keeps what the
+// answer's tracking needs.
+func (p *proxied) route(ctx context.Context, allowed []uint64, pinned *messages.WorkerRank) (*messages.RouteReply, error) {
+	s := p.s
+	p.requestID = routeapi.NewRequestID()
+	req := &messages.RouteRequest{
+		RequestId: p.requestID, TokenIds: p.tokens, UpdateStates: true, ExpectedOutputTokens: p.maxTokens,
+		LoraName: p.lora, SessionId: p.session, AllowedWorkerIds: allowed, PinnedWorker: pinned,
+	}
+	reply, err := s.opts.Router.Route(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// The decode half of a disaggregated request gets its prompt's
+	// blocks from the prefill worker: its cached tokens are not what the
+	// decision predicted, so only its token count is compared.
+	p.worker, p.rank = reply.Worker.GetWorkerId(), reply.Worker.GetDpRank()
+	p.predicted = int(reply.OverlapBlocks) * s.opts.BlockSize
+	p.hasPrediction = reply.PrefillWorker == nil
+	p.trust = s.indexTrust(reply.Worker)
+	return reply, nil
 }
 
 // send posts a body to a worker rank's endpoint.
@@ -295,14 +299,15 @@ func (p *proxied) send(ctx context.Context, workerID uint64, rank uint32, body [
 	return resp, nil
 }
 
-// relay streams the worker's response to the client, tracking the
-// request's lifecycle; the deferred free runs whatever happens. On the
-// way it reads the engine's usage (parity), and drops the usage chunk
-// the proxy asked for on the client's behalf.
+// relay streams the worker's response to the client through the
+// answer's lifecycle guard (answer): whatever happens, the request is
+// freed once. On the way it reads the engine's usage (parity), and drops
+// the usage chunk the proxy asked for on the client's behalf.
 func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Response) {
 	s := p.s
 	defer resp.Body.Close()
-	defer s.freeQuietly(p.requestID)
+	a := p.answer(strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"))
+	defer a.end("stream_cut") // a no-op once the answer ended
 	for _, h := range []string{"Content-Type", "Cache-Control"} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
@@ -316,15 +321,11 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			s.log.Debug("relaying a worker's error answer failed", "request", p.requestID, "status", resp.StatusCode, "err", err)
 		}
 		s.outcome("worker_error")
-		p.observeParity("worker_error")
+		a.end("worker_error")
 		return
 	}
-	u := usageReader{sse: strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"), keep: s.parity != nil}
 	flusher, _ := w.(http.Flusher)
 	reader := bufio.NewReaderSize(resp.Body, 32<<10)
-	first := true
-	var tokens uint64
-	renew := s.leaseRenewer(p.requestID)
 	// done: the stream's "data: [DONE]" has been relayed, so the client
 	// has the whole answer. A client that hangs up after it (OpenAI's
 	// SDKs stop reading there and close) or an engine connection that
@@ -334,29 +335,18 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 	for {
 		line, err := reader.ReadBytes('\n')
 		if len(line) > 0 {
-			renew.line()
-			if first {
-				first = false
-				s.markPrefill(p.requestID)
-				if s.opts.Metrics != nil {
-					s.opts.Metrics.ProxyTTFT.Observe(time.Since(p.started).Seconds())
-				}
+			if a.first && s.opts.Metrics != nil {
+				s.opts.Metrics.ProxyTTFT.Observe(time.Since(p.started).Seconds())
 			}
-			usageOnly, drop := u.line(p, line)
-			if !drop && !done {
+			if !a.line(line) && !done {
 				if _, werr := w.Write(line); werr != nil {
 					s.outcome("client_gone")
-					p.observeParity("stream_cut")
 					return
 				}
 			}
-			if !usageOnly && bytes.HasPrefix(line, []byte("data: {")) {
-				tokens++
-				p.maybeOutputBlock(tokens)
-			}
 			switch {
 			case done: // nothing after [DONE] is relayed
-			case u.sse && isDone(line):
+			case a.u.sse && isDone(line):
 				done = true
 				// Sent now with its blank line (the engine's is not
 				// relayed): a client waiting for [DONE] must not wait for
@@ -376,7 +366,7 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 					flusher.Flush()
 				}
 				s.outcome("ok")
-				p.observeParity(u.finish(p))
+				a.end("")
 				return
 			}
 			if r.Context().Err() != nil {
@@ -384,7 +374,6 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			} else {
 				s.outcome("worker_stream_error")
 			}
-			p.observeParity("stream_cut")
 			return
 		}
 	}
@@ -550,11 +539,15 @@ func (s *Server) refreshURLs(ctx context.Context) error {
 		return fmt.Errorf("read worker registry: %w", err)
 	}
 	urls := make(map[uint64]string, len(reg.Workers))
+	addrs := make(map[uint64]string, len(reg.Workers))
 	for _, w := range reg.Workers {
 		urls[w.Worker.WorkerId] = w.Worker.Url
+		if a, err := HostPort(w.Worker.Url); err == nil {
+			addrs[w.Worker.WorkerId] = a
+		}
 	}
 	s.urlsMu.Lock()
-	s.urls, s.urlsRefresh = urls, time.Now()
+	s.urls, s.addrs, s.urlsRefresh = urls, addrs, time.Now()
 	s.urlsMu.Unlock()
 	return nil
 }

@@ -118,7 +118,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	}
 	msg, err := body.toMessage()
 	if err == nil {
-		msg.SessionId, err = s.sessionID(r, sc.body)
+		msg.SessionId, err = s.sessionID(r.Header, sc.body)
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
@@ -158,15 +158,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 // writeRouterError answers a router error with routeapi's status and
 // message (the gRPC API sends the same message).
 func (s *Server) writeRouterError(w http.ResponseWriter, err error) {
-	f := routeapi.Classify(err)
-	if f.Unexpected {
-		s.log.Error("router call failed", "err", err)
-	}
-	body := errorBody{Error: f.Message, Reason: f.Reason}
-	if f.Queue != nil {
-		body.QueueDepth, body.QueueLimit = &f.Queue.Depth, &f.Queue.Limit
-	}
-	writeJSON(w, f.HTTPStatus, body)
+	f := s.routerFailure(err)
+	writeJSON(w, f.Status, f.Body)
 }
 
 type requestIDBody struct {

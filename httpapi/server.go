@@ -122,6 +122,7 @@ type Server struct {
 
 	urlsMu      sync.Mutex
 	urls        map[uint64]string // worker id → base URL, for the proxy
+	addrs       map[uint64]string // worker id → its URL's host:port, for the endpoint picker
 	urlsRefresh time.Time
 
 	parity *parityState // nil: parity off

@@ -28,9 +28,9 @@ type SessionEnded struct {
 // the client sent one, else the body's session field (top level; a JSON
 // string, null or absent). "" means no session. The table's own rules
 // (length, characters) are applied by the scheduler, which answers 400.
-func (s *Server) sessionID(r *http.Request, body []byte) (string, error) {
+func (s *Server) sessionID(header http.Header, body []byte) (string, error) {
 	if h := s.opts.SessionHeader; h != "" {
-		if vs := r.Header.Values(h); len(vs) > 0 {
+		if vs := header.Values(h); len(vs) > 0 {
 			if len(vs) > 1 {
 				return "", fmt.Errorf("header %s is sent %d times; send it once", h, len(vs))
 			}
@@ -67,8 +67,8 @@ func (s *Server) sessionID(r *http.Request, body []byte) (string, error) {
 }
 
 // sessionFromFields is sessionID for a body already split into fields.
-func (s *Server) sessionFromFields(r *http.Request, fields map[string]json.RawMessage) (string, error) {
-	if id, err := s.sessionID(r, nil); err != nil || id != "" {
+func (s *Server) sessionFromFields(header http.Header, fields map[string]json.RawMessage) (string, error) {
+	if id, err := s.sessionID(header, nil); err != nil || id != "" {
 		return id, err
 	}
 	field := s.opts.SessionBodyField

@@ -42,6 +42,10 @@ type Router struct {
 	ProxyTTFT       prometheus.Histogram
 	PromptsRefused  *prometheus.CounterVec
 	BodiesRefused   *prometheus.CounterVec
+	// EPPRequests and EPPAnswers count the gateway endpoint picker's
+	// requests by outcome and its answers by how they ended (eppapi).
+	EPPRequests *prometheus.CounterVec
+	EPPAnswers  *prometheus.CounterVec
 	// Parity is the live cache-parity set (metrics/parity.go).
 	Parity *Parity
 }
@@ -146,12 +150,21 @@ func New() *Router {
 			Name: "kvrouter_http_bodies_refused_total",
 			Help: "Request bodies of the router's own HTTP API (route, free, prefill_done, overlap_scores, potential_loads, workers) refused with a 4xx before they were acted on, by endpoint and reason: unknown_field (a key the endpoint does not read, often a typo or a field of another version), malformed (not JSON, a wrong type, data after the object), empty, too_large (over max-body-bytes), read (the body could not be read). A rising count means a client sends requests the router does not understand: the 400's error names the field.",
 		}, []string{"endpoint", "reason"}),
+		EPPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_epp_requests_total",
+			Help: "Requests the gateway asked the endpoint picker (--epp-addr) about, by outcome: routed (an endpoint was named), header_only (no body: any endpoint was named), or the HTTP status of the immediate response that refused it (400 malformed body, 404 unknown model or path, 413 body over max-body-bytes, 429 queue full, 503 no eligible endpoint, 500 unsupported body mode, ...).",
+		}, []string{"outcome"}),
+		EPPAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_epp_answers_total",
+			Help: "Routed requests the endpoint picker freed, by how the answer ended: complete (end of stream or trailers), worker_error (a status other than 200), cut (the gateway closed the stream or it broke before the end), rerouted (the gateway served a fallback endpoint: the request was recorded there instead).",
+		}, []string{"end"}),
 	}
 	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions, m.admission, m.expired,
 		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused, m.BodiesRefused,
+		m.EPPRequests, m.EPPAnswers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)

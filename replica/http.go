@@ -61,6 +61,14 @@ func (r *Replica) listen() error {
 		r.grpcLn = httpapi.LimitListener(gln, cfg.GRPCMaxConns)
 		own = append(own, gln.Addr())
 	}
+	if cfg.EPPAddr != "" {
+		eln, err := net.Listen("tcp", cfg.EPPAddr)
+		if err != nil {
+			return fmt.Errorf("listen on epp-addr %s: %w", cfg.EPPAddr, err)
+		}
+		r.eppLn = httpapi.LimitListener(eln, cfg.EPPMaxConns)
+		own = append(own, eln.Addr())
+	}
 	allow, err := netpolicy.Parse(cfg.WorkerURLAllow)
 	if err != nil {
 		return err
@@ -114,7 +122,7 @@ func (r *Replica) serveHTTP() error {
 		r.log.Info("serving models", "models", names, "tokenizer_mode", cfg.TokenizerMode)
 	}
 	var tracker *parity.Tracker
-	if cfg.Parity && cfg.Proxy {
+	if cfg.Parity && (cfg.Proxy || cfg.EPPAddr != "") {
 		// Every request whose predicted hit the engine's usage could
 		// check reaches index trust, which keeps its own parity window
 		// per rank (predicted hits the engine did not confirm).
@@ -137,6 +145,7 @@ func (r *Replica) serveHTTP() error {
 		SessionHeader: cfg.SessionHeader, SessionBodyField: cfg.SessionBodyField,
 		SubscribeKVEvents: r.subscribeKVEvents(),
 	})
+	r.api = api
 	r.http = r.httpServer(api.Handler())
 	go r.serve(r.http, r.ln, "HTTP")
 	if r.adminLn != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/config"
+	"github.com/kvrouter/kvrouter/eppapi"
 	"github.com/kvrouter/kvrouter/grpcapi"
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/internal/version"
@@ -60,8 +61,12 @@ type Replica struct {
 	adminHTTP *http.Server
 	adminLn   net.Listener
 	// The gRPC API (--grpc-addr; grpc.go).
-	grpc        *grpcapi.Server
-	grpcLn      net.Listener
+	grpc   *grpcapi.Server
+	grpcLn net.Listener
+	// The gateway endpoint picker (--epp-addr; epp.go).
+	epp         *eppapi.Server
+	eppLn       net.Listener
+	api         *httpapi.Server
 	adminTokens *httpapi.Tokens
 	apiTokens   *httpapi.Tokens
 	policy      *netpolicy.Policy
@@ -145,6 +150,9 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 		return nil, err
 	}
 	r.serveGRPC()
+	if err = r.serveEPP(); err != nil {
+		return nil, err
+	}
 	if err = r.joinCluster(ctx); err != nil {
 		return nil, err
 	}
@@ -293,6 +301,11 @@ func (r *Replica) Shutdown(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+		if r.epp != nil {
+			if err := r.epp.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		r.closeListeners()
 		if r.cluster != nil {
 			r.publish.Store(nil)
@@ -333,6 +346,11 @@ func (r *Replica) Kill() {
 			cancel()
 			_ = r.grpc.Stop(cut) // a cancelled context: connections are cut at once, as by a crash
 		}
+		if r.epp != nil {
+			cut, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = r.epp.Stop(cut)
+		}
 		r.closeListeners()
 		if r.cluster != nil {
 			r.publish.Store(nil)
@@ -354,7 +372,7 @@ func (r *Replica) Kill() {
 // failed between listen and serve); closing a served one again is
 // harmless.
 func (r *Replica) closeListeners() {
-	for _, ln := range []net.Listener{r.ln, r.adminLn, r.grpcLn} {
+	for _, ln := range []net.Listener{r.ln, r.adminLn, r.grpcLn, r.eppLn} {
 		if ln != nil {
 			_ = ln.Close() // already closed by its server, or never served: nothing to report
 		}

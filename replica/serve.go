@@ -39,6 +39,9 @@ func Serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if a := rep.GRPCAddr(); a != "" {
 		attrs = append(attrs, "grpc", a)
 	}
+	if a := rep.EPPAddr(); a != "" {
+		attrs = append(attrs, "epp", a)
+	}
 	own.Info("kvrouter serving", attrs...)
 	<-ctx.Done()
 	own.Info("shutting down")

@@ -38,16 +38,21 @@ func TestMain(m *testing.M) {
 // stops them when the test ends.
 func startProcessCluster(t *testing.T, n int, args ...string) *bench.ProcessCluster {
 	t.Helper()
+	return startProcessClusterWith(t, bench.ProcessClusterOptions{Replicas: n, Args: args})
+}
+
+// startProcessClusterWith is startProcessCluster with more options
+// (Command, Env, Fast and Dir are set here).
+func startProcessClusterWith(t *testing.T, opts bench.ProcessClusterOptions) *bench.ProcessCluster {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatalf("own executable: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := bench.StartProcessCluster(ctx, bench.ProcessClusterOptions{
-		Command: []string{exe}, Env: []string{childReplicaEnv + "=1"},
-		Replicas: n, Fast: true, Dir: t.TempDir(), Args: args,
-	})
+	opts.Command, opts.Env, opts.Fast, opts.Dir = []string{exe}, []string{childReplicaEnv + "=1"}, true, t.TempDir()
+	c, err := bench.StartProcessCluster(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,6 +113,8 @@ func touch(m *metrics.Router) {
 	m.ProxyTTFT.Observe(1)
 	m.PromptsRefused.WithLabelValues("x").Inc()
 	m.BodiesRefused.WithLabelValues("x", "x").Inc()
+	m.EPPRequests.WithLabelValues("x").Inc()
+	m.EPPAnswers.WithLabelValues("x").Inc()
 	p := m.Parity
 	p.Compared.WithLabelValues("x").Inc()
 	p.TokenMismatch.WithLabelValues("x").Inc()
