@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/kvrouter/kvrouter/connguard"
 	"github.com/kvrouter/kvrouter/events"
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
@@ -39,7 +40,7 @@ func (r *Replica) listen() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	r.ln = httpapi.LimitListener(ln, cfg.HTTPMaxConns)
+	r.ln = r.guardListener(ln, "http", cfg.HTTPMaxConns, cfg.HTTPMaxConnsPerClient, false, httpRefused)
 	own := []net.Addr{ln.Addr()}
 	if cfg.AdminAddr != "" {
 		aln, err := net.Listen("tcp", cfg.AdminAddr)
@@ -58,7 +59,7 @@ func (r *Replica) listen() error {
 		if err != nil {
 			return fmt.Errorf("listen on grpc-addr %s: %w", cfg.GRPCAddr, err)
 		}
-		r.grpcLn = httpapi.LimitListener(gln, cfg.GRPCMaxConns)
+		r.grpcLn = r.guardListener(gln, "grpc", cfg.GRPCMaxConns, cfg.GRPCMaxConnsPerClient, true, nil)
 		own = append(own, gln.Addr())
 	}
 	allow, err := netpolicy.Parse(cfg.WorkerURLAllow)
@@ -155,6 +156,10 @@ func (r *Replica) httpServer(h http.Handler) *http.Server {
 		ReadTimeout:       r.cfg.HTTPReadTimeout,
 		IdleTimeout:       r.cfg.HTTPIdleTimeout,
 		MaxHeaderBytes:    httpapi.MaxHeaderBytes,
+		// The API marks a connection authenticated (connguard) and the
+		// hook arms the unauthenticated idle limit between requests.
+		ConnContext: connguard.NewContext,
+		ConnState:   connguard.HTTPConnState,
 	}
 }
 

@@ -1,0 +1,142 @@
+package grpcapi
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/kvrouter/kvrouter/connguard"
+	"github.com/kvrouter/kvrouter/routeapi"
+)
+
+// tapAuth checks a call's token when its headers arrive (grpc's
+// InTapHandle): before the stream exists and before any byte of its
+// message is read, so a call without a valid token costs no buffer and
+// no decode. A refused call is counted, answered UNAUTHENTICATED, and on
+// a guarded listener (connguard) its connection is closed shortly after
+// (the refusal is written first); a call that passes marks its connection
+// authenticated.
+func (s *Server) tapAuth(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if open(info.FullMethodName) {
+		return ctx, nil
+	}
+	conn := s.conn(ctx)
+	err := s.checkToken(info.Header)
+	if err == nil {
+		if conn != nil {
+			conn.MarkAuthenticated()
+		}
+		return ctx, nil
+	}
+	s.count(s.knownMethod(info.FullMethodName), codes.Unauthenticated)
+	if conn != nil {
+		conn.AuthFailed(true)
+	}
+	return ctx, err
+}
+
+// checkToken checks the client token ("authorization: Bearer <token>")
+// when APITokens is set; an admin token is accepted too.
+func (s *Server) checkToken(md metadata.MD) error {
+	if s.opts.APITokens == nil {
+		return nil
+	}
+	tok, presented := bearer(md)
+	if presented && (s.opts.APITokens.Valid(tok) || (s.opts.AdminTokens != nil && s.opts.AdminTokens.Valid(tok))) {
+		return nil
+	}
+	if presented {
+		return status.Error(codes.Unauthenticated, routeapi.MsgTokenInvalid)
+	}
+	return status.Error(codes.Unauthenticated, routeapi.MsgTokenMissing)
+}
+
+// bearer is the token of the first "authorization: Bearer ..." entry.
+func bearer(md metadata.MD) (string, bool) {
+	vals := md.Get("authorization")
+	if len(vals) == 0 {
+		return "", false
+	}
+	const prefix = "bearer "
+	h := vals[0]
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	tok := strings.TrimSpace(h[len(prefix):])
+	return tok, tok != ""
+}
+
+// conn is the guarded connection a call came on (nil: the listener is not
+// a connguard.Listener).
+func (s *Server) conn(ctx context.Context) *connguard.Conn {
+	gl := s.guard.Load()
+	if gl == nil {
+		return nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	return gl.Lookup(p.Addr)
+}
+
+// knownMethod bounds the method label of a call refused before gRPC
+// looked its method up: a registered method keeps its name, anything
+// else is "unknown".
+func (s *Server) knownMethod(full string) string {
+	if s.methods[full] {
+		return methodName(full)
+	}
+	return "unknown"
+}
+
+// The prefix of grpc-go's status when a codec fails to decode a message
+// (rpc_util.go, recv); the codec's own error follows it.
+const decodeFailurePrefix = "grpc: failed to unmarshal the received message"
+
+// decodeStatus turns grpc-go's INTERNAL status for a message its codec
+// could not decode into INVALID_ARGUMENT: the client sent bad bytes.
+// Other errors pass unchanged.
+func decodeStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Internal {
+		return err
+	}
+	rest, found := strings.CutPrefix(st.Message(), decodeFailurePrefix)
+	if !found {
+		return err
+	}
+	return status.Error(codes.InvalidArgument, "invalid message"+rest)
+}
+
+// invalidArgumentOnDecode returns a copy of desc whose unary handlers
+// answer a message that fails to decode with INVALID_ARGUMENT (gRPC
+// decodes a unary request inside the generated handler, before the
+// interceptors, and reports INTERNAL).
+func invalidArgumentOnDecode(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
+	out := *desc
+	out.Methods = make([]grpc.MethodDesc, len(desc.Methods))
+	for i, m := range desc.Methods {
+		h := m.Handler
+		out.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			return h(srv, ctx, func(v any) error { return decodeStatus(dec(v)) }, ic)
+		}}
+	}
+	return &out
+}
+
+// streamDecodeStatus makes a streaming handler's RecvMsg report a message
+// that fails to decode as INVALID_ARGUMENT.
+func streamDecodeStatus(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, decodeStream{ss})
+}
+
+type decodeStream struct{ grpc.ServerStream }
+
+func (d decodeStream) RecvMsg(m any) error { return decodeStatus(d.ServerStream.RecvMsg(m)) }
