@@ -72,6 +72,7 @@ func (r *Replica) listen() error {
 			self = append(self, ta.AddrPort())
 		}
 	}
+	self = append(self, r.configuredSelf()...)
 	r.policy = allow.WithSelf(self, localAddrs(r.log))
 	r.resolve = netpolicy.Cache(netpolicy.LookupWith(nil, 2*time.Second), 30*time.Second, 4096, time.Now)
 	r.rejects = &rejectLog{log: r.log, limit: loglimit.Limiter{Every: 10 * time.Second}}
