@@ -30,7 +30,18 @@ func (c routeCodec) Name() string { return "proto" }
 
 func (c routeCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
 
+// Unmarshal decodes data into v. A kvrouter.v1 message that does not
+// decode is reported to its receiver (decodeStatus: INVALID_ARGUMENT), not
+// to grpc-go, which would answer INTERNAL.
 func (c routeCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.unmarshal(data, v)
+	if err != nil && deferDecodeError(v, err) {
+		return nil
+	}
+	return err
+}
+
+func (c routeCodec) unmarshal(data mem.BufferSlice, v any) error {
 	var b []byte
 	if len(data) == 1 {
 		b = data[0].ReadOnlyData()

@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvrouter/kvrouter/connguard"
 	"github.com/kvrouter/kvrouter/routeapi"
@@ -96,36 +98,50 @@ func (s *Server) knownMethod(full string) string {
 	return "unknown"
 }
 
-// The prefix of grpc-go's status when a codec fails to decode a message
-// (rpc_util.go, recv); the codec's own error follows it.
-const decodeFailurePrefix = "grpc: failed to unmarshal the received message"
+// decodeFailures holds the decode error of a kvrouter.v1 message the
+// codec could not decode, from the codec's Unmarshal to the wrapper that
+// called it (invalidArgumentOnDecode, streamDecodeStatus), which takes it
+// out at once: grpc-go answers a codec error itself with INTERNAL before
+// any handler or interceptor could change the code, so the codec reports
+// success and the wrapper answers INVALID_ARGUMENT instead. Bound: one
+// entry per message being received.
+var decodeFailures sync.Map // proto.Message pointer → error
 
-// decodeStatus turns grpc-go's INTERNAL status for a message its codec
-// could not decode into INVALID_ARGUMENT: the client sent bad bytes.
-// Other errors pass unchanged.
-func decodeStatus(err error) error {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Internal {
-		return err
+// deferDecodeError keeps err for v's receiver when v is one of this
+// service's messages (their receivers take it back); other messages keep
+// grpc-go's handling.
+func deferDecodeError(v any, err error) bool {
+	m, ok := v.(proto.Message)
+	if !ok || !strings.HasPrefix(string(proto.MessageName(m)), "kvrouter.v1.") {
+		return false
 	}
-	rest, found := strings.CutPrefix(st.Message(), decodeFailurePrefix)
-	if !found {
-		return err
+	decodeFailures.Store(v, err)
+	return true
+}
+
+// decodeStatus is err, or INVALID_ARGUMENT when the message v just
+// received did not decode.
+func decodeStatus(v any, err error) error {
+	if failed, ok := decodeFailures.LoadAndDelete(v); ok {
+		if err != nil {
+			return err
+		}
+		return status.Error(codes.InvalidArgument, "invalid message: "+failed.(error).Error())
 	}
-	return status.Error(codes.InvalidArgument, "invalid message"+rest)
+	return err
 }
 
 // invalidArgumentOnDecode returns a copy of desc whose unary handlers
 // answer a message that fails to decode with INVALID_ARGUMENT (gRPC
 // decodes a unary request inside the generated handler, before the
-// interceptors, and reports INTERNAL).
+// interceptors).
 func invalidArgumentOnDecode(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
 	out := *desc
 	out.Methods = make([]grpc.MethodDesc, len(desc.Methods))
 	for i, m := range desc.Methods {
 		h := m.Handler
 		out.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(v any) error { return decodeStatus(dec(v)) }, ic)
+			return h(srv, ctx, func(v any) error { return decodeStatus(v, dec(v)) }, ic)
 		}}
 	}
 	return &out
@@ -139,4 +155,4 @@ func streamDecodeStatus(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo,
 
 type decodeStream struct{ grpc.ServerStream }
 
-func (d decodeStream) RecvMsg(m any) error { return decodeStatus(d.ServerStream.RecvMsg(m)) }
+func (d decodeStream) RecvMsg(m any) error { return decodeStatus(m, d.ServerStream.RecvMsg(m)) }

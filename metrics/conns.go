@@ -17,3 +17,8 @@ func newConnsRefused() *prometheus.CounterVec {
 func (m *Router) ConnRefused(listener, reason string) {
 	m.connsRefused.WithLabelValues(listener, reason).Inc()
 }
+
+// ConnRefusedCounter is the counter ConnRefused adds to (tests read it).
+func (m *Router) ConnRefusedCounter(listener, reason string) prometheus.Counter {
+	return m.connsRefused.WithLabelValues(listener, reason)
+}
