@@ -78,7 +78,9 @@ func holdConns(t *testing.T, addr string, n int, hello []byte, settle time.Durat
 	return closed
 }
 
-// latencies runs call n times and returns its p50, p99 and error count.
+// latencies runs call n times and returns its p50, p99 and error count;
+// it stops after 5 errors (a blocked client would wait out each call's
+// timeout).
 func latencies(n int, call func() error) (p50, p99 time.Duration, errs int, first error) {
 	var ds []time.Duration
 	for range n {
@@ -87,6 +89,9 @@ func latencies(n int, call func() error) (p50, p99 time.Duration, errs int, firs
 			errs++
 			if first == nil {
 				first = err
+			}
+			if errs == 5 {
+				break
 			}
 			continue
 		}
@@ -151,9 +156,9 @@ func TestHTTPConnHolderDoesNotBlockOthers(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("client at %s while the attacker holds its connections: 100 requests, p50 %v, p99 %v, %d errors", clientIP, p50, p99, errs)
+	t.Logf("client at %s while the attacker holds its connections: up to 100 requests (stopping at 5 errors), p50 %v, p99 %v, %d errors", clientIP, p50, p99, errs)
 	if errs > 0 {
-		t.Fatalf("%d of 100 requests of the other client failed (first: %v)", errs, first)
+		t.Fatalf("%d requests of the other client failed (first: %v)", errs, first)
 	}
 	if closed401 != held/2 || closedIdle < held/2-cfg.HTTPMaxConnsPerClient {
 		t.Errorf("closed %d of %d connections that got a 401 (want all) and %d of %d idle ones", closed401, held/2, closedIdle, held/2)
@@ -209,9 +214,9 @@ func TestGRPCConnHolderDoesNotBlockOthers(t *testing.T) {
 		_, err = healthpb.NewHealthClient(c.Conn()).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
 		return err
 	})
-	t.Logf("client at %s while the attacker holds its connections: 50 calls on fresh connections, p50 %v, p99 %v, %d errors", clientIP, p50, p99, errs)
+	t.Logf("client at %s while the attacker holds its connections: up to 50 calls on fresh connections (stopping at 5 errors), p50 %v, p99 %v, %d errors", clientIP, p50, p99, errs)
 	if errs > 0 {
-		t.Fatalf("%d of 50 calls of the other client failed (first: %v)", errs, first)
+		t.Fatalf("%d calls of the other client failed (first: %v)", errs, first)
 	}
 	if closed < held-cfg.GRPCMaxConnsPerClient {
 		t.Errorf("only %d of %d held connections were closed", closed, held)
