@@ -274,3 +274,40 @@ func TestHTTPUnauthenticatedIdle(t *testing.T) {
 		t.Fatal("an authenticated keep-alive connection was closed by the unauthenticated idle limit")
 	}
 }
+
+// A client that pings faster than the keepalive policy allows (every
+// 10 s) gets its connection closed, so a ping flood costs one connection
+// of the client's share and no more.
+func TestGRPCPingFloodClosesConnection(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ZMQEvents = false
+	cfg.GRPCAddr = "127.0.0.1:0"
+	r, err := Start(context.Background(), cfg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: attackerIP}}).Dial("tcp", r.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The preface, an empty SETTINGS frame, then PING frames (type 6,
+	// 8 bytes of data, stream 0) back to back.
+	flood := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + "\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+	for i := range 20 {
+		flood = append(flood, 0, 0, 8, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, byte(i))
+	}
+	if _, err := c.Write(flood); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a connection flooding pings was not closed")
+	}
+	// The GOAWAY frame (type 7) says why: ENHANCE_YOUR_CALM, too_many_pings.
+	if !strings.Contains(string(got), "too_many_pings") {
+		t.Errorf("closed without a too_many_pings GOAWAY (%d bytes read)", len(got))
+	}
+}
