@@ -350,8 +350,8 @@ func (c *Conn) idleExpired() {
 // AuthFailed counts an authentication failure on c; with closeAfter the
 // connection is closed AuthFailGrace later (the refusal is written first).
 func (c *Conn) AuthFailed(closeAfter bool) {
-	c.l.note(ReasonAuthFailed, "authentication failed; closing the connection",
-		"client", c.RemoteAddr().String())
+	c.l.note(ReasonAuthFailed, "authentication failed",
+		"client", c.RemoteAddr().String(), "closing", closeAfter)
 	if closeAfter {
 		time.AfterFunc(AuthFailGrace, func() { _ = c.Conn.Close() })
 	}

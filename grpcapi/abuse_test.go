@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -220,5 +221,38 @@ func TestBadMessagesAreInvalidArgument(t *testing.T) {
 		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.want) {
 			t.Errorf("stream %s: %v %q, want InvalidArgument %q", tc.name, st.Code(), st.Message(), tc.want)
 		}
+	}
+}
+
+// A connection that already carried authenticated calls may be shared by
+// a gateway's clients: a call with a bad token on it is refused alone and
+// the connection stays.
+func TestAuthFailureKeepsAuthenticatedConnection(t *testing.T) {
+	e := newEnv(t, envOptions{workers: 1})
+	addr, _, gl, m := guardedServer(t, e)
+	c, err := kvclient.Dial(addr, kvclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	with := func(tok string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+	}
+	route := &pb.RouteRequest{TokenIds: []uint32{1}, UpdateStates: new(false)}
+	if _, err := c.Route(with(apiToken), route); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Route(with("wrong-token-0123456789abcdef"), route); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("bad token: %v", err)
+	}
+	time.Sleep(2 * connguard.AuthFailGrace)
+	if gl.Clients() != 1 {
+		t.Fatalf("%d client connections, want the shared one kept", gl.Clients())
+	}
+	if _, err := c.Route(with(apiToken), route); err != nil {
+		t.Fatalf("after a refused call: %v", err)
+	}
+	if got := promtest.ToFloat64(m.ConnRefusedCounter("grpc", connguard.ReasonAuthFailed)); got != 1 {
+		t.Errorf("conns_refused_total{grpc,auth_failed} = %v, want 1", got)
 	}
 }

@@ -20,10 +20,10 @@ import (
 // tapAuth checks a call's token when its headers arrive (grpc's
 // InTapHandle): before the stream exists and before any byte of its
 // message is read, so a call without a valid token costs no buffer and
-// no decode. A refused call is counted, answered UNAUTHENTICATED, and on
-// a guarded listener (connguard) its connection is closed shortly after
-// (the refusal is written first); a call that passes marks its connection
-// authenticated.
+// no decode. A refused call is counted and answered UNAUTHENTICATED; on
+// a guarded listener (connguard) a connection that never carried an
+// authenticated call is closed shortly after (the refusal is written
+// first). A call that passes marks its connection authenticated.
 func (s *Server) tapAuth(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if open(info.FullMethodName) {
 		return ctx, nil
@@ -38,7 +38,9 @@ func (s *Server) tapAuth(ctx context.Context, info *tap.Info) (context.Context, 
 	}
 	s.count(s.knownMethod(info.FullMethodName), codes.Unauthenticated)
 	if conn != nil {
-		conn.AuthFailed(true)
+		// A connection that carried authenticated calls may be shared
+		// (a gateway multiplexing clients): only the call is refused.
+		conn.AuthFailed(!conn.Authenticated())
 	}
 	return ctx, err
 }

@@ -8,7 +8,7 @@ func newConnsRefused() *prometheus.CounterVec {
 		Help: "Client connections refused or closed by the fair-slot guards, by listener (http, grpc) and reason " +
 			"(per_client_cap: the address already held its share, http-max-conns-per-client or grpc-max-conns-per-client; " +
 			"unauthenticated_idle: idle past unauthenticated-idle-timeout before passing the token check; " +
-			"auth_failed: a request or call failed the token check and its connection was closed).",
+			"auth_failed: a request or call failed the token check; its connection is closed unless it is a gRPC connection that already carried authenticated calls).",
 	}, []string{"listener", "reason"})
 }
 
