@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +34,10 @@ var (
 // It returns how many the router closed within settle (refused).
 func holdConns(t *testing.T, addr string, n int, hello []byte, settle time.Duration) int {
 	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(2*n+1024) {
+		t.Skipf("the file descriptor limit %d is too low to hold %d connections", lim.Cur, n)
+	}
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: attackerIP}, Timeout: 5 * time.Second}
 	conns := make([]net.Conn, 0, n)
 	t.Cleanup(func() {
