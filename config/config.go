@@ -75,6 +75,11 @@ type Config struct {
 	GRPCMaxConns       int    `flag:"grpc-max-conns" group:"limits" help:"most client connections open at once on the gRPC listener; more wait in the kernel's accept queue (0 = no cap)"`
 	GRPCMaxStreams     int    `flag:"grpc-max-streams" group:"limits" help:"most calls in flight on one gRPC connection (HTTP/2 concurrent streams)"`
 	GRPCStreamInFlight int    `flag:"grpc-stream-inflight" group:"limits" help:"most calls in flight on one Lifecycle stream; past it the router stops reading the stream until one finishes"`
+	// Fair connection slots (config/conns.go).
+	HTTPMaxConnsPerClient int           `flag:"http-max-conns-per-client" group:"limits" help:"most connections one client address (IPv6: one /64) may hold open on the HTTP listener; more are closed at once (kvrouter_conns_refused_total{reason=per_client_cap}), so one client cannot take the slots of http-max-conns; 0 = no cap"`
+	GRPCMaxConnsPerClient int           `flag:"grpc-max-conns-per-client" group:"limits" help:"most connections one client address (IPv6: one /64) may hold open on the gRPC listener; more are closed at once; 0 = no cap"`
+	ConnLimitExempt       []string      `flag:"conn-limit-exempt" group:"security" help:"comma-separated CIDRs or IPs the per-client connection caps do not apply to: load balancers and proxies that carry many clients' connections (their connections still count against http-max-conns and grpc-max-conns)"`
+	UnauthIdleTimeout     time.Duration `flag:"unauthenticated-idle-timeout" group:"security" help:"close a connection that has not passed the token check when it idles this long: HTTP between requests (a request refused with 401 closes its connection at once), gRPC from its accept until its first call that passes the token check (every call passes without --api-token-file; health checks do not count); 0 = off"`
 
 	// ---- Gateway endpoint picker (eppapi; config/gateway.go) ----
 	EPPAddr              string `flag:"epp-addr" group:"gateway" help:"listen address of the Gateway API Inference Extension endpoint picker (Envoy ext_proc, envoy.service.ext_proc.v3.ExternalProcessor, and grpc.health.v1 with the liveness and readiness services); empty = off. The gateway is its only client: same client token as the gRPC API (--api-token-file, sent by the gateway as authorization: Bearer initial metadata), body limit --max-body-bytes (docs/gateway.md)"`
@@ -283,6 +288,9 @@ func Default() Config {
 		GRPCStreamInFlight:    1024,
 		EPPMaxConns:           64,
 		EPPFallbackEndpoints:  2,
+		HTTPMaxConnsPerClient: DefaultHTTPMaxConnsPerClient,
+		GRPCMaxConnsPerClient: DefaultGRPCMaxConnsPerClient,
+		UnauthIdleTimeout:     DefaultUnauthIdleTimeout,
 
 		NATSListen:       "127.0.0.1:4222",
 		KVEventsSubject:  "kvrouter.kv_events",
@@ -388,6 +396,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateLogging()...)
 	errs = append(errs, c.validateHTTP()...)
 	errs = append(errs, c.validateGateway()...)
+	errs = append(errs, c.validateConns()...)
 	errs = append(errs, c.validateModels()...)
 	if c.Parity {
 		if err := c.ParityConfig().Validate(); err != nil {

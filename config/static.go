@@ -55,6 +55,9 @@ func ParseStaticWorkers(specs []string) ([]StaticWorker, error) {
 			if err1 != nil || err2 != nil || z == 0 {
 				return nil, fmt.Errorf("static worker %q: dp ranks: want two integers, size > 0", spec)
 			}
+			if s+z > 1<<32 {
+				return nil, fmt.Errorf("static worker %q: dp ranks %d..%d do not fit in uint32", spec, s, s+z-1)
+			}
 			w.DpStart, w.DpSize = uint32(s), uint32(z)
 		}
 		out = append(out, w)

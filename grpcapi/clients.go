@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
 	"github.com/kvrouter/kvrouter/routeapi"
@@ -12,7 +13,8 @@ import (
 // over HTTP: its bearer token when tokens are checked, else its address.
 func (s *Server) clientOf(ctx context.Context) string {
 	if s.opts.APITokens != nil {
-		if tok, ok := bearer(ctx); ok {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if tok, ok := bearer(md); ok {
 			return routeapi.TokenClient(tok)
 		}
 	}

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"google.golang.org/grpc/encoding"
@@ -29,7 +30,18 @@ func (c routeCodec) Name() string { return "proto" }
 
 func (c routeCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
 
+// Unmarshal decodes data into v. A kvrouter.v1 message that does not
+// decode is reported to its receiver (decodeStatus: INVALID_ARGUMENT), not
+// to grpc-go, which would answer INTERNAL.
 func (c routeCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.unmarshal(data, v)
+	if err != nil && deferDecodeError(v, err) {
+		return nil
+	}
+	return err
+}
+
+func (c routeCodec) unmarshal(data mem.BufferSlice, v any) error {
 	var b []byte
 	if len(data) == 1 {
 		b = data[0].ReadOnlyData()
@@ -65,8 +77,9 @@ func recycleTokens(t []uint32) {
 }
 
 // DecodeRouteRequest decodes b into m as proto.Unmarshal does (fields
-// merge, repeated token ids append, packed or not, a varint wider than
-// 32 bits is truncated as protobuf does for uint32), with the token ids
+// merge, repeated token ids append, packed or not), except that a token
+// id wider than 32 bits is refused (tokenwire.ErrWide) where protobuf
+// would truncate it to another token, as the JSON API refuses it; the ids
 // in a buffer from tokenPool.
 func DecodeRouteRequest(b []byte, m *pb.RouteRequest) error {
 	return decodeWithTokens(b, m, pb.RouteRequestTokenIDsField, "route request",
@@ -98,7 +111,7 @@ func decodeWithTokens(b []byte, m proto.Message, num protowire.Number, what stri
 				return fmt.Errorf("%s: token_ids: %w", what, protowire.ParseError(l))
 			}
 			var err error
-			if tokens, err = tokenwire.AppendDecoded(tokens, packed); err != nil {
+			if tokens, err = tokenwire.AppendDecodedStrict(tokens, packed); err != nil {
 				return err
 			}
 			b = b[k+l:]
@@ -108,6 +121,9 @@ func decodeWithTokens(b []byte, m proto.Message, num protowire.Number, what stri
 			v, l := protowire.ConsumeVarint(b[k:])
 			if l < 0 {
 				return tokenwire.ErrMalformed
+			}
+			if v > math.MaxUint32 {
+				return tokenwire.ErrWide
 			}
 			tokens = append(tokens, uint32(v))
 			b = b[k+l:]
@@ -181,8 +197,71 @@ func DecodeLifecycleRequest(b []byte, m *pb.LifecycleRequest) error {
 }
 
 func unmarshalLifecycle(b []byte, m *pb.LifecycleRequest) error {
+	if err := checkLifecycleWidth(b); err != nil {
+		return fmt.Errorf("lifecycle request: route: %w", err)
+	}
 	if err := proto.Unmarshal(b, m); err != nil {
 		return fmt.Errorf("lifecycle request: %w", err)
+	}
+	return nil
+}
+
+// checkLifecycleWidth refuses (tokenwire.ErrWide) a Lifecycle message
+// whose route calls carry a token id wider than 32 bits: the shapes that
+// go to protobuf-go whole would have it truncated. A malformed message is
+// left for protobuf-go to report.
+func checkLifecycleWidth(b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		l := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if l < 0 {
+			return nil
+		}
+		if num == pb.LifecycleRequestRouteField && typ == protowire.BytesType {
+			route, _ := protowire.ConsumeBytes(b[n:])
+			if err := checkTokenWidth(route, pb.RouteRequestTokenIDsField); err != nil {
+				return err
+			}
+		}
+		b = b[n+l:]
+	}
+	return nil
+}
+
+// checkTokenWidth refuses a message whose field num (packed or not) holds
+// a varint wider than 32 bits.
+func checkTokenWidth(b []byte, num protowire.Number) error {
+	for len(b) > 0 {
+		n, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return nil
+		}
+		l := protowire.ConsumeFieldValue(n, typ, b[k:])
+		if l < 0 {
+			return nil
+		}
+		if n == num {
+			vals := b[k : k+l]
+			if typ == protowire.BytesType {
+				vals, _ = protowire.ConsumeBytes(vals)
+			}
+			if typ == protowire.BytesType || typ == protowire.VarintType {
+				for len(vals) > 0 {
+					v, m := protowire.ConsumeVarint(vals)
+					if m < 0 {
+						break
+					}
+					if v > math.MaxUint32 {
+						return tokenwire.ErrWide
+					}
+					vals = vals[m:]
+				}
+			}
+		}
+		b = b[k+l:]
 	}
 	return nil
 }

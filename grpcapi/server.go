@@ -10,7 +10,8 @@
 // once, a Lifecycle stream at most StreamInFlight calls in flight (the
 // stream stops reading until one finishes), and clients that ping more
 // often than every 10 s are cut (keepalive enforcement). The listener's
-// connection cap is the caller's (httpapi.LimitListener).
+// connection caps are the caller's (connguard.Listener: total and per
+// client; a call that fails the token check closes its connection).
 package grpcapi
 
 import (
@@ -20,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -29,6 +31,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/connguard"
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 	"github.com/kvrouter/kvrouter/metrics"
 )
@@ -76,6 +79,12 @@ type Server struct {
 	health *health.Server
 	stop   chan struct{}
 	once   sync.Once
+	// guard is the listener Serve was given when it is a
+	// connguard.Listener (tapAuth closes and marks its connections).
+	guard atomic.Pointer[connguard.Listener]
+	// methods are the registered methods' full names (a refused call's
+	// label is one of them or "unknown").
+	methods map[string]bool
 }
 
 // New builds the server; Serve starts it.
@@ -114,18 +123,30 @@ func New(opts Options) *Server {
 			// Dead peers are found within a minute and their streams freed.
 			Time: 30 * time.Second, Timeout: 20 * time.Second,
 		}),
-		grpc.ChainUnaryInterceptor(s.unaryCount, s.unaryRecover, s.unaryAuth),
-		grpc.ChainStreamInterceptor(s.streamCount, s.streamRecover, s.streamAuth),
+		// The token is checked when a call's headers arrive, before its
+		// message is read (tap.go).
+		grpc.InTapHandle(s.tapAuth),
+		grpc.ChainUnaryInterceptor(s.unaryCount, s.unaryRecover),
+		grpc.ChainStreamInterceptor(s.streamCount, s.streamRecover, streamDecodeStatus),
 	)
-	pb.RegisterRouterServer(s.grpc, &service{s: s})
+	s.grpc.RegisterService(invalidArgumentOnDecode(&pb.Router_ServiceDesc), &service{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+	s.methods = map[string]bool{}
+	for name, info := range s.grpc.GetServiceInfo() {
+		for _, m := range info.Methods {
+			s.methods["/"+name+"/"+m.Name] = true
+		}
+	}
 	s.setHealth()
 	return s
 }
 
 // Serve serves on ln until Stop; it returns nil after Stop.
 func (s *Server) Serve(ln net.Listener) error {
+	if gl, ok := ln.(*connguard.Listener); ok {
+		s.guard.Store(gl)
+	}
 	go s.watchReady()
 	err := s.grpc.Serve(ln)
 	if errors.Is(err, grpc.ErrServerStopped) {

@@ -177,6 +177,7 @@ func unauthorized(w http.ResponseWriter, realm string, presented bool, msg strin
 		challenge += `, error="invalid_token"`
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
+	closeAfterReply(w)
 	writeError(w, http.StatusUnauthorized, "%s", msg)
 }
 
@@ -198,6 +199,7 @@ func (s *Server) adminGate(w http.ResponseWriter, r *http.Request, onAdminListen
 	if onAdminListener || isLoopback(r.RemoteAddr) {
 		return true
 	}
+	closeAfterReply(w)
 	writeError(w, http.StatusForbidden,
 		"admin endpoints are served to loopback clients only: start the router with --admin-token-file (bearer token) or --admin-addr (a separate listener) to manage it remotely")
 	return false

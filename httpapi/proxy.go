@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/routeapi"
@@ -49,6 +50,9 @@ func completionPrompt(raw json.RawMessage) ([]uint32, error) {
 	return batch[0], nil
 }
 
+// loopLog limits refuseLoop's log lines (one per 10 s per process).
+var loopLog = loglimit.Limiter{Every: 10 * time.Second}
+
 // refuseLoop answers 508 a request another router already forwarded: a
 // worker URL leads back to a router, and forwarding again would loop.
 func (s *Server) refuseLoop(w http.ResponseWriter, r *http.Request) bool {
@@ -57,9 +61,13 @@ func (s *Server) refuseLoop(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	s.outcome("loop")
-	s.log.Warn("refused a request another router forwarded: a worker URL points at a router", "from_replica", from)
+	// The client is not told which replica forwarded it (the operator's
+	// log is); the log line is limited, as the header is the client's.
+	if ok, n := loopLog.Allow(time.Now()); ok {
+		s.log.Warn("refused a request another router forwarded: a worker URL points at a router", "from_replica", from, "similar_suppressed", n)
+	}
 	writeError(w, http.StatusLoopDetected,
-		"request already forwarded by kvrouter replica %q (%s): a worker URL points at a router, not an engine", from, HopHeader)
+		"request already forwarded by a kvrouter replica (%s): a worker URL points at a router, not an engine", HopHeader)
 	return true
 }
 

@@ -431,7 +431,10 @@ func TestProxyHopHeader(t *testing.T) {
 		t.Fatalf("forwarded %s = %q, want the replica id", HopHeader, hop)
 	}
 	code, out, _ := call(t, "POST", g.url+"/v1/completions", "", `{"prompt":[1,2,3]}`, HopHeader, "replica-b")
-	if code != http.StatusLoopDetected || !strings.Contains(fmt.Sprint(out["error"]), "replica-b") {
+	// The answer does not name the replica that forwarded it (a client
+	// must not learn the fleet's replica ids from it).
+	if code != http.StatusLoopDetected || strings.Contains(fmt.Sprint(out["error"]), "replica-b") ||
+		!strings.Contains(fmt.Sprint(out["error"]), HopHeader) {
 		t.Fatalf("marked request: %d %v", code, out)
 	}
 	if fw.hits.Load() != 1 {

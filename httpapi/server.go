@@ -308,7 +308,7 @@ func (s *Server) handle(mux *http.ServeMux, rt route, gate func(http.ResponseWri
 				s.opts.Metrics.HTTPRequests.WithLabelValues(name, strconv.Itoa(sw.code)).Inc()
 			}
 		}()
-		if gate != nil && !gate(sw, r) {
+		if gate != nil && !passGate(gate, sw, r) {
 			return
 		}
 		if rt.access == dataPlane {

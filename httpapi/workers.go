@@ -82,6 +82,11 @@ func (s *Server) addWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "data_parallel_size must be in 1..%d, got %d", maxDpSize, size)
 		return
 	}
+	if uint64(body.DataParallelStartRank)+uint64(size) > 1<<32 {
+		writeError(w, http.StatusBadRequest, "data_parallel_start_rank %d + data_parallel_size %d: ranks past 2^32-1 do not fit in uint32",
+			body.DataParallelStartRank, size)
+		return
+	}
 	role, err := kv.ParseRole(body.Role)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)

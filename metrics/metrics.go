@@ -48,6 +48,9 @@ type Router struct {
 	EPPAnswers  *prometheus.CounterVec
 	// Parity is the live cache-parity set (metrics/parity.go).
 	Parity *Parity
+	// connsRefused counts connections refused or closed by the fair-slot
+	// guards (metrics/conns.go).
+	connsRefused *prometheus.CounterVec
 }
 
 // New registers the metrics on a fresh registry (plus Go and process
@@ -168,6 +171,8 @@ func New() *Router {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)
+	m.connsRefused = newConnsRefused()
+	reg.MustRegister(m.connsRefused)
 	return m
 }
 

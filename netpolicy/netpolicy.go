@@ -30,6 +30,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Reasons a check fails, for metrics labels (Reason).
@@ -98,14 +100,16 @@ var (
 )
 
 // Policy is a parsed allow list plus the router's own listeners. The zero
-// value allows nothing; a Policy is immutable once built.
+// value allows nothing; a Policy is immutable once built, but for the
+// listeners AddSelf adds later (servers that start after the policy is
+// handed out).
 type Policy struct {
 	spec     []string
 	prefixes []netip.Prefix
 	names    []string // exact names, lower case, no trailing dot
 	suffixes []string // ".example.com" for "*.example.com"
 	anyName  bool
-	self     []netip.AddrPort
+	self     *selfList // nil: no own listeners
 	local    []netip.Addr
 }
 
@@ -185,15 +189,53 @@ func validName(s string) bool {
 // unspecified address, which are always counted).
 func (p *Policy) WithSelf(listeners []netip.AddrPort, local []netip.Addr) *Policy {
 	q := *p
-	q.self = nil
-	for _, l := range listeners {
-		q.self = append(q.self, netip.AddrPortFrom(l.Addr().Unmap(), l.Port()))
-	}
+	q.self = &selfList{}
+	q.self.add(listeners)
 	q.local = nil
 	for _, a := range local {
 		q.local = append(q.local, a.Unmap())
 	}
 	return &q
+}
+
+// AddSelf adds listeners opened after WithSelf (the embedded NATS
+// server's client port, memberlist's gossip port) to the router's own,
+// which worker URLs and ZMQ endpoints may not name. A policy not built by
+// WithSelf ignores it. Safe for concurrent use with the checks.
+func (p *Policy) AddSelf(listeners ...netip.AddrPort) {
+	if p.self != nil {
+		p.self.add(listeners)
+	}
+}
+
+// selfList is the router's own listeners, shared by a policy's copies.
+type selfList struct {
+	mu    sync.Mutex // serialises add
+	addrs atomic.Pointer[[]netip.AddrPort]
+}
+
+func (s *selfList) add(listeners []netip.AddrPort) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var cur []netip.AddrPort
+	if p := s.addrs.Load(); p != nil {
+		cur = *p
+	}
+	next := slices.Clone(cur)
+	for _, l := range listeners {
+		next = append(next, netip.AddrPortFrom(l.Addr().Unmap(), l.Port()))
+	}
+	s.addrs.Store(&next)
+}
+
+func (s *selfList) load() []netip.AddrPort {
+	if s == nil {
+		return nil
+	}
+	if p := s.addrs.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // String is the allow list as given.
@@ -357,7 +399,7 @@ func (p *Policy) selfListener(a netip.Addr, port int) (netip.AddrPort, bool) {
 	if port < 1 || port > 65535 {
 		return netip.AddrPort{}, false
 	}
-	for _, l := range p.self {
+	for _, l := range p.self.load() {
 		if int(l.Port()) != port {
 			continue
 		}

@@ -219,3 +219,26 @@ func TestCache(t *testing.T) {
 		t.Fatalf("%d lookups, want 5 (cancelled lookup not cached)", calls)
 	}
 }
+
+// Listeners added after WithSelf (the embedded NATS, memberlist) are
+// refused by every copy of the policy; a policy without WithSelf ignores
+// AddSelf.
+func TestAddSelf(t *testing.T) {
+	p := MustParse("loopback").WithSelf([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080")}, nil)
+	q := p // the replica hands the same policy to the API and the heartbeat check
+	ctx := context.Background()
+	if err := q.CheckWorkerURL(ctx, "http://127.0.0.1:4222", nil); err != nil {
+		t.Fatalf("before AddSelf: %v", err)
+	}
+	p.AddSelf(netip.MustParseAddrPort("0.0.0.0:4222"))
+	for _, u := range []string{"http://127.0.0.1:4222", "http://127.0.0.1:8080"} {
+		if err := q.CheckWorkerURL(ctx, u, nil); Reason(err) != ReasonSelf {
+			t.Errorf("%s: %v, want refused as the router's own", u, err)
+		}
+	}
+	plain := MustParse("loopback")
+	plain.AddSelf(netip.MustParseAddrPort("127.0.0.1:4222"))
+	if err := plain.CheckWorkerURL(ctx, "http://127.0.0.1:4222", nil); err != nil {
+		t.Fatalf("a policy without WithSelf: %v", err)
+	}
+}

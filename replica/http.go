@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/kvrouter/kvrouter/connguard"
 	"github.com/kvrouter/kvrouter/events"
 	"github.com/kvrouter/kvrouter/httpapi"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
@@ -39,7 +40,7 @@ func (r *Replica) listen() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	r.ln = httpapi.LimitListener(ln, cfg.HTTPMaxConns)
+	r.ln = r.guardListener(ln, "http", cfg.HTTPMaxConns, cfg.HTTPMaxConnsPerClient, false, httpRefused)
 	own := []net.Addr{ln.Addr()}
 	if cfg.AdminAddr != "" {
 		aln, err := net.Listen("tcp", cfg.AdminAddr)
@@ -58,7 +59,7 @@ func (r *Replica) listen() error {
 		if err != nil {
 			return fmt.Errorf("listen on grpc-addr %s: %w", cfg.GRPCAddr, err)
 		}
-		r.grpcLn = httpapi.LimitListener(gln, cfg.GRPCMaxConns)
+		r.grpcLn = r.guardListener(gln, "grpc", cfg.GRPCMaxConns, cfg.GRPCMaxConnsPerClient, true, nil)
 		own = append(own, gln.Addr())
 	}
 	if cfg.EPPAddr != "" {
@@ -79,6 +80,7 @@ func (r *Replica) listen() error {
 			self = append(self, ta.AddrPort())
 		}
 	}
+	self = append(self, r.configuredSelf()...)
 	r.policy = allow.WithSelf(self, localAddrs(r.log))
 	r.resolve = netpolicy.Cache(netpolicy.LookupWith(nil, 2*time.Second), 30*time.Second, 4096, time.Now)
 	r.rejects = &rejectLog{log: r.log, limit: loglimit.Limiter{Every: 10 * time.Second}}
@@ -164,6 +166,10 @@ func (r *Replica) httpServer(h http.Handler) *http.Server {
 		ReadTimeout:       r.cfg.HTTPReadTimeout,
 		IdleTimeout:       r.cfg.HTTPIdleTimeout,
 		MaxHeaderBytes:    httpapi.MaxHeaderBytes,
+		// The API marks a connection authenticated (connguard) and the
+		// hook arms the unauthenticated idle limit between requests.
+		ConnContext: connguard.NewContext,
+		ConnState:   connguard.HTTPConnState,
 	}
 }
 

@@ -137,6 +137,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	if r.bus, err = startBus(ctx, cfg, r.id, r.router, r.metrics, r.base, r.admitHeartbeat); err != nil {
 		return nil, fmt.Errorf("start NATS ingestion: %w", err)
 	}
+	r.addSelfListeners()
 	if err = r.startDiscovery(); err != nil {
 		return nil, fmt.Errorf("start discovery: %w", err)
 	}
@@ -156,6 +157,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 	if err = r.joinCluster(ctx); err != nil {
 		return nil, err
 	}
+	r.addSelfListeners()
 	return r, nil
 }
 

@@ -42,6 +42,11 @@ func RouteMessage(r Route) (*messages.RouteRequest, error) {
 	if len(r.Tokens) == 0 {
 		return nil, errors.New(MsgTokensEmpty)
 	}
+	if r.RequestID != "" {
+		if err := CheckRequestIDText(r.RequestID); err != nil {
+			return nil, err
+		}
+	}
 	update := r.UpdateStates == nil || *r.UpdateStates
 	m := &messages.RouteRequest{
 		RequestId: r.RequestID, TokenIds: r.Tokens, LoraName: r.LoraName, UpdateStates: update,
@@ -82,7 +87,7 @@ func CheckRequestID(id string) error {
 	if id == "" {
 		return errors.New(MsgRequestIDNeeded)
 	}
-	return nil
+	return CheckRequestIDText(id)
 }
 
 // CheckQueryTokens is the rule of overlap_scores and potential_loads.

@@ -220,7 +220,8 @@ func TestProxyLoopCutAtOneHop(t *testing.T) {
 		})
 	}
 	code, body, _ := send(t, "POST", BaseURL(a)+"/v1/completions", "", `{"prompt":[1,2,3],"max_tokens":4}`)
-	if code != http.StatusLoopDetected || !strings.Contains(body, "router-a") {
+	// The 508 names no replica (the client must not learn the fleet's ids).
+	if code != http.StatusLoopDetected || strings.Contains(body, "router-a") || !strings.Contains(body, "X-Kvrouter-Hop") {
 		t.Fatalf("completion through a loop: %d %s", code, body)
 	}
 	_, ma := Get(t, BaseURL(a)+"/metrics")

@@ -98,6 +98,7 @@ func touch(m *metrics.Router) {
 	m.EventDropped("x")
 	m.ShardRestarted(0, true)
 	m.WorkerRejected("x")
+	m.ConnRefused("x", "x")
 	m.StrideMismatch()
 	m.BacklogDropped("x")
 	m.QueueDepth(1)

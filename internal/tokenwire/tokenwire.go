@@ -8,8 +8,9 @@
 // decoder takes 64 bytes at a time, the encoder writes each id as 4
 // bytes, and the count of ids is read 8 bytes at a time.
 //
-// Semantics are protobuf's: a varint of up to 10 bytes is accepted and
-// truncated to its low 32 bits, as protobuf-go does for uint32 fields.
+// AppendDecoded's semantics are protobuf's: a varint of up to 10 bytes is
+// accepted and truncated to its low 32 bits, as protobuf-go does for
+// uint32 fields; AppendDecodedStrict refuses such an id instead.
 // The tests and fuzz targets check both directions against protowire and
 // protobuf-go.
 package tokenwire
@@ -17,6 +18,7 @@ package tokenwire
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"math/bits"
 	"slices"
 
@@ -48,9 +50,25 @@ func Count(b []byte) int {
 	return n
 }
 
+// ErrWide is a token id above 2^32-1, which AppendDecodedStrict refuses
+// (protobuf would keep its low 32 bits: a different token).
+var ErrWide = errors.New("token_ids: a token id does not fit in uint32")
+
 // AppendDecoded appends the ids in payload b to dst. dst grows at most
 // once. On error dst is returned unchanged in length.
 func AppendDecoded(dst []uint32, b []byte) ([]uint32, error) {
+	return appendDecoded(dst, b, false)
+}
+
+// AppendDecodedStrict is AppendDecoded that refuses (ErrWide) an id above
+// 2^32-1 instead of truncating it, as the JSON API refuses one. The check
+// costs nothing on ids of 1–3 bytes: only the per-varint path sees longer
+// ones.
+func AppendDecodedStrict(dst []uint32, b []byte) ([]uint32, error) {
+	return appendDecoded(dst, b, true)
+}
+
+func appendDecoded(dst []uint32, b []byte, strict bool) ([]uint32, error) {
 	n := Count(b)
 	dst = slices.Grow(dst, n)
 	out := dst[len(dst) : len(dst)+n]
@@ -64,6 +82,9 @@ func AppendDecoded(dst []uint32, b []byte) ([]uint32, error) {
 		v, k := protowire.ConsumeVarint(b[i:])
 		if k < 0 || j == len(out) {
 			return dst, ErrMalformed
+		}
+		if strict && v > math.MaxUint32 {
+			return dst, ErrWide
 		}
 		out[j] = uint32(v)
 		i += k

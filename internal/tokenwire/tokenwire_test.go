@@ -196,3 +196,40 @@ func FuzzAppendEncoded(f *testing.F) {
 		}
 	})
 }
+
+// The strict decoder refuses an id above 2^32-1 wherever it sits (block
+// path or tail) and keeps every id that fits, as AppendDecoded reads it.
+func TestAppendDecodedStrict(t *testing.T) {
+	ids := make([]uint32, 100)
+	for i := range ids {
+		ids[i] = uint32(i * 997)
+	}
+	for _, tc := range []struct {
+		name string
+		odd  []byte
+		err  error
+	}{
+		{"2^32-1 fits", protowire.AppendVarint(nil, math.MaxUint32), nil},
+		{"2^32", protowire.AppendVarint(nil, 1<<32), ErrWide},
+		{"ten bytes", protowire.AppendVarint(nil, math.MaxUint64), ErrWide},
+		{"malformed", append(bytes.Repeat([]byte{0xff}, 10), 0x01), ErrMalformed},
+	} {
+		for _, at := range []int{0, 50, 100} {
+			wire := slices.Concat(AppendEncoded(nil, ids[:at]), tc.odd, AppendEncoded(nil, ids[at:]))
+			got, err := AppendDecodedStrict([]uint32{7}, wire)
+			if !errors.Is(err, tc.err) && !(tc.err == nil && err == nil) {
+				t.Fatalf("%s at %d: %v, want %v", tc.name, at, err, tc.err)
+			}
+			if tc.err != nil {
+				if len(got) != 1 {
+					t.Fatalf("%s at %d: dst grew to %d on error", tc.name, at, len(got))
+				}
+				continue
+			}
+			want, _ := AppendDecoded([]uint32{7}, wire)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s at %d: %v, want %v", tc.name, at, got, want)
+			}
+		}
+	}
+}
