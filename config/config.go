@@ -94,6 +94,9 @@ type Config struct {
 	StaticWorkers           []string      `flag:"static-workers" group:"essentials" help:"comma-separated id=url[@dp_start:dp_size][;role=prefill|decode|both] workers registered without heartbeats (role default both)"`
 	ZMQEvents               bool          `flag:"zmq-events" group:"events" help:"subscribe to workers that announce a kv_events_endpoint (vLLM/SGLang ZMQ publishers)"`
 	ZMQEndpoints            []string      `flag:"zmq-endpoints" group:"events" help:"comma-separated id=tcp://host:port[;replay=tcp://host:port][;dp=N][;start=R][;bind] engines publishing KV events on ZMQ (dp ranks R..R+N-1 on port..port+N-1)"`
+	ZMQReconnectBase        time.Duration `flag:"zmq-reconnect-base" group:"events" help:"first wait before redialling a ZMQ publisher whose dial failed or whose connection dropped within 10 s; doubles (with jitter) per failure in a row"`
+	ZMQReconnectMax         time.Duration `flag:"zmq-reconnect-max" group:"events" help:"longest wait between redials of one ZMQ publisher"`
+	ZMQConnectRate          float64       `flag:"zmq-connect-rate" group:"events" help:"connection attempts per second to ZMQ publishers, all ranks together (bursts of 4x, at least 1); 0 = no shared cap"`
 
 	// ---- discovery and engine health (config/discovery.go) ----
 	Discover                    []string      `flag:"discover" group:"essentials" help:"find engines that never heartbeat, repeatable or comma-separated (encode commas inside a URI as %2C): dns://NAME:PORT (A/AAAA records, e.g. a headless Service), dns+srv://NAME (SRV records), k8s://NAMESPACE?selector=app%3Dvllm (Ready pods), k8s-inferencepool://NAMESPACE/NAME (an InferencePool's pods); options kv-events-port (5557; 0 = none), replay-port (5558), dp-size, block-size, model, port (k8s), server=HOST:PORT and interval (dns), api=GROUP/VERSION (pool); pods override them with kvrouter.io/<option> annotations"`
@@ -278,6 +281,9 @@ func Default() Config {
 		KVEventsMaxBytes: natsbus.DefaultMaxBytes,
 		HeartbeatTimeout: 10 * time.Second,
 		ZMQEvents:        true,
+		ZMQReconnectBase: zmqDefaults.base,
+		ZMQReconnectMax:  zmqDefaults.max,
+		ZMQConnectRate:   zmqDefaults.rate,
 
 		DiscoverInterval:            5 * time.Second,
 		DrainGrace:                  actors.DefaultDrainGrace,
@@ -388,6 +394,7 @@ func (c *Config) Validate() error {
 	if _, err := ParseZMQEndpoints(c.ZMQEndpoints); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateZMQ()...)
 	if _, _, err := ParseMemoryLimit(c.MemoryLimit); err != nil {
 		errs = append(errs, err)
 	}

@@ -41,6 +41,8 @@ type Router struct {
 	PromptsRefused  *prometheus.CounterVec
 	// Parity is the live cache-parity set (metrics/parity.go).
 	Parity *Parity
+	// Links are the reconnect metrics of outgoing links (metrics/links.go).
+	Links *Links
 }
 
 // New registers the metrics on a fresh registry (plus Go and process
@@ -140,6 +142,7 @@ func New() *Router {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)
+	m.Links = newLinks(reg)
 	return m
 }
 
