@@ -174,6 +174,8 @@ type Config struct {
 	MaxWorkers                 int           `flag:"max-workers" group:"limits" help:"most workers the registry holds; more are refused (HTTP 429, counted as worker_rejected{reason=registry_full}); 0 = no bound"`
 	MaxRanks                   int           `flag:"max-ranks" group:"limits" help:"most (worker, dp rank) candidates the registry holds; 0 = no bound"`
 	MaxPromptTokens            int           `flag:"max-prompt-tokens" group:"limits" help:"longest prompt routed, in tokens; longer ones get 400; 0 = no bound"`
+	TokenizeConcurrency        int           `flag:"tokenize-concurrency" group:"limits" help:"prompts (text or chat) the router tokenizes at once with its own tokenizers; more wait for a slot; 0 = one less than GOMAXPROCS (at least 1), so pathological prompts cannot hold every core"`
+	TokenizeQueueTimeout       time.Duration `flag:"tokenize-queue-timeout" group:"limits" help:"longest a prompt waits for a tokenization slot; then 503 with Retry-After (kvrouter_tokenize_busy_total)"`
 	MaxRequestIDBytes          int           `flag:"max-request-id-bytes" group:"limits" help:"longest request_id accepted; longer ones get 400; 0 = no bound"`
 	ShardBacklog               int           `flag:"shard-backlog" group:"tuning" help:"KV events queued to one indexer shard; past it ingestion waits up to backpressure-wait, then drops (backlog_dropped_total{queue=shard})"`
 	BackpressureWait           time.Duration `flag:"backpressure-wait" group:"tuning" help:"longest a KV-event subscription is held back by a full shard backlog before the event is dropped"`
@@ -342,6 +344,7 @@ func Default() Config {
 		MaxWorkers:                 actors.DefaultMaxWorkers,
 		MaxRanks:                   actors.DefaultMaxRanks,
 		MaxPromptTokens:            scheduling.DefaultMaxPromptTokens,
+		TokenizeQueueTimeout:       2 * time.Second,
 		MaxRequestIDBytes:          scheduling.DefaultMaxRequestIDBytes,
 		MaxActiveRequests:          scheduling.DefaultMaxActiveRequests,
 		ShardBacklog:               1 << 16,
@@ -395,6 +398,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateZMQ()...)
+	if c.TokenizeConcurrency < 0 || c.TokenizeQueueTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("tokenize-concurrency must be >= 0 and tokenize-queue-timeout > 0, got %d and %v", c.TokenizeConcurrency, c.TokenizeQueueTimeout))
+	}
 	if _, _, err := ParseMemoryLimit(c.MemoryLimit); err != nil {
 		errs = append(errs, err)
 	}

@@ -43,6 +43,8 @@ type Router struct {
 	Parity *Parity
 	// Links are the reconnect metrics of outgoing links (metrics/links.go).
 	Links *Links
+	// Tokenize bounds concurrent tokenization (metrics/tokenize.go).
+	Tokenize *Tokenize
 }
 
 // New registers the metrics on a fresh registry (plus Go and process
@@ -143,6 +145,7 @@ func New() *Router {
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)
 	m.Links = newLinks(reg)
+	m.Tokenize = newTokenize(reg)
 	return m
 }
 

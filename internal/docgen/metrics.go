@@ -101,6 +101,7 @@ func touch(m *metrics.Router) {
 	m.ProxyRequests.WithLabelValues("x").Inc()
 	m.ProxyTTFT.Observe(1)
 	m.PromptsRefused.WithLabelValues("x").Inc()
+	m.Tokenize.RegisterInFlight(func() int { return 0 })
 	m.Links.Reconnect("x", "x")
 	m.Links.RegisterBackoff("x", func() time.Duration { return 0 })
 	p := m.Parity
