@@ -49,7 +49,7 @@ type Config struct {
 	ServedLoRAs              []string `flag:"served-lora" group:"models" help:"ADAPTER=MODEL: a LoRA adapter of served model MODEL: a request naming it uses MODEL's tokenizer and routes with Dynamo's LoRA salt; repeatable or comma-separated"`
 	TokenizerMode            string   `flag:"tokenizer-mode" group:"models" help:"router: tokenize in process; engine: ask a worker's POST /tokenize (vLLM's API; cached per identical input), for templates the router cannot render"`
 	ChatEngines              []string `flag:"chat-engine" group:"models" help:"MODEL=vllm|sglang: render MODEL's chat requests with that engine's message preprocessing (content null, text-part arrays, tool-call arguments, tools; docs/chat-rendering.md); models not named get vllm; repeatable or comma-separated"`
-	TrustRequestChatTemplate bool     `flag:"trust-request-chat-template" group:"security" help:"accept a chat_template in a request (as vLLM's flag of that name); without it such a request gets 400: a template is code the router would run"`
+	TrustRequestChatTemplate bool     `flag:"trust-request-chat-template" group:"security" help:"accept a chat_template in a request (as vLLM's flag of that name); without it such a request gets 400: a template is code the router would run; every render runs under step, size and time limits (docs/tokenization-limits.md)"`
 
 	// ---- live cache parity (docs/parity.md) ----
 	Parity                  bool    `flag:"parity" group:"parity" help:"compare every proxied answer's usage (prompt_tokens, prompt_tokens_details.cached_tokens) with the router's token count and predicted cache hit: metrics, status and the automatic switch below; streams get stream_options.include_usage, stripped again for clients that did not ask"`
