@@ -659,6 +659,9 @@ func (rs *rankStream) apply(seq uint64, topic, payload []byte) {
 func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
 	c := &rs.s.c
 	holes := false
+	if rs.waitReplaySlot(ctx) != nil {
+		return
+	}
 	err := Replay(ctx, rs.replayEndpoint, start, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) error {
 		if rs.started && seq < rs.next {
 			return nil
@@ -704,6 +707,9 @@ func (rs *rankStream) repairGap(ctx context.Context) {
 	verify := rs.next - 1
 	c := &rs.s.c
 	holes := false
+	if rs.waitReplaySlot(ctx) != nil {
+		return
+	}
 	err := Replay(ctx, rs.replayEndpoint, verify, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) error {
 		switch {
 		case seq == verify:
@@ -740,6 +746,14 @@ func (rs *rankStream) repairGap(ctx context.Context) {
 		rs.reportReplay(holes)
 		c.replays.Add(1)
 	}
+}
+
+// waitReplaySlot takes a token of the shared connection-rate cap before a
+// replay dials the engine's replay socket: a publisher whose every batch
+// opens a gap makes the rank replay per batch, and those dials count
+// against the same cap as redials.
+func (rs *rankStream) waitReplaySlot(ctx context.Context) error {
+	return redial.Sleep(ctx, rs.s.opts.Limiter.Reserve())
 }
 
 // id names the rank for index trust.
