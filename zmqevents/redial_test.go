@@ -119,3 +119,62 @@ func TestRedialIsPaced(t *testing.T) {
 		})
 	}
 }
+
+// TestSilentPublisherDoesNotHoldTheRank: a publisher that accepts and
+// never answers the ZMTP greeting fails the handshake at its timeout and
+// is redialled on the backoff; closing the subscriber returns at once
+// instead of waiting for a greeting that never comes.
+func TestSilentPublisherDoesNotHoldTheRank(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // never written to, never closed until the end
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	var failed atomic.Int64
+	sub, err := zmqevents.StartSubscriber(context.Background(), zmqevents.WorkerEndpoint{
+		WorkerID: kv.WorkerID(1), Endpoint: "tcp://" + ln.Addr().String(),
+	}, zmqevents.Options{BlockSize: 16, Handler: func(*kv.Event) {}, RetryInterval: 20 * time.Millisecond,
+		HandshakeTimeout: 100 * time.Millisecond,
+		OnReconnect: func(reason string) {
+			if reason == "handshake_failed" {
+				failed.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { _ = sub.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close still waiting 2 s later: the rank is stuck in a handshake")
+	}
+	if n := failed.Load(); n < 2 {
+		t.Errorf("%d handshake failures in 700 ms with a 100 ms handshake timeout, want >= 2", n)
+	}
+	if st := sub.Stats(); st.Reconnects[zmqevents.ReconnectHandshakeFailed] != uint64(failed.Load()) {
+		t.Errorf("stats %v, callback %d", st.Reconnects, failed.Load())
+	}
+}

@@ -44,6 +44,9 @@ type Options struct {
 	// Waits, when set, hears each rank's current backoff (the gauge of
 	// the longest).
 	Waits *redial.Waits
+	// HandshakeTimeout bounds a connection's ZMTP handshake (default
+	// 5 s): a publisher that accepts and never answers is a failed dial.
+	HandshakeTimeout time.Duration
 	// OnReconnect, when set, is told the reason (ReconnectReason.String)
 	// of every reconnect a rank waits out. Ranks call it concurrently; it
 	// must not block.
@@ -74,6 +77,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = 250 * time.Millisecond
 	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
 	if o.Redial == (redial.Policy{}) {
 		o.Redial = redial.DefaultPolicy()
 		o.Redial.Base = o.RetryInterval
@@ -90,19 +96,19 @@ func (o Options) withDefaults() (Options, error) {
 
 // Stats counts what subscribers saw. Fields add up across workers.
 type Stats struct {
-	Messages      uint64 // batches received live
-	Events        uint64 // raw engine events decoded
-	StoredBlocks  uint64 // blocks in Stored events delivered to the handler
-	Malformed     uint64 // frames or events dropped as malformed
-	Duplicates    uint64 // live batches already applied from a replay
-	Replays       uint64 // replay requests answered
-	ReplayErrors  uint64 // replay requests that failed or timed out
-	Replayed      uint64 // batches applied from replays
-	Lost          uint64 // sequence numbers neither received nor replayed (at most MaxSeqGap per jump)
-	Restarts      uint64 // sequence went backwards (or jumped past MaxSeqGap), or a verifying replay showed a different batch: the engine restarted
-	Connections   uint64 // SUB connections established (handshakes); more than the ranks means reconnects
+	Messages     uint64 // batches received live
+	Events       uint64 // raw engine events decoded
+	StoredBlocks uint64 // blocks in Stored events delivered to the handler
+	Malformed    uint64 // frames or events dropped as malformed
+	Duplicates   uint64 // live batches already applied from a replay
+	Replays      uint64 // replay requests answered
+	ReplayErrors uint64 // replay requests that failed or timed out
+	Replayed     uint64 // batches applied from replays
+	Lost         uint64 // sequence numbers neither received nor replayed (at most MaxSeqGap per jump)
+	Restarts     uint64 // sequence went backwards (or jumped past MaxSeqGap), or a verifying replay showed a different batch: the engine restarted
+	Connections  uint64 // SUB connections established (handshakes); more than the ranks means reconnects
 	// Reconnects counts the waits before redialling, by reason.
-	Reconnects [numReconnectReasons]uint64
+	Reconnects    [numReconnectReasons]uint64
 	RefSuppressed uint64 // duplicate stores/removals absorbed by RefCounter
 	// Reasons counts skipped events (and frames) by reason; Malformed is
 	// the sum of the reasons that are input errors (Reason.IsError).
@@ -481,11 +487,13 @@ func (rs *rankStream) connectLoop(ctx context.Context) {
 		if redial.Sleep(ctx, wait+o.Limiter.Reserve()) != nil {
 			return
 		}
-		sock := rs.newSocket(ctx)
+		guard := &handshakeGuard{timeout: o.HandshakeTimeout}
+		sock := rs.newSocket(withRawConn(ctx, guard.dialled))
 		// Closing the socket is what stops a dial or a receive in
-		// progress when ctx ends.
+		// progress when ctx ends; the guard's deadline stops a handshake
+		// the publisher never answers.
 		stop := context.AfterFunc(ctx, func() { sock.Close() })
-		err := sock.Dial(rs.endpoint)
+		err := sock.Dial(dialEndpoint(rs.endpoint))
 		if err != nil {
 			stop()
 			sock.Close()
@@ -500,6 +508,7 @@ func (rs *rankStream) connectLoop(ctx context.Context) {
 			rs.s.reconnect(reason, rs.rank, rs.endpoint, wait, b.Failures(), err)
 			continue
 		}
+		guard.handshaken()
 		b.Connected()
 		up := time.Now()
 		if first {
