@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/internal/redial"
 )
 
@@ -77,18 +78,28 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, extra ...n
 		log = slog.Default()
 	}
 	log = log.With("component", "natsbus")
+	// A server that keeps dropping the connection would log a pair of
+	// lines per reconnect: at most one of each per 10 s, with the count
+	// of those left out.
+	var downLog, upLog loglimit.Limiter
+	downLog.Every, upLog.Every = 10*time.Second, 10*time.Second
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil { // nil: our own Close/Drain
-				log.Warn("NATS disconnected", "name", name, "err", err)
+			if err == nil { // nil: our own Close/Drain
+				return
+			}
+			if ok, suppressed := downLog.Allow(time.Now()); ok {
+				log.Warn("NATS disconnected", "name", name, "err", err, "suppressed", suppressed)
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("NATS reconnected", "name", name, "url", c.ConnectedUrl())
+			if ok, suppressed := upLog.Allow(time.Now()); ok {
+				log.Info("NATS reconnected", "name", name, "url", c.ConnectedUrl(), "suppressed", suppressed)
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
