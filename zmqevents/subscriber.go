@@ -45,7 +45,8 @@ type Options struct {
 	// the longest).
 	Waits *redial.Waits
 	// HandshakeTimeout bounds a connection's ZMTP handshake (default
-	// 5 s): a publisher that accepts and never answers is a failed dial.
+	// 5 s): a publisher that accepts and never answers is a failed
+	// handshake, redialled on the backoff.
 	HandshakeTimeout time.Duration
 	// OnReconnect, when set, is told the reason (ReconnectReason.String)
 	// of every reconnect a rank waits out. Ranks call it concurrently; it
