@@ -37,6 +37,9 @@ var abusive = []struct{ name, src, want string }{
 	{"range", `{{ range(10**18) | length }}`, "list of over"},
 	{"range negative step", `{{ range(10**18, 0 - 10**18, -1) | length }}`, "list of over"},
 	{"unique quadratic", `{{ range(60000) | unique | length }}`, "too much work"},
+	{"sort big strings", `{% set s = 'x' * 1000000 %}{{ ([s ~ 'a', s ~ 'b'] * 30000) | sort | length }}`, "too much work"},
+	{"sort folded keys", `{% set s = 'X' * 1000000 %}{{ ([s] * 100) | sort | length }}`, "builds too much"},
+	{"many comparisons in one expression", "{% set s = 'x' * 1000000 %}{% set t = 'x' * 1000000 %}{{ s == t" + strings.Repeat(" and s == t", 500) + " }}", "too much work"},
 	{"many big strings", `{% set l = [] %}{% for i in range(100) %}{% set _ = l.append(('x' * 500000) ~ i) %}{% endfor %}`, "builds too much"},
 }
 

@@ -427,21 +427,38 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		if err := s.r.step(len(items) * max(bits.Len(uint(len(items))), 1)); err != nil {
 			return nil, err
 		}
-		out := append([]any{}, items...)
 		rev := truthy(arg(args, kw, 0, "reverse", false))
 		attr, hasAttr := arg(args, kw, 2, "attribute", nil).(string)
-		key := func(x any) any {
+		fold := !truthy(arg(args, kw, 1, "case_sensitive", false))
+		// Keys are made once per item (a lowered string is charged as
+		// built), and every comparison costs steps by the bytes it may
+		// read: once the budget is spent the comparisons stop reading and
+		// the filter fails.
+		type keyed struct{ item, key any }
+		ks := make([]keyed, len(items))
+		for i, x := range items {
+			k := x
 			if hasAttr {
-				x, _ = getAttr(s.r, x, attr)
+				k, _ = getAttr(s.r, x, attr)
 			}
-			if str, ok := x.(string); ok && !truthy(arg(args, kw, 1, "case_sensitive", false)) {
-				return strings.ToLower(str)
+			if str, ok := k.(string); ok && fold {
+				k = strings.ToLower(str)
+				if err := s.r.charge(int64(len(str))); err != nil {
+					return nil, err
+				}
 			}
-			return x
+			ks[i] = keyed{x, k}
 		}
 		var cmpErr error
-		sort.SliceStable(out, func(i, j int) bool {
-			c, err := compare(key(out[i]), key(out[j]))
+		sort.SliceStable(ks, func(i, j int) bool {
+			if cmpErr != nil {
+				return false
+			}
+			if err := s.r.step(compareCost(ks[i].key, ks[j].key)); err != nil {
+				cmpErr = err
+				return false
+			}
+			c, err := compare(ks[i].key, ks[j].key)
 			if err != nil {
 				cmpErr = err
 			}
@@ -452,6 +469,10 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		})
 		if cmpErr != nil {
 			return nil, cmpErr
+		}
+		out := make([]any, len(ks))
+		for i := range ks {
+			out[i] = ks[i].item
 		}
 		return &List{Items: out}, nil
 	case "items":

@@ -389,8 +389,17 @@ func (s *scope) eval(e expr) (any, error) {
 	case *sliceExpr:
 		return s.r.made(s.evalSlice(e))
 	case *callExpr:
+		// Calls, filters and operators are steps: one expression can
+		// hold many, so the budget and the time limit are checked
+		// within a statement too.
+		if err := s.r.step(1); err != nil {
+			return nil, err
+		}
 		return s.r.made(s.evalCall(e))
 	case *filterExpr:
+		if err := s.r.step(1); err != nil {
+			return nil, err
+		}
 		return s.r.made(s.evalFilter(e))
 	case *testExpr:
 		v, err := s.eval(e.e)
@@ -426,6 +435,9 @@ func (s *scope) eval(e expr) (any, error) {
 			return v, nil
 		}
 	case *binaryExpr:
+		if err := s.r.step(1); err != nil {
+			return nil, err
+		}
 		return s.r.made(s.evalBinary(e))
 	case *condExpr:
 		c, err := s.eval(e.cond)
@@ -725,6 +737,13 @@ func (s *scope) evalBinary(e *binaryExpr) (any, error) {
 }
 
 func binary(rd *renderer, op string, l, r any) (any, error) {
+	switch op {
+	case "==", "!=", "in", "not in", "<", ">", "<=", ">=":
+		// These read their strings: long ones cost steps by length.
+		if err := rd.step(compareCost(l, r) - 1); err != nil {
+			return nil, err
+		}
+	}
 	switch op {
 	case "==":
 		return rd.equal(l, r), nil

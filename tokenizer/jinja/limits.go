@@ -10,9 +10,10 @@ import (
 // template (a model's own, or one a request brought with
 // --trust-request-chat-template):
 //
-//   - maxSteps counts statements executed, loop iterations (an empty loop
-//     body still costs one per iteration) and the items that filters and
-//     methods walk (join, map, select, unique, sort, ...);
+//   - maxSteps counts statements executed, operators, calls and filters,
+//     loop iterations (an empty loop body still costs one per iteration),
+//     the items that filters and methods walk (join, map, select, unique,
+//     sort, ...) and the bytes string comparisons may read (bytesPerStep);
 //   - maxValue bounds one string (bytes) and maxItems one list, checked
 //     before anything is allocated (`'x' * 10**11` fails without
 //     allocating), so no single operation can ask for more;
@@ -120,4 +121,20 @@ func repeatSize(size int, n int64, limit int64) int64 {
 		return -1
 	}
 	return int64(size) * n
+}
+
+// bytesPerStep is how many bytes a string comparison or search may read
+// for one step: comparing two long strings is work the step count sees.
+const bytesPerStep = 4096
+
+// compareCost is the steps comparing or searching a and b may cost.
+func compareCost(a, b any) int {
+	n := 1
+	if s, ok := a.(string); ok {
+		n += len(s) / bytesPerStep
+	}
+	if s, ok := b.(string); ok {
+		n += len(s) / bytesPerStep
+	}
+	return n
 }

@@ -383,7 +383,7 @@ func equalDepth(a, b any, depth int, r *renderer) bool {
 		return false
 	}
 	if r != nil {
-		r.steps++
+		r.steps += compareCost(a, b)
 		if r.steps > maxSteps || r.expired.Load() {
 			return false
 		}
