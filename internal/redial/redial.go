@@ -29,9 +29,11 @@ type Policy struct {
 }
 
 // DefaultPolicy: a quarter second first (an engine restarting comes back
-// fast and every second without its events is stale routing), up to 30 s.
+// fast and every second without its events is stale routing), up to 5 s
+// (a restarted engine is heard from within 5 s of coming back; an
+// endpoint that keeps failing is dialled at most every 2.5 to 5 s).
 func DefaultPolicy() Policy {
-	return Policy{Base: 250 * time.Millisecond, Max: 30 * time.Second, StableAfter: 10 * time.Second}
+	return Policy{Base: 250 * time.Millisecond, Max: 5 * time.Second, StableAfter: 10 * time.Second}
 }
 
 // Validate rejects a policy that cannot space anything.
