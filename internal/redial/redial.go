@@ -1,7 +1,8 @@
 // Package redial paces the router's reconnects to things outside it (ZMQ
 // event publishers, NATS): exponential backoff with jitter per endpoint,
-// so an endpoint that accepts and drops connections is dialled a few
-// times a minute, not thousands of times a second, and a connection-rate
+// so an endpoint that accepts and drops connections is dialled once per
+// backoff (every 2.5–5 s by default), not thousands of times a second,
+// and a connection-rate
 // cap shared by every endpoint of a kind, so many such endpoints together
 // are bounded too.
 package redial
