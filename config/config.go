@@ -49,7 +49,7 @@ type Config struct {
 	ServedLoRAs              []string `flag:"served-lora" group:"models" help:"ADAPTER=MODEL: a LoRA adapter of served model MODEL: a request naming it uses MODEL's tokenizer and routes with Dynamo's LoRA salt; repeatable or comma-separated"`
 	TokenizerMode            string   `flag:"tokenizer-mode" group:"models" help:"router: tokenize in process; engine: ask a worker's POST /tokenize (vLLM's API; cached per identical input), for templates the router cannot render"`
 	ChatEngines              []string `flag:"chat-engine" group:"models" help:"MODEL=vllm|sglang: render MODEL's chat requests with that engine's message preprocessing (content null, text-part arrays, tool-call arguments, tools; docs/chat-rendering.md); models not named get vllm; repeatable or comma-separated"`
-	TrustRequestChatTemplate bool     `flag:"trust-request-chat-template" group:"security" help:"accept a chat_template in a request (as vLLM's flag of that name); without it such a request gets 400: a template is code the router would run"`
+	TrustRequestChatTemplate bool     `flag:"trust-request-chat-template" group:"security" help:"accept a chat_template in a request (as vLLM's flag of that name); without it such a request gets 400: a template is code the router would run; every render runs under step, size and time limits (docs/tokenization-limits.md)"`
 
 	// ---- live cache parity (docs/parity.md) ----
 	Parity                  bool    `flag:"parity" group:"parity" help:"compare every proxied answer's usage (prompt_tokens, prompt_tokens_details.cached_tokens) with the router's token count and predicted cache hit: metrics, status and the automatic switch below; streams get stream_options.include_usage, stripped again for clients that did not ask"`
@@ -107,6 +107,9 @@ type Config struct {
 	StaticWorkers           []string      `flag:"static-workers" group:"essentials" help:"comma-separated id=url[@dp_start:dp_size][;role=prefill|decode|both] workers registered without heartbeats (role default both)"`
 	ZMQEvents               bool          `flag:"zmq-events" group:"events" help:"subscribe to workers that announce a kv_events_endpoint (vLLM/SGLang ZMQ publishers)"`
 	ZMQEndpoints            []string      `flag:"zmq-endpoints" group:"events" help:"comma-separated id=tcp://host:port[;replay=tcp://host:port][;dp=N][;start=R][;bind] engines publishing KV events on ZMQ (dp ranks R..R+N-1 on port..port+N-1)"`
+	ZMQReconnectBase        time.Duration `flag:"zmq-reconnect-base" group:"events" help:"first wait before redialling a ZMQ publisher whose dial failed or whose connection dropped within 10 s; doubles (with jitter) per failure in a row"`
+	ZMQReconnectMax         time.Duration `flag:"zmq-reconnect-max" group:"events" help:"longest wait between redials of one ZMQ publisher"`
+	ZMQConnectRate          float64       `flag:"zmq-connect-rate" group:"events" help:"connection attempts per second to ZMQ publishers, all ranks together (bursts of 4x, at least 1); 0 = no shared cap"`
 
 	// ---- discovery and engine health (config/discovery.go) ----
 	Discover                    []string      `flag:"discover" group:"essentials" help:"find engines that never heartbeat, repeatable or comma-separated (encode commas inside a URI as %2C): dns://NAME:PORT (A/AAAA records, e.g. a headless Service), dns+srv://NAME (SRV records), k8s://NAMESPACE?selector=app%3Dvllm (Ready pods), k8s-inferencepool://NAMESPACE/NAME (an InferencePool's pods); options kv-events-port (5557; 0 = none), replay-port (5558), dp-size, block-size, model, port (k8s), server=HOST:PORT and interval (dns), api=GROUP/VERSION (pool); pods override them with kvrouter.io/<option> annotations"`
@@ -184,6 +187,8 @@ type Config struct {
 	MaxWorkers                 int           `flag:"max-workers" group:"limits" help:"most workers the registry holds; more are refused (HTTP 429, counted as worker_rejected{reason=registry_full}); 0 = no bound"`
 	MaxRanks                   int           `flag:"max-ranks" group:"limits" help:"most (worker, dp rank) candidates the registry holds; 0 = no bound"`
 	MaxPromptTokens            int           `flag:"max-prompt-tokens" group:"limits" help:"longest prompt routed, in tokens; longer ones get 400; 0 = no bound"`
+	TokenizeConcurrency        int           `flag:"tokenize-concurrency" group:"limits" help:"prompts (text or chat) the router tokenizes at once with its own tokenizers; more wait for a slot; 0 = one less than GOMAXPROCS (at least 1), so pathological prompts cannot hold every core"`
+	TokenizeQueueTimeout       time.Duration `flag:"tokenize-queue-timeout" group:"limits" help:"longest a prompt waits for a tokenization slot; then 503 with Retry-After (kvrouter_tokenize_busy_total)"`
 	MaxRequestIDBytes          int           `flag:"max-request-id-bytes" group:"limits" help:"longest request_id accepted; longer ones get 400; 0 = no bound"`
 	ShardBacklog               int           `flag:"shard-backlog" group:"tuning" help:"KV events queued to one indexer shard; past it ingestion waits up to backpressure-wait, then drops (backlog_dropped_total{queue=shard})"`
 	BackpressureWait           time.Duration `flag:"backpressure-wait" group:"tuning" help:"longest a KV-event subscription is held back by a full shard backlog before the event is dropped"`
@@ -302,6 +307,9 @@ func Default() Config {
 		KVEventsMaxBytes: natsbus.DefaultMaxBytes,
 		HeartbeatTimeout: 10 * time.Second,
 		ZMQEvents:        true,
+		ZMQReconnectBase: zmqDefaults.base,
+		ZMQReconnectMax:  zmqDefaults.max,
+		ZMQConnectRate:   zmqDefaults.rate,
 
 		DiscoverInterval:            5 * time.Second,
 		DrainGrace:                  actors.DefaultDrainGrace,
@@ -360,6 +368,7 @@ func Default() Config {
 		MaxWorkers:                 actors.DefaultMaxWorkers,
 		MaxRanks:                   actors.DefaultMaxRanks,
 		MaxPromptTokens:            scheduling.DefaultMaxPromptTokens,
+		TokenizeQueueTimeout:       2 * time.Second,
 		MaxRequestIDBytes:          scheduling.DefaultMaxRequestIDBytes,
 		MaxActiveRequests:          scheduling.DefaultMaxActiveRequests,
 		ShardBacklog:               1 << 16,
@@ -418,6 +427,10 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseZMQEndpoints(c.ZMQEndpoints); err != nil {
 		errs = append(errs, err)
+	}
+	errs = append(errs, c.validateZMQ()...)
+	if c.TokenizeConcurrency < 0 || c.TokenizeQueueTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("tokenize-concurrency must be >= 0 and tokenize-queue-timeout > 0, got %d and %v", c.TokenizeConcurrency, c.TokenizeQueueTimeout))
 	}
 	if _, _, err := ParseMemoryLimit(c.MemoryLimit); err != nil {
 		errs = append(errs, err)

@@ -28,10 +28,20 @@ type Failure struct {
 	Status  int
 	Body    any
 	Outcome string
-	msg     string
+	// RetryAfter is the Retry-After header's value ("" = none).
+	RetryAfter string
+	msg        string
 }
 
 func (f *Failure) Error() string { return f.msg }
+
+// write sends the failure as an HTTP answer.
+func (f *Failure) write(w http.ResponseWriter) {
+	if f.RetryAfter != "" {
+		w.Header().Set("Retry-After", f.RetryAfter)
+	}
+	writeJSON(w, f.Status, f.Body)
+}
 
 // JSON is the body as the client gets it.
 func (f *Failure) JSON() []byte {

@@ -143,10 +143,13 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 		} else if m.tok == nil {
 			err = errNoTokenizer
 		} else {
-			var prompt string
-			if prompt, err = m.tok.RenderChat(chat); err == nil {
-				ids, err = m.tok.EncodeLimit(prompt, special, s.promptTokenLimit())
-			}
+			ids, err = s.withTokenSlot(ctx, func() ([]uint32, error) {
+				prompt, err := m.tok.RenderChat(chat)
+				if err != nil {
+					return nil, err
+				}
+				return m.tok.EncodeLimit(prompt, special, s.promptTokenLimit())
+			})
 		}
 	} else {
 		text, ok, perr := textPrompt(in.Prompt)
@@ -162,7 +165,9 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 		} else if m.tok == nil {
 			err = errNoTokenizer
 		} else {
-			ids, err = m.tok.EncodeLimit(text, special, s.promptTokenLimit())
+			ids, err = s.withTokenSlot(ctx, func() ([]uint32, error) {
+				return m.tok.EncodeLimit(text, special, s.promptTokenLimit())
+			})
 		}
 	}
 	if err != nil {
@@ -174,15 +179,26 @@ func (s *Server) tokenizeInput(ctx context.Context, in *textInput) ([]uint32, *s
 	return ids, m, nil
 }
 
+// withTokenSlot runs a local tokenization in one of the tokenization
+// slots (tokenSlots), waiting for one up to the queue timeout.
+func (s *Server) withTokenSlot(ctx context.Context, tokenize func() ([]uint32, error)) ([]uint32, error) {
+	release, err := s.tokens.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return tokenize()
+}
+
 // writeInputError answers a tokenization failure (inputFailure).
 func (s *Server) writeInputError(w http.ResponseWriter, err error) {
-	f := s.inputFailure(err)
-	writeJSON(w, f.Status, f.Body)
+	s.inputFailure(err).write(w)
 }
 
 // inputFailure is the answer to a tokenization failure: 404 for an
 // unknown model (with the served names), 400 for what the client must
-// fix, 502/503 for an engine that could not tokenize. Refusals of the
+// fix, 502/503 for an engine that could not tokenize, 503 with
+// Retry-After when every tokenization slot stayed busy. Refusals of the
 // client's input are counted and logged here.
 func (s *Server) inputFailure(err error) *Failure {
 	var unknown *unknownModelError
@@ -190,6 +206,7 @@ func (s *Server) inputFailure(err error) *Failure {
 	var tpl *tokenizer.TemplateError
 	var in *inputError
 	var eng *engineError
+	var busy *busyError
 	switch {
 	case errors.As(err, &unknown):
 		code := http.StatusNotFound
@@ -206,6 +223,16 @@ func (s *Server) inputFailure(err error) *Failure {
 		return failure(http.StatusBadRequest, "%v", err)
 	case errors.As(err, &eng):
 		return failure(eng.status, "%v", err)
+	case errors.As(err, &busy):
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.Tokenize.Busy.Inc()
+		}
+		if ok, suppressed := s.busyLog.Allow(time.Now()); ok {
+			s.log.Warn("refused a prompt: every tokenization slot stayed busy", "slots", busy.slots, "waited", busy.wait, "suppressed", suppressed)
+		}
+		f := failure(http.StatusServiceUnavailable, "%v", err)
+		f.RetryAfter = "1"
+		return f
 	case errors.Is(err, context.Canceled):
 		return failure(499, "client closed the request")
 	default:

@@ -93,7 +93,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string) {
 		if f.Outcome != "" {
 			s.outcome(f.Outcome)
 		}
-		writeJSON(w, f.Status, f.Body)
+		f.write(w)
 		return
 	}
 	p.serve(w, r)

@@ -55,6 +55,12 @@ type Options struct {
 	// vLLM's --trust-request-chat-template); without it such a request
 	// is refused: a template is code the router would run.
 	TrustRequestChatTemplate bool
+	// TokenizeConcurrency bounds the prompts tokenized at once with the
+	// router's tokenizers (0: DefaultTokenizeConcurrency);
+	// TokenizeQueueTimeout is how long one waits for a slot before 503
+	// (0: DefaultTokenizeQueueTimeout).
+	TokenizeConcurrency  int
+	TokenizeQueueTimeout time.Duration
 	// Client is the proxy's HTTP client. The default has sane timeouts,
 	// follows no redirects and checks every address it dials against
 	// WorkerPolicy; a client given here is used as is.
@@ -119,6 +125,9 @@ type Server struct {
 
 	promptLog loglimit.Limiter // prompts refused over max-prompt-tokens
 	inputLog  loglimit.Limiter // prompts refused for their input (writeInputError)
+	busyLog   loglimit.Limiter // prompts refused with every tokenization slot busy
+
+	tokens *tokenSlots // bounds concurrent local tokenization
 
 	urlsMu      sync.Mutex
 	urls        map[uint64]string // worker id → base URL, for the proxy
@@ -166,7 +175,12 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), admin: http.NewServeMux(), log: opts.Log.With("component", "httpapi"),
 		promptLog: loglimit.Limiter{Every: 10 * time.Second},
-		inputLog:  loglimit.Limiter{Every: 10 * time.Second}}
+		inputLog:  loglimit.Limiter{Every: 10 * time.Second},
+		busyLog:   loglimit.Limiter{Every: 10 * time.Second},
+		tokens:    newTokenSlots(opts.TokenizeConcurrency, opts.TokenizeQueueTimeout)}
+	if opts.Metrics != nil {
+		opts.Metrics.Tokenize.RegisterInFlight(s.tokens.inFlight)
+	}
 	routes := []route{
 		{"POST /route", "route", dataPlane, s.guardPrompt("route", s.route)},
 		{"POST /prefill_done", "prefill_done", dataPlane, s.prefillDone},

@@ -51,6 +51,10 @@ type Router struct {
 	// connsRefused counts connections refused or closed by the fair-slot
 	// guards (metrics/conns.go).
 	connsRefused *prometheus.CounterVec
+	// Links are the reconnect metrics of outgoing links (metrics/links.go).
+	Links *Links
+	// Tokenize bounds concurrent tokenization (metrics/tokenize.go).
+	Tokenize *Tokenize
 }
 
 // New registers the metrics on a fresh registry (plus Go and process
@@ -173,6 +177,8 @@ func New() *Router {
 	reg.MustRegister(m.Parity.collectors()...)
 	m.connsRefused = newConnsRefused()
 	reg.MustRegister(m.connsRefused)
+	m.Links = newLinks(reg)
+	m.Tokenize = newTokenize(reg)
 	return m
 }
 

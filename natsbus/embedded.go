@@ -236,7 +236,7 @@ func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 // an in-process connection: no network, so no certificate to check
 // against a host name (the server lets in-process clients skip TLS), and
 // auth's TLS files are not needed.
-func (e *Embedded) Dial(ctx context.Context, name string, log *slog.Logger, auth ClientAuth) (*nats.Conn, error) {
+func (e *Embedded) Dial(ctx context.Context, name string, log *slog.Logger, auth ClientAuth, extra ...nats.Option) (*nats.Conn, error) {
 	auth.TLSCA, auth.TLSCert, auth.TLSKey = "", "", ""
 	if err := auth.Validate(); err != nil {
 		return nil, err
@@ -250,7 +250,7 @@ func (e *Embedded) Dial(ctx context.Context, name string, log *slog.Logger, auth
 		opts = append(opts, nats.InProcessServer(e.srv))
 		url = "nats://" + strings.TrimPrefix(url, "tls://")
 	}
-	return Connect(ctx, url, name, log, opts...)
+	return Connect(ctx, url, name, log, append(opts, extra...)...)
 }
 
 // Shutdown stops the server and waits for it.

@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/internal/redial"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/metrics"
 	"github.com/kvrouter/kvrouter/natsbus"
@@ -46,6 +47,9 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 			started.Close()
 		}
 	}()
+	natsWaits := &redial.Waits{}
+	m.Links.RegisterBackoff("nats", natsWaits.Max)
+	observe := natsbus.ObserveReconnects(func(reason string) { m.Links.Reconnect("nats", reason) }, natsWaits)
 	auth, err := cfg.NATSAuth()
 	if err != nil {
 		return nil, err
@@ -61,11 +65,11 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		}
 		b.url = b.embedded.ClientURL()
 		log.Info("embedded NATS started", "url", b.url)
-		b.nc, err = b.embedded.Dial(ctx, "kvrouter-"+id, base, auth)
+		b.nc, err = b.embedded.Dial(ctx, "kvrouter-"+id, base, auth, observe)
 	} else {
 		var opts []nats.Option
 		if opts, err = auth.Options(); err == nil {
-			b.nc, err = natsbus.Connect(ctx, b.url, "kvrouter-"+id, base, opts...)
+			b.nc, err = natsbus.Connect(ctx, b.url, "kvrouter-"+id, base, append(opts, observe)...)
 		}
 	}
 	if err != nil {
@@ -88,7 +92,7 @@ func startBus(ctx context.Context, cfg config.Config, id string, router *actors.
 		return nil, err
 	}
 	if cfg.ZMQEvents || len(cfg.ZMQEndpoints) > 0 {
-		if b.zmq, err = startZMQ(cfg, router, base, m.EventDropped); err != nil {
+		if b.zmq, err = startZMQ(cfg, router, base, m.EventDropped, m.Links); err != nil {
 			return nil, err
 		}
 	}

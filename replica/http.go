@@ -139,6 +139,7 @@ func (r *Replica) serveHTTP() error {
 	api := httpapi.New(httpapi.Options{
 		Parity: tracker,
 		Models: models, TrustRequestChatTemplate: cfg.TrustRequestChatTemplate,
+		TokenizeConcurrency: cfg.TokenizeConcurrency, TokenizeQueueTimeout: cfg.TokenizeQueueTimeout,
 		Router: r.router, Metrics: r.metrics, BlockSize: cfg.BlockSize, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready: r.Ready, Conditions: r.readyConditions, Proxy: cfg.Proxy, TrackOutputBlocks: cfg.RouterTrackOutputBlocks,
 		OutputBlockDecayFloor: cfg.ProxyOutputBlockDecayFloor, Pprof: cfg.Pprof, Log: r.base,

@@ -10,6 +10,7 @@ import (
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/events"
+	"github.com/kvrouter/kvrouter/internal/redial"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/metrics"
 	"github.com/kvrouter/kvrouter/zmqevents"
@@ -27,13 +28,17 @@ type zmqLink struct {
 	done   chan struct{}
 }
 
-func startZMQ(cfg config.Config, router *actors.Router, base *slog.Logger, onDrop func(reason string)) (*zmqLink, error) {
+func startZMQ(cfg config.Config, router *actors.Router, base *slog.Logger, onDrop func(reason string), links *metrics.Links) (*zmqLink, error) {
+	waits := &redial.Waits{}
 	mgr, err := zmqevents.NewManager(zmqevents.Options{
 		BlockSize: cfg.BlockSize, Handler: router.ApplyEvent, Logger: base, OnDrop: onDrop, Trust: router,
+		Redial: cfg.ZMQRedial(), Limiter: cfg.ZMQConnectLimiter(), Waits: waits,
+		OnReconnect: func(reason string) { links.Reconnect("zmq", reason) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("zmq ingestion: %w", err)
 	}
+	links.RegisterBackoff("zmq", waits.Max)
 	z := &zmqLink{mgr: mgr, router: router, log: base.With("component", "replica"), static: map[kv.WorkerID]bool{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	eps, err := config.ParseZMQEndpoints(cfg.ZMQEndpoints)

@@ -3,6 +3,9 @@ package zmqevents
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/redial"
 
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -20,11 +23,28 @@ type Manager struct {
 	closed bool
 }
 
-// NewManager returns a manager whose subscribers deliver with opts.
+// Defaults of the connection-rate cap a Manager's subscribers share: a
+// router starting against a few hundred ranks dials them at once, and a
+// fleet of publishers that all drop connections is redialled at most this
+// fast, whatever each rank's backoff.
+const (
+	DefaultConnectRate  = 50
+	DefaultConnectBurst = 200
+)
+
+// NewManager returns a manager whose subscribers deliver with opts. They
+// share opts.Limiter (default: DefaultConnectRate a second, bursts of
+// DefaultConnectBurst) and opts.Waits.
 func NewManager(opts Options) (*Manager, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if opts.Limiter == nil {
+		opts.Limiter = redial.NewLimiter(DefaultConnectRate, DefaultConnectBurst, nil)
+	}
+	if opts.Waits == nil {
+		opts.Waits = &redial.Waits{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{opts: opts, ctx: ctx, cancel: cancel, subs: make(map[kv.WorkerID]*Subscriber)}, nil
@@ -93,6 +113,12 @@ func (m *Manager) Stats() Stats {
 		total.add(s.Stats())
 	}
 	return total
+}
+
+// Backoff is the longest reconnect backoff a rank is waiting out (0: none)
+// and how many ranks are in one.
+func (m *Manager) Backoff() (time.Duration, int) {
+	return m.opts.Waits.Max(), m.opts.Waits.Waiting()
 }
 
 // Close stops every subscriber; later Ensure calls fail with ErrClosed.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/kvrouter/kvrouter/internal/loglimit"
+	"github.com/kvrouter/kvrouter/internal/redial"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/trust"
 )
@@ -28,8 +30,28 @@ type Options struct {
 	Logger  *slog.Logger
 	// ReplayTimeout bounds one replay request (default 5 s).
 	ReplayTimeout time.Duration
-	// RetryInterval paces reconnection attempts (default 250 ms).
+	// RetryInterval paces a bound socket's receive retries and is the
+	// first reconnect wait when Redial.Base is unset (default 250 ms).
 	RetryInterval time.Duration
+	// Redial spaces one rank's reconnects in connect mode: exponential
+	// backoff with jitter after every failed dial, failed handshake or
+	// dropped connection (default redial.DefaultPolicy, Base =
+	// RetryInterval).
+	Redial redial.Policy
+	// Limiter caps connection attempts across every rank that shares it
+	// (a Manager's subscribers share one); nil: no shared cap.
+	Limiter *redial.Limiter
+	// Waits, when set, hears each rank's current backoff (the gauge of
+	// the longest).
+	Waits *redial.Waits
+	// HandshakeTimeout bounds a connection's ZMTP handshake (default
+	// 5 s): a publisher that accepts and never answers is a failed
+	// handshake, redialled on the backoff.
+	HandshakeTimeout time.Duration
+	// OnReconnect, when set, is told the reason (ReconnectReason.String)
+	// of every reconnect a rank waits out. Ranks call it concurrently; it
+	// must not block.
+	OnReconnect func(reason string)
 	// OnDrop, when set, is told the reason (Reason.String) of every
 	// frame, batch or event skipped, and of every LoRA event indexed
 	// under LoraIDNamespace, so they are counted with the router's other
@@ -56,6 +78,17 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = 250 * time.Millisecond
 	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
+	if o.Redial == (redial.Policy{}) {
+		o.Redial = redial.DefaultPolicy()
+		o.Redial.Base = o.RetryInterval
+		o.Redial.Max = max(o.Redial.Max, o.Redial.Base)
+	}
+	if err := o.Redial.Validate(); err != nil {
+		return o, fmt.Errorf("zmqevents: %w", err)
+	}
 	if o.Trust == nil {
 		o.Trust = trust.NopStreamObserver{}
 	}
@@ -64,17 +97,19 @@ func (o Options) withDefaults() (Options, error) {
 
 // Stats counts what subscribers saw. Fields add up across workers.
 type Stats struct {
-	Messages      uint64 // batches received live
-	Events        uint64 // raw engine events decoded
-	StoredBlocks  uint64 // blocks in Stored events delivered to the handler
-	Malformed     uint64 // frames or events dropped as malformed
-	Duplicates    uint64 // live batches already applied from a replay
-	Replays       uint64 // replay requests answered
-	ReplayErrors  uint64 // replay requests that failed or timed out
-	Replayed      uint64 // batches applied from replays
-	Lost          uint64 // sequence numbers neither received nor replayed (at most MaxSeqGap per jump)
-	Restarts      uint64 // sequence went backwards (or jumped past MaxSeqGap), or a verifying replay showed a different batch: the engine restarted
-	Connections   uint64 // SUB connections established (handshakes); more than the ranks means reconnects
+	Messages     uint64 // batches received live
+	Events       uint64 // raw engine events decoded
+	StoredBlocks uint64 // blocks in Stored events delivered to the handler
+	Malformed    uint64 // frames or events dropped as malformed
+	Duplicates   uint64 // live batches already applied from a replay
+	Replays      uint64 // replay requests answered
+	ReplayErrors uint64 // replay requests that failed or timed out
+	Replayed     uint64 // batches applied from replays
+	Lost         uint64 // sequence numbers neither received nor replayed (at most MaxSeqGap per jump)
+	Restarts     uint64 // sequence went backwards (or jumped past MaxSeqGap), or a verifying replay showed a different batch: the engine restarted
+	Connections  uint64 // SUB connections established (handshakes); more than the ranks means reconnects
+	// Reconnects counts the waits before redialling, by reason.
+	Reconnects    [numReconnectReasons]uint64
 	RefSuppressed uint64 // duplicate stores/removals absorbed by RefCounter
 	// Reasons counts skipped events (and frames) by reason; Malformed is
 	// the sum of the reasons that are input errors (Reason.IsError).
@@ -97,6 +132,9 @@ func (s *Stats) add(o Stats) {
 	for i := range s.Reasons {
 		s.Reasons[i] += o.Reasons[i]
 	}
+	for i := range s.Reconnects {
+		s.Reconnects[i] += o.Reconnects[i]
+	}
 }
 
 type counters struct {
@@ -104,6 +142,7 @@ type counters struct {
 	replays, replayErrors, replayed, lost, restarts, refSup atomic.Uint64
 	connections                                             atomic.Uint64
 	reasons                                                 [NumReasons]atomic.Uint64
+	reconnects                                              [numReconnectReasons]atomic.Uint64
 }
 
 // MaxSeqGap is the largest forward jump of a rank's sequence number that
@@ -140,6 +179,8 @@ type Subscriber struct {
 
 	// skipLogs rate-limits the WARN line of each reason.
 	skipLogs [NumReasons]loglimit.Limiter
+	// redialLogs rate-limits the line of each reconnect reason.
+	redialLogs [numReconnectReasons]loglimit.Limiter
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -164,6 +205,9 @@ func StartSubscriber(ctx context.Context, cfg WorkerEndpoint, opts Options) (*Su
 	}
 	for i := range s.skipLogs {
 		s.skipLogs[i].Every = skipLogInterval
+	}
+	for i := range s.redialLogs {
+		s.redialLogs[i].Every = skipLogInterval
 	}
 	streams := make([]*rankStream, cfg.ranks())
 	for i := range streams {
@@ -209,6 +253,9 @@ func (s *Subscriber) Stats() Stats {
 	}
 	for i := range st.Reasons {
 		st.Reasons[i] = c.reasons[i].Load()
+	}
+	for i := range st.Reconnects {
+		st.Reconnects[i] = c.reconnects[i].Load()
 	}
 	return st
 }
@@ -366,54 +413,187 @@ func (s *Subscriber) newRankStream(ctx context.Context, i int) (*rankStream, err
 		rs.replayEndpoint, _ = OffsetEndpoint(s.cfg.ReplayEndpoint, i) // validated
 	}
 	rs.watch = &connWatch{total: &s.c.connections}
-	rs.sock = zmq4.NewSub(ctx, zmq4.WithLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)), zmq4.WithSecurity(rs.watch),
-		zmq4.WithDialerRetry(s.opts.RetryInterval), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
-	if err := rs.sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
-		rs.sock.Close()
-		return nil, fmt.Errorf("subscribe to topic %q: %w", s.cfg.Topic, err)
+	if !s.cfg.Bind {
+		return rs, nil // connect mode: a socket per connection, made by run
 	}
-	if s.cfg.Bind {
-		if err := rs.sock.Listen(listenAddress(ep)); err != nil {
-			rs.sock.Close()
-			return nil, fmt.Errorf("worker %d rank %d: listen on %s: %w", s.cfg.WorkerID, rs.rank, ep, err)
-		}
+	rs.sock = rs.newSocket(ctx)
+	if err := rs.sock.Listen(listenAddress(ep)); err != nil {
+		rs.sock.Close()
+		return nil, fmt.Errorf("worker %d rank %d: listen on %s: %w", s.cfg.WorkerID, rs.rank, ep, err)
 	}
 	return rs, nil
 }
 
+// dialTimeout bounds one TCP connect to a publisher.
+const dialTimeout = 5 * time.Second
+
+// newSocket is a SUB socket on the stream's topic that never redials by
+// itself: zmq4's automatic reconnect redials at once, with no backoff, as
+// soon as a connection drops, so a publisher that accepts and closes
+// would be dialled in a tight loop. connectLoop paces it instead.
+func (rs *rankStream) newSocket(ctx context.Context) zmq4.Socket {
+	s := rs.s
+	sock := zmq4.NewSub(ctx, zmq4.WithLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)), zmq4.WithSecurity(rs.watch),
+		zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(dialTimeout), zmq4.WithAutomaticReconnect(false))
+	// zmq4's SetOption only records the value: it cannot fail.
+	_ = sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
+	return sock
+}
+
 func (rs *rankStream) run(ctx context.Context) {
+	if !rs.s.cfg.Bind {
+		rs.connectLoop(ctx)
+		return
+	}
 	defer rs.sock.Close()
 	log := rs.s.log.With("dp_rank", rs.rank, "endpoint", rs.endpoint)
-	if !rs.s.cfg.Bind {
-		// Dial retries until the engine is up or ctx ends.
-		if err := rs.sock.Dial(rs.endpoint); err != nil {
-			if ctx.Err() == nil {
-				log.Error("cannot connect to kv event publisher", "err", err)
-			}
-			return
-		}
-	}
-	if rs.replayEndpoint != "" {
-		// A late router catches up on what it missed, as far as the
-		// engine's replay buffer reaches back.
-		rs.replayFrom(ctx, 0)
-	}
+	rs.catchUp(ctx)
 	for {
 		msg, err := rs.sock.Recv()
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
+			// One publisher's connection dropped; the listener stays.
 			log.Debug("kv event receive failed", "err", err)
-			select {
-			case <-ctx.Done():
+			if redial.Sleep(ctx, rs.s.opts.RetryInterval) != nil {
 				return
-			case <-time.After(rs.s.opts.RetryInterval):
 			}
 			continue
 		}
 		rs.onLive(ctx, msg.Frames)
 	}
+}
+
+// catchUp replays what a late router missed, as far as the engine's
+// replay buffer reaches back.
+func (rs *rankStream) catchUp(ctx context.Context) {
+	if rs.replayEndpoint != "" {
+		rs.replayFrom(ctx, 0)
+	}
+}
+
+// connectLoop dials the publisher, receives until the connection drops
+// and dials again, until ctx ends. Every redial waits out the rank's
+// backoff (growing while dials fail or connections drop young) and the
+// shared connection-rate cap, so no publisher, reachable or not, is
+// dialled faster than the policy allows.
+func (rs *rankStream) connectLoop(ctx context.Context) {
+	o := &rs.s.opts
+	b := &redial.Backoff{Policy: o.Redial, Waits: o.Waits}
+	defer b.Close()
+	wait := time.Duration(0)
+	first := true
+	for {
+		if redial.Sleep(ctx, wait+o.Limiter.Reserve()) != nil {
+			return
+		}
+		guard := &handshakeGuard{timeout: o.HandshakeTimeout}
+		sock := rs.newSocket(withRawConn(ctx, guard.dialled))
+		// Closing the socket is what stops a dial or a receive in
+		// progress when ctx ends; the guard's deadline stops a handshake
+		// the publisher never answers.
+		stop := context.AfterFunc(ctx, func() { sock.Close() })
+		err := sock.Dial(dialEndpoint(rs.endpoint))
+		if err != nil {
+			stop()
+			sock.Close()
+			if ctx.Err() != nil {
+				return
+			}
+			reason := ReconnectDialFailed
+			if !isDialError(err) {
+				reason = ReconnectHandshakeFailed
+			}
+			wait = b.Failed()
+			rs.s.reconnect(reason, rs.rank, rs.endpoint, wait, b.Failures(), err)
+			continue
+		}
+		guard.handshaken()
+		b.Connected()
+		up := time.Now()
+		if first {
+			rs.catchUp(ctx)
+			first = false
+		}
+		err = rs.receive(ctx, sock)
+		stop()
+		sock.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		wait = b.Dropped(time.Since(up))
+		rs.s.reconnect(ReconnectConnectionLost, rs.rank, rs.endpoint, wait, b.Failures(), err)
+	}
+}
+
+// receive applies live batches until the socket's connection drops (a
+// SUB socket that does not reconnect by itself reports the drop as a
+// receive error) or ctx ends.
+func (rs *rankStream) receive(ctx context.Context, sock zmq4.Socket) error {
+	for {
+		msg, err := sock.Recv()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+		rs.onLive(ctx, msg.Frames)
+	}
+}
+
+// isDialError tells a TCP connect that failed from a connection that was
+// made but whose ZMTP handshake failed.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// reconnect counts and logs (rate-limited per reason) a wait before a
+// redial.
+func (s *Subscriber) reconnect(reason ReconnectReason, rank uint32, endpoint string, wait time.Duration, failures int, err error) {
+	s.c.reconnects[reason].Add(1)
+	if s.opts.OnReconnect != nil {
+		s.opts.OnReconnect(reason.String())
+	}
+	ok, suppressed := s.redialLogs[reason].Allow(time.Now())
+	if !ok {
+		return
+	}
+	attrs := []any{"dp_rank", rank, "endpoint", endpoint, "reason", reason.String(), "backoff", wait, "failures_in_a_row", failures}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	s.log.Warn("redialling kv event publisher after a backoff", attrs...)
+}
+
+// ReconnectReason is why a rank redials its publisher.
+type ReconnectReason uint8
+
+const (
+	ReconnectDialFailed      ReconnectReason = iota // the TCP connect failed (refused, unreachable, timed out)
+	ReconnectHandshakeFailed                        // connected, but the ZMTP handshake failed (not a ZMQ publisher, or it closed at once)
+	ReconnectConnectionLost                         // an established connection dropped
+	numReconnectReasons
+)
+
+// ReconnectReasons lists the reasons, for metrics.
+var ReconnectReasons = []ReconnectReason{ReconnectDialFailed, ReconnectHandshakeFailed, ReconnectConnectionLost}
+
+func (r ReconnectReason) String() string {
+	switch r {
+	case ReconnectDialFailed:
+		return "dial_failed"
+	case ReconnectHandshakeFailed:
+		return "handshake_failed"
+	case ReconnectConnectionLost:
+		return "connection_lost"
+	}
+	return "unknown"
 }
 
 // onLive applies one live publication, repairing gaps by replay and
@@ -489,6 +669,9 @@ func (rs *rankStream) apply(seq uint64, topic, payload []byte) {
 func (rs *rankStream) replayFrom(ctx context.Context, start uint64) {
 	c := &rs.s.c
 	holes := false
+	if rs.waitReplaySlot(ctx) != nil {
+		return
+	}
 	err := Replay(ctx, rs.replayEndpoint, start, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) error {
 		if rs.started && seq < rs.next {
 			return nil
@@ -534,6 +717,9 @@ func (rs *rankStream) repairGap(ctx context.Context) {
 	verify := rs.next - 1
 	c := &rs.s.c
 	holes := false
+	if rs.waitReplaySlot(ctx) != nil {
+		return
+	}
 	err := Replay(ctx, rs.replayEndpoint, verify, rs.s.opts.ReplayTimeout, func(seq uint64, payload []byte) error {
 		switch {
 		case seq == verify:
@@ -570,6 +756,14 @@ func (rs *rankStream) repairGap(ctx context.Context) {
 		rs.reportReplay(holes)
 		c.replays.Add(1)
 	}
+}
+
+// waitReplaySlot takes a token of the shared connection-rate cap before a
+// replay dials the engine's replay socket: a publisher whose every batch
+// opens a gap makes the rank replay per batch, and those dials count
+// against the same cap as redials.
+func (rs *rankStream) waitReplaySlot(ctx context.Context) error {
+	return redial.Sleep(ctx, rs.s.opts.Limiter.Reserve())
 }
 
 // id names the rank for index trust.

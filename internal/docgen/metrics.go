@@ -116,6 +116,9 @@ func touch(m *metrics.Router) {
 	m.BodiesRefused.WithLabelValues("x", "x").Inc()
 	m.EPPRequests.WithLabelValues("x").Inc()
 	m.EPPAnswers.WithLabelValues("x").Inc()
+	m.Tokenize.RegisterInFlight(func() int { return 0 })
+	m.Links.Reconnect("x", "x")
+	m.Links.RegisterBackoff("x", func() time.Duration { return 0 })
 	p := m.Parity
 	p.Compared.WithLabelValues("x").Inc()
 	p.TokenMismatch.WithLabelValues("x").Inc()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"math/bits"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,12 +56,23 @@ func globalFuncs() map[string]any {
 			if st == 0 {
 				return nil, errorf("range() step must not be zero")
 			}
-			l := &List{}
+			// The length is known before the list is built.
+			n := uint64(0)
+			switch {
+			case st > 0 && a < b:
+				n = (uint64(b-a) + uint64(st) - 1) / uint64(st)
+			case st < 0 && a > b:
+				n = (uint64(a-b) + uint64(-st) - 1) / uint64(-st)
+			}
+			if n > uint64(maxItems) {
+				return nil, checkItems(-1)
+			}
+			l := &List{Items: make([]any, 0, n)}
 			for i := a; (st > 0 && i < b) || (st < 0 && i > b); i += st {
-				if len(l.Items) > 1_000_000 {
-					return nil, errorf("range() is too long")
-				}
 				l.Items = append(l.Items, i)
+				if len(l.Items) == int(n) {
+					break // i += st could overflow past b
+				}
 			}
 			return l, nil
 		}),
@@ -161,7 +173,7 @@ func strftime(t time.Time, f string) string {
 
 // ---- tests ----
 
-func runTest(name string, v any, args []any) (bool, error) {
+func runTest(r *renderer, name string, v any, args []any) (bool, error) {
 	a0 := func() any {
 		if len(args) > 0 {
 			return args[0]
@@ -225,21 +237,21 @@ func runTest(name string, v any, args []any) (bool, error) {
 		}
 		return i%d == 0, nil
 	case "equalto", "eq", "==", "sameas":
-		return equal(v, a0()), nil
+		return r.equal(v, a0()), nil
 	case "ne", "!=":
-		return !equal(v, a0()), nil
+		return !r.equal(v, a0()), nil
 	case "lt", "<", "gt", ">", "le", "<=", "ge", ">=":
 		op := map[string]string{"lt": "<", "gt": ">", "le": "<=", "ge": ">="}[name]
 		if op == "" {
 			op = name
 		}
-		r, err := binary(op, v, a0())
+		r, err := binary(r, op, v, a0())
 		if err != nil {
 			return false, err
 		}
 		return r.(bool), nil
 	case "in":
-		return contains(a0(), v)
+		return contains(r, a0(), v)
 	case "lower":
 		s, ok := v.(string)
 		return ok && s == strings.ToLower(s), nil
@@ -310,7 +322,7 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		if c, ok := arg(args, kw, 2, "count", nil).(int64); ok {
 			n = int(c)
 		}
-		return strings.Replace(str, toString(arg(args, kw, 0, "old", "")), toString(arg(args, kw, 1, "new", "")), n), nil
+		return replaceBounded(str, toString(arg(args, kw, 0, "old", "")), toString(arg(args, kw, 1, "new", "")), n)
 	case "safe", "forceescape":
 		return v, nil
 	case "e", "escape":
@@ -332,21 +344,23 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		if sep, ok := arg(nil, kw, -1, "separators", nil).(*List); ok && len(sep.Items) == 2 {
 			o.itemSep, o.keySep = toString(sep.Items[0]), toString(sep.Items[1])
 		}
-		return toJSON(v, o, 0), nil
+		return toJSON(v, o, 0)
 	case "join":
 		items, err := iterate(v)
 		if err != nil {
 			return nil, errorf("filter join: %v", err)
 		}
 		attr, hasAttr := arg(args, kw, 1, "attribute", nil).(string)
-		parts := make([]string, len(items))
+		if err := s.r.step(len(items)); err != nil {
+			return nil, err
+		}
 		for i, x := range items {
 			if hasAttr {
-				x, _ = getAttr(x, attr)
+				x, _ = getAttr(s.r, x, attr)
 			}
-			parts[i] = toString(x)
+			items[i] = x
 		}
-		return strings.Join(parts, toString(arg(args, kw, 0, "d", ""))), nil
+		return joinBounded(items, toString(arg(args, kw, 0, "d", "")))
 	case "first", "last":
 		items, err := iterate(v)
 		if err != nil {
@@ -363,6 +377,9 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		items, err := iterate(v)
 		if err != nil {
 			return nil, errorf("filter list: %v", err)
+		}
+		if err := s.r.step(len(items)); err != nil {
+			return nil, err
 		}
 		return &List{Items: append([]any{}, items...)}, nil
 	case "reverse":
@@ -389,9 +406,13 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		}
 		var out []any
 		for _, x := range items {
+			// Quadratic: every comparison is a step.
+			if err := s.r.step(1 + len(out)); err != nil {
+				return nil, err
+			}
 			dup := false
 			for _, y := range out {
-				dup = dup || equal(x, y)
+				dup = dup || s.r.equal(x, y)
 			}
 			if !dup {
 				out = append(out, x)
@@ -403,21 +424,41 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		if err != nil {
 			return nil, errorf("filter sort: %v", err)
 		}
-		out := append([]any{}, items...)
+		if err := s.r.step(len(items) * max(bits.Len(uint(len(items))), 1)); err != nil {
+			return nil, err
+		}
 		rev := truthy(arg(args, kw, 0, "reverse", false))
 		attr, hasAttr := arg(args, kw, 2, "attribute", nil).(string)
-		key := func(x any) any {
+		fold := !truthy(arg(args, kw, 1, "case_sensitive", false))
+		// Keys are made once per item (a lowered string is charged as
+		// built), and every comparison costs steps by the bytes it may
+		// read: once the budget is spent the comparisons stop reading and
+		// the filter fails.
+		type keyed struct{ item, key any }
+		ks := make([]keyed, len(items))
+		for i, x := range items {
+			k := x
 			if hasAttr {
-				x, _ = getAttr(x, attr)
+				k, _ = getAttr(s.r, x, attr)
 			}
-			if str, ok := x.(string); ok && !truthy(arg(args, kw, 1, "case_sensitive", false)) {
-				return strings.ToLower(str)
+			if str, ok := k.(string); ok && fold {
+				k = strings.ToLower(str)
+				if err := s.r.charge(int64(len(str))); err != nil {
+					return nil, err
+				}
 			}
-			return x
+			ks[i] = keyed{x, k}
 		}
 		var cmpErr error
-		sort.SliceStable(out, func(i, j int) bool {
-			c, err := compare(key(out[i]), key(out[j]))
+		sort.SliceStable(ks, func(i, j int) bool {
+			if cmpErr != nil {
+				return false
+			}
+			if err := s.r.step(compareCost(ks[i].key, ks[j].key)); err != nil {
+				cmpErr = err
+				return false
+			}
+			c, err := compare(ks[i].key, ks[j].key)
 			if err != nil {
 				cmpErr = err
 			}
@@ -428,6 +469,10 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		})
 		if cmpErr != nil {
 			return nil, cmpErr
+		}
+		out := make([]any, len(ks))
+		for i := range ks {
+			out[i] = ks[i].item
 		}
 		return &List{Items: out}, nil
 	case "items":
@@ -453,11 +498,14 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		if err != nil {
 			return nil, errorf("filter map: %v", err)
 		}
+		if err := s.r.step(len(items)); err != nil {
+			return nil, err
+		}
 		out := make([]any, len(items))
 		if attr, ok := arg(nil, kw, -1, "attribute", nil).(string); ok {
 			def := arg(nil, kw, -1, "default", Undefined{})
 			for i, x := range items {
-				y, err := getAttr(x, attr)
+				y, err := getAttr(s.r, x, attr)
 				if err != nil {
 					return nil, err
 				}
@@ -473,7 +521,7 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		}
 		fname := toString(args[0])
 		for i, x := range items {
-			y, err := s.filter(fname, x, args[1:], nil)
+			y, err := s.r.made(s.filter(fname, x, args[1:], nil))
 			if err != nil {
 				return nil, err
 			}
@@ -499,17 +547,20 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 			test, rest = toString(rest[0]), rest[1:]
 		}
 		want := strings.HasPrefix(name, "select")
+		if err := s.r.step(len(items)); err != nil {
+			return nil, err
+		}
 		var out []any
 		for _, x := range items {
 			y := x
 			if byAttr {
-				if y, err = getAttr(x, attr); err != nil {
+				if y, err = getAttr(s.r, x, attr); err != nil {
 					return nil, err
 				}
 			}
 			ok := truthy(y)
 			if test != "" {
-				if ok, err = runTest(test, y, rest); err != nil {
+				if ok, err = runTest(s.r, test, y, rest); err != nil {
 					return nil, err
 				}
 			}
@@ -575,6 +626,9 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		width := "    "
 		switch w := arg(args, kw, 0, "width", int64(4)).(type) {
 		case int64:
+			if err := checkLen(w); err != nil {
+				return nil, err
+			}
 			width = strings.Repeat(" ", int(max(w, 0)))
 		case string:
 			width = w
@@ -582,6 +636,10 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		first := truthy(arg(args, kw, 1, "first", false))
 		blank := truthy(arg(args, kw, 2, "blank", false))
 		lines := strings.Split(str, "\n")
+		grow := repeatSize(len(width), int64(len(lines)), maxValue+1)
+		if err := checkLen(int64(len(str)) + grow); err != nil || grow < 0 {
+			return nil, checkLen(-1)
+		}
 		for i, l := range lines {
 			if (i == 0 && !first) || (l == "" && !blank) {
 				continue
@@ -590,11 +648,14 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		}
 		return strings.Join(lines, "\n"), nil
 	case "attr":
-		return getAttr(v, toString(arg(args, kw, 0, "name", "")))
+		return getAttr(s.r, v, toString(arg(args, kw, 0, "name", "")))
 	case "max", "min", "sum":
 		items, err := iterate(v)
 		if err != nil {
 			return nil, errorf("filter %s: %v", name, err)
+		}
+		if err := s.r.step(len(items)); err != nil {
+			return nil, err
 		}
 		if name == "sum" {
 			var acc any = int64(0)
@@ -620,7 +681,7 @@ func (s *scope) filter(name string, v any, args []any, kw *Dict) (any, error) {
 		}
 		return best, nil
 	case "wordcount":
-		return int64(len(strings.Fields(toString(v)))), nil
+		return int64(countFields(toString(v))), nil
 	}
 	return nil, errorf("unknown filter %q", name)
 }
@@ -711,6 +772,17 @@ func stringMethod(s string, name string) Func {
 			if m, ok := arg(args, kw, 1, "maxsplit", nil).(int64); ok {
 				maxSplit = m
 			}
+			// The pieces are counted before the list is built.
+			pieces := int64(strings.Count(s, sep)) + 1
+			if !hasSep {
+				pieces = int64(countFields(s))
+			}
+			if maxSplit >= 0 {
+				pieces = min(pieces, maxSplit+1)
+			}
+			if err := checkItems(pieces); err != nil {
+				return nil, err
+			}
 			var parts []string
 			switch {
 			case !hasSep:
@@ -736,6 +808,9 @@ func stringMethod(s string, name string) Func {
 		}
 	case "splitlines":
 		return func([]any, *Dict) (any, error) {
+			if err := checkItems(int64(strings.Count(s, "\n")) + 1); err != nil {
+				return nil, err
+			}
 			l := &List{}
 			for _, p := range strings.Split(strings.ReplaceAll(s, "\r\n", "\n"), "\n") {
 				l.Items = append(l.Items, p)
@@ -759,7 +834,7 @@ func stringMethod(s string, name string) Func {
 			if c, ok := arg(args, kw, 2, "count", nil).(int64); ok {
 				n = int(c)
 			}
-			return strings.Replace(s, toString(arg(args, kw, 0, "old", "")), toString(arg(args, kw, 1, "new", "")), n), nil
+			return replaceBounded(s, toString(arg(args, kw, 0, "old", "")), toString(arg(args, kw, 1, "new", "")), n)
 		}
 	case "find", "rfind", "index", "rindex":
 		return func(args []any, kw *Dict) (any, error) {
@@ -788,11 +863,7 @@ func stringMethod(s string, name string) Func {
 			if err != nil {
 				return nil, err
 			}
-			parts := make([]string, len(items))
-			for i, x := range items {
-				parts[i] = toString(x)
-			}
-			return strings.Join(parts, s), nil
+			return joinBounded(items, s)
 		}
 	case "removeprefix":
 		return func(args []any, kw *Dict) (any, error) {
@@ -864,6 +935,9 @@ func stringMethod(s string, name string) Func {
 					} else if kw != nil {
 						v, _ = kw.Get(field)
 					}
+					if err := checkLen(int64(b.Len()) + int64(len(toString(v)))); err != nil {
+						return nil, err
+					}
 					b.WriteString(toString(v))
 					i += end
 				default:
@@ -912,12 +986,15 @@ func rsplitN(s, sep string, n int) []string {
 	return append([]string{s}, out...)
 }
 
-func listMethod(l *List, name string) Func {
+func listMethod(r *renderer, l *List, name string) Func {
 	switch name {
 	case "append":
 		return func(args []any, _ *Dict) (any, error) {
 			if len(args) != 1 {
 				return nil, errorf("append takes one argument")
+			}
+			if err := checkItems(int64(len(l.Items)) + 1); err != nil {
+				return nil, err
 			}
 			l.Items = append(l.Items, args[0])
 			return nil, nil
@@ -929,6 +1006,9 @@ func listMethod(l *List, name string) Func {
 			}
 			items, err := iterate(args[0])
 			if err != nil {
+				return nil, err
+			}
+			if err := checkItems(int64(len(l.Items)) + int64(len(items))); err != nil {
 				return nil, err
 			}
 			l.Items = append(l.Items, items...)
@@ -944,6 +1024,9 @@ func listMethod(l *List, name string) Func {
 				i += int64(len(l.Items))
 			}
 			i = max(0, min(i, int64(len(l.Items))))
+			if err := checkItems(int64(len(l.Items)) + 1); err != nil {
+				return nil, err
+			}
 			l.Items = append(l.Items[:i], append([]any{args[1]}, l.Items[i:]...)...)
 			return nil, nil
 		}
@@ -971,7 +1054,7 @@ func listMethod(l *List, name string) Func {
 			x := arg(args, nil, 0, "", Undefined{})
 			n := int64(0)
 			for i, y := range l.Items {
-				if equal(x, y) {
+				if r.equal(x, y) {
 					if name == "index" {
 						return int64(i), nil
 					}
@@ -1064,4 +1147,52 @@ func dictMethod(d *Dict, name string) Func {
 		}
 	}
 	return nil
+}
+
+// joinBounded joins the items' strings with sep, refusing (before
+// building it) a result over maxValue bytes.
+func joinBounded(items []any, sep string) (string, error) {
+	parts := make([]string, len(items))
+	size := int64(0)
+	for i, x := range items {
+		parts[i] = toString(x)
+		size += int64(len(parts[i]))
+		if i > 0 {
+			size += int64(len(sep))
+		}
+		if err := checkLen(size); err != nil {
+			return "", err
+		}
+	}
+	return strings.Join(parts, sep), nil
+}
+
+// replaceBounded is strings.Replace refusing (before building it) a
+// result over maxValue bytes: an empty or short old with a long new
+// multiplies the text.
+func replaceBounded(s, old, repl string, n int) (string, error) {
+	if len(repl) > len(old) {
+		count := int64(strings.Count(s, old))
+		if n >= 0 {
+			count = min(count, int64(n))
+		}
+		grow := repeatSize(len(repl)-len(old), count, maxValue+1)
+		if err := checkLen(int64(len(s)) + grow); err != nil || grow < 0 {
+			return "", checkLen(-1)
+		}
+	}
+	return strings.Replace(s, old, repl, n), nil
+}
+
+// countFields is len(strings.Fields(s)) without building the fields.
+func countFields(s string) int {
+	n, in := 0, false
+	for _, r := range s {
+		space := unicode.IsSpace(r)
+		if !space && !in {
+			n++
+		}
+		in = !space
+	}
+	return n
 }

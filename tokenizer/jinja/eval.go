@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
+	"unicode/utf8"
 )
 
 // Template is a parsed template. It is safe for concurrent use.
@@ -44,26 +46,10 @@ var (
 	errContinue = errors.New("continue")
 )
 
-// maxOutput bounds a render (a template looping on itself must not eat
-// the process's memory), maxSteps its work (statements executed; a chat
-// template spends a few hundred per message).
-const (
-	maxOutput = 64 << 20
-	maxDepth  = 200
-)
-
-var maxSteps = 5_000_000
-
 type scope struct {
 	vars   map[string]any
 	parent *scope
 	r      *renderer
-}
-
-type renderer struct {
-	steps int
-	depth int
-	out   *strings.Builder
 }
 
 func (s *scope) lookup(name string) any {
@@ -92,6 +78,8 @@ func (s *scope) set(name string, v any) {
 func (t *Template) Render(vars map[string]any) (string, error) {
 	var b strings.Builder
 	r := &renderer{out: &b}
+	timer := time.AfterFunc(renderTimeout, func() { r.expired.Store(true) })
+	defer timer.Stop()
 	globals := &scope{vars: globalFuncs(), r: r}
 	sc := globals.child()
 	for k, v := range vars {
@@ -103,14 +91,24 @@ func (t *Template) Render(vars map[string]any) (string, error) {
 		}
 		return "", err
 	}
+	if b.Len() > maxOutput {
+		return "", errorf("template output is over %d bytes", maxOutput)
+	}
+	// Comparisons spend steps without failing at once (they answer
+	// "unequal" once the budget is gone): a render that spent it fails.
+	if err := r.step(0); err != nil {
+		return "", err
+	}
 	return b.String(), nil
 }
 
 func (s *scope) exec(nodes []node, out *strings.Builder) error {
 	for _, n := range nodes {
-		s.r.steps++
-		if s.r.steps > maxSteps || out.Len() > maxOutput {
-			return errorf("template does too much work (over %d steps or %d bytes of output)", maxSteps, maxOutput)
+		if err := s.r.step(1); err != nil {
+			return err
+		}
+		if out.Len() > maxOutput {
+			return errorf("template output is over %d bytes", maxOutput)
 		}
 		switch n := n.(type) {
 		case *textNode:
@@ -248,6 +246,9 @@ func (s *scope) execFor(n *forNode, out *strings.Builder) error {
 	if n.cond != nil {
 		var kept []any
 		for _, item := range items {
+			if err := s.r.step(1); err != nil {
+				return err
+			}
 			c := s.child()
 			if err := bind(c, item); err != nil {
 				return err
@@ -269,6 +270,11 @@ func (s *scope) execFor(n *forNode, out *strings.Builder) error {
 		return nil
 	}
 	for i, item := range items {
+		// Every iteration costs a step, so a loop with an empty body
+		// (or one whose body only nests more loops) is counted too.
+		if err := s.r.step(1); err != nil {
+			return err
+		}
 		c := s.child()
 		loop := &loopInfo{i: i, items: items}
 		c.set("loop", loop)
@@ -341,7 +347,11 @@ func iterate(v any) ([]any, error) {
 		}
 		return out, nil
 	case string:
-		var out []any
+		n := utf8.RuneCountInString(v)
+		if err := checkItems(int64(n)); err != nil {
+			return nil, err
+		}
+		out := make([]any, 0, n)
 		for _, r := range v {
 			out = append(out, string(r))
 		}
@@ -365,7 +375,7 @@ func (s *scope) eval(e expr) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return getAttr(obj, e.name)
+		return getAttr(s.r, obj, e.name)
 	case *indexExpr:
 		obj, err := s.eval(e.obj)
 		if err != nil {
@@ -377,11 +387,20 @@ func (s *scope) eval(e expr) (any, error) {
 		}
 		return getItem(obj, key)
 	case *sliceExpr:
-		return s.evalSlice(e)
+		return s.r.made(s.evalSlice(e))
 	case *callExpr:
-		return s.evalCall(e)
+		// Calls, filters and operators are steps: one expression can
+		// hold many, so the budget and the time limit are checked
+		// within a statement too.
+		if err := s.r.step(1); err != nil {
+			return nil, err
+		}
+		return s.r.made(s.evalCall(e))
 	case *filterExpr:
-		return s.evalFilter(e)
+		if err := s.r.step(1); err != nil {
+			return nil, err
+		}
+		return s.r.made(s.evalFilter(e))
 	case *testExpr:
 		v, err := s.eval(e.e)
 		if err != nil {
@@ -391,7 +410,7 @@ func (s *scope) eval(e expr) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		ok, err := runTest(e.name, v, args)
+		ok, err := runTest(s.r, e.name, v, args)
 		if err != nil {
 			return nil, err
 		}
@@ -416,7 +435,10 @@ func (s *scope) eval(e expr) (any, error) {
 			return v, nil
 		}
 	case *binaryExpr:
-		return s.evalBinary(e)
+		if err := s.r.step(1); err != nil {
+			return nil, err
+		}
+		return s.r.made(s.evalBinary(e))
 	case *condExpr:
 		c, err := s.eval(e.cond)
 		if err != nil {
@@ -434,7 +456,7 @@ func (s *scope) eval(e expr) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &List{Items: items}, nil
+		return s.r.made(&List{Items: items}, nil)
 	case *dictExpr:
 		d := NewDict()
 		for i := range e.keys {
@@ -448,7 +470,7 @@ func (s *scope) eval(e expr) (any, error) {
 			}
 			d.Set(toString(k), v)
 		}
-		return d, nil
+		return s.r.made(d, nil)
 	}
 	return nil, errorf("cannot evaluate %T", e)
 }
@@ -480,7 +502,7 @@ func (s *scope) evalKwargs(kw []kwarg) (*Dict, error) {
 	return d, nil
 }
 
-func getAttr(obj any, name string) (any, error) {
+func getAttr(r *renderer, obj any, name string) (any, error) {
 	switch o := obj.(type) {
 	case *Dict:
 		if v, ok := o.Get(name); ok {
@@ -497,7 +519,7 @@ func getAttr(obj any, name string) (any, error) {
 			return m, nil
 		}
 	case *List:
-		if m := listMethod(o, name); m != nil {
+		if m := listMethod(r, o, name); m != nil {
 			return m, nil
 		}
 	case nil:
@@ -594,8 +616,8 @@ func (s *scope) evalSlice(e *sliceExpr) (any, error) {
 		items = o.Items
 	case string:
 		str = true
-		for _, r := range o {
-			items = append(items, string(r))
+		if items, err = iterate(o); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, errorf("%s cannot be sliced", typeName(obj))
@@ -711,23 +733,34 @@ func (s *scope) evalBinary(e *binaryExpr) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return binary(e.op, l, r)
+	return binary(s.r, e.op, l, r)
 }
 
-func binary(op string, l, r any) (any, error) {
+func binary(rd *renderer, op string, l, r any) (any, error) {
+	switch op {
+	case "==", "!=", "in", "not in", "<", ">", "<=", ">=":
+		// These read their strings: long ones cost steps by length.
+		if err := rd.step(compareCost(l, r) - 1); err != nil {
+			return nil, err
+		}
+	}
 	switch op {
 	case "==":
-		return equal(l, r), nil
+		return rd.equal(l, r), nil
 	case "!=":
-		return !equal(l, r), nil
+		return !rd.equal(l, r), nil
 	case "in", "not in":
-		ok, err := contains(r, l)
+		ok, err := contains(rd, r, l)
 		if err != nil {
 			return nil, err
 		}
 		return ok == (op == "in"), nil
 	case "~":
-		return toString(l) + toString(r), nil
+		a, b := toString(l), toString(r)
+		if err := checkLen(int64(len(a)) + int64(len(b))); err != nil {
+			return nil, err
+		}
+		return a + b, nil
 	case "<", ">", "<=", ">=":
 		c, err := compare(l, r)
 		if err != nil {
@@ -748,11 +781,17 @@ func binary(op string, l, r any) (any, error) {
 		switch a := l.(type) {
 		case string:
 			if b, ok := r.(string); ok {
+				if err := checkLen(int64(len(a)) + int64(len(b))); err != nil {
+					return nil, err
+				}
 				return a + b, nil
 			}
 			return nil, errorf("can only concatenate str (not %q) to str", typeName(r))
 		case *List:
 			if b, ok := r.(*List); ok {
+				if err := checkItems(int64(len(a.Items)) + int64(len(b.Items))); err != nil {
+					return nil, err
+				}
 				out := append(append([]any{}, a.Items...), b.Items...)
 				return &List{Items: out}, nil
 			}
@@ -761,15 +800,29 @@ func binary(op string, l, r any) (any, error) {
 			return nil, errorf("unsupported operand types for +: %s and str", typeName(l))
 		}
 	case "*":
+		// The size is checked before anything is allocated: a string or
+		// list repeated past the limits is an error, not an allocation
+		// the runtime cannot satisfy.
 		if s, ok := l.(string); ok {
 			if n, ok := r.(int64); ok {
-				return strings.Repeat(s, int(max(n, 0))), nil
+				size := repeatSize(len(s), n, maxValue)
+				if err := checkLen(size); err != nil {
+					return nil, err
+				}
+				if size == 0 {
+					return "", nil
+				}
+				return strings.Repeat(s, int(n)), nil
 			}
 		}
 		if lst, ok := l.(*List); ok {
 			if n, ok := r.(int64); ok {
-				var out []any
-				for range max(n, 0) {
+				size := repeatSize(len(lst.Items), n, maxItems)
+				if err := checkItems(size); err != nil {
+					return nil, err
+				}
+				out := make([]any, 0, size)
+				for range size / max(int64(len(lst.Items)), 1) {
 					out = append(out, lst.Items...)
 				}
 				return &List{Items: out}, nil
@@ -821,9 +874,14 @@ func arith(op string, l, r any) (any, error) {
 			return m, nil
 		case "**":
 			if ri >= 0 {
-				out := int64(1)
-				for range ri {
-					out *= li
+				// By squaring: the same wrapped product as ri
+				// multiplications, in log2(ri) steps.
+				out, base := int64(1), li
+				for e := ri; e > 0; e >>= 1 {
+					if e&1 == 1 {
+						out *= base
+					}
+					base *= base
 				}
 				return out, nil
 			}
@@ -891,7 +949,7 @@ func compare(l, r any) (int, error) {
 }
 
 // contains is `needle in haystack`.
-func contains(haystack, needle any) (bool, error) {
+func contains(r *renderer, haystack, needle any) (bool, error) {
 	switch h := haystack.(type) {
 	case string:
 		n, ok := needle.(string)
@@ -901,7 +959,7 @@ func contains(haystack, needle any) (bool, error) {
 		return strings.Contains(h, n), nil
 	case *List:
 		for _, x := range h.Items {
-			if equal(x, needle) {
+			if r.equal(x, needle) {
 				return true, nil
 			}
 		}

@@ -90,10 +90,16 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// FuzzTemplate: no template source or variables make Parse or Render panic.
+// FuzzTemplate: no template source or variables make Parse or Render
+// panic, and no render outgrows the limits (lowered, so the fuzzer's
+// inputs finish fast; the abusive templates of bounds_test.go are seeds).
 func FuzzTemplate(f *testing.F) {
+	smallLimits(f)
 	for _, s := range []string{`{% for m in messages %}{{ m.role }}{% endfor %}`, `{{ x | tojson(indent=2) }}`, `{% set ns = namespace(a=1) %}{{ ns.a[1:] }}`, `{%- if a is defined -%}{{ a.split()[0] }}{%- endif %}`} {
 		f.Add(s)
+	}
+	for _, tc := range abusive {
+		f.Add(tc.src)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
 		tpl, err := Parse(src)
@@ -101,7 +107,10 @@ func FuzzTemplate(f *testing.F) {
 			return
 		}
 		msgs, _ := FromJSON([]byte(`[{"role":"user","content":"hi"},{"role":"assistant","content":null}]`))
-		_, _ = tpl.Render(map[string]any{"messages": msgs, "x": "a b", "a": int64(3)})
+		out, err := tpl.Render(map[string]any{"messages": msgs, "x": "a b", "a": int64(3)})
+		if err == nil && len(out) > maxOutput {
+			t.Fatalf("rendered %d bytes, over the %d limit", len(out), maxOutput)
+		}
 	})
 }
 
@@ -122,7 +131,11 @@ func FuzzFromJSON(f *testing.F) {
 			return
 		}
 		var back any
-		if err := json.Unmarshal([]byte(toJSON(v, jsonOpts{sortKeys: true}, 0)), &back); err != nil {
+		js, err := toJSON(v, jsonOpts{sortKeys: true}, 0)
+		if err != nil {
+			t.Fatalf("%q: re-encode: %v", s, err)
+		}
+		if err := json.Unmarshal([]byte(js), &back); err != nil {
 			t.Fatalf("%q: re-encoded is not JSON: %v", s, err)
 		}
 		a, _ := json.Marshal(ref)

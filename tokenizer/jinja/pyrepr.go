@@ -36,13 +36,25 @@ func pyFloatRepr(f float64) string {
 }
 
 // pyRepr is Python's repr() of a template value.
+//
+// It writes at most about maxValue bytes and maxDepth levels: past them
+// the text is cut, and a list that holds itself is written as [...], as
+// Python does. A cut text is longer than maxValue, so whatever builds a
+// value from it fails the size check.
 func pyRepr(v any) string {
 	var b strings.Builder
-	writeRepr(&b, v)
+	writeRepr(&b, v, 0)
 	return b.String()
 }
 
-func writeRepr(b *strings.Builder, v any) {
+func writeRepr(b *strings.Builder, v any, depth int) {
+	if int64(b.Len()) > maxValue {
+		return
+	}
+	if depth > maxDepth {
+		b.WriteString("...")
+		return
+	}
 	switch v := v.(type) {
 	case nil:
 		b.WriteString("None")
@@ -62,21 +74,27 @@ func writeRepr(b *strings.Builder, v any) {
 	case *List:
 		b.WriteByte('[')
 		for i, x := range v.Items {
+			if int64(b.Len()) > maxValue {
+				return
+			}
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, x)
+			writeRepr(b, x, depth+1)
 		}
 		b.WriteByte(']')
 	case *Dict:
 		b.WriteByte('{')
 		for i, k := range v.keys {
+			if int64(b.Len()) > maxValue {
+				return
+			}
 			if i > 0 {
 				b.WriteString(", ")
 			}
 			writeStrRepr(b, k)
 			b.WriteString(": ")
-			writeRepr(b, v.m[k])
+			writeRepr(b, v.m[k], depth+1)
 		}
 		b.WriteByte('}')
 	default:

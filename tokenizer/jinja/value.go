@@ -197,14 +197,24 @@ type jsonOpts struct {
 }
 
 // toJSON is tojson: Python json.dumps's layout (", " and ": " separators;
-// "," and newlines with an indent), keys in insertion order.
-func toJSON(v any, o jsonOpts, depth int) string {
+// "," and newlines with an indent), keys in insertion order. Text over
+// maxValue bytes, nesting deeper than maxDepth (a list that holds itself)
+// and an indent that would make either are errors.
+func toJSON(v any, o jsonOpts, depth int) (string, error) {
 	var b strings.Builder
-	writeJSON(&b, v, o, depth)
-	return b.String()
+	if err := writeJSON(&b, v, o, depth); err != nil {
+		return "", err
+	}
+	return b.String(), nil
 }
 
-func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) {
+func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) error {
+	if int64(b.Len()) > maxValue {
+		return checkLen(int64(b.Len()))
+	}
+	if depth > maxDepth {
+		return errorf("tojson: nesting deeper than %d (a value that holds itself?)", maxDepth)
+	}
 	item, key := o.itemSep, o.keySep
 	if item == "" {
 		item = ", "
@@ -215,9 +225,14 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) {
 	if key == "" {
 		key = ": "
 	}
-	pad := func(d int) {
+	pad := func(d int) error {
+		n := repeatSize(o.indent, int64(d), maxValue)
+		if err := checkLen(n + int64(b.Len())); err != nil || n < 0 {
+			return checkLen(-1)
+		}
 		b.WriteByte('\n')
-		b.WriteString(strings.Repeat(" ", o.indent*d))
+		b.WriteString(strings.Repeat(" ", int(n)))
+		return nil
 	}
 	switch v := v.(type) {
 	case nil, Undefined:
@@ -242,7 +257,7 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) {
 	case *List:
 		if len(v.Items) == 0 {
 			b.WriteString("[]")
-			return
+			return nil
 		}
 		b.WriteByte('[')
 		for i, x := range v.Items {
@@ -250,18 +265,24 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) {
 				b.WriteString(item)
 			}
 			if o.indent > 0 {
-				pad(depth + 1)
+				if err := pad(depth + 1); err != nil {
+					return err
+				}
 			}
-			writeJSON(b, x, o, depth+1)
+			if err := writeJSON(b, x, o, depth+1); err != nil {
+				return err
+			}
 		}
 		if o.indent > 0 {
-			pad(depth)
+			if err := pad(depth); err != nil {
+				return err
+			}
 		}
 		b.WriteByte(']')
 	case *Dict:
 		if len(v.keys) == 0 {
 			b.WriteString("{}")
-			return
+			return nil
 		}
 		keys := v.keys
 		if o.sortKeys {
@@ -274,19 +295,26 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) {
 				b.WriteString(item)
 			}
 			if o.indent > 0 {
-				pad(depth + 1)
+				if err := pad(depth + 1); err != nil {
+					return err
+				}
 			}
 			writeJSONString(b, k, o.ensureASCII)
 			b.WriteString(key)
-			writeJSON(b, v.m[k], o, depth+1)
+			if err := writeJSON(b, v.m[k], o, depth+1); err != nil {
+				return err
+			}
 		}
 		if o.indent > 0 {
-			pad(depth)
+			if err := pad(depth); err != nil {
+				return err
+			}
 		}
 		b.WriteByte('}')
 	default:
 		writeJSONString(b, toString(v), o.ensureASCII)
 	}
+	return nil
 }
 
 // writeJSONString escapes as JSON.stringify does (and as Python's
@@ -343,7 +371,23 @@ func length(v any) (int, bool) {
 }
 
 // equal is ==.
-func equal(a, b any) bool {
+// equal compares within the render's budget: every value visited is a
+// step, and once the budget is spent the values count as unequal (the
+// render fails at its next step).
+func (r *renderer) equal(a, b any) bool { return equalDepth(a, b, 0, r) }
+
+// equalDepth compares values nested at most maxDepth deep: deeper (a list
+// that holds itself) they are unequal rather than a stack overflow.
+func equalDepth(a, b any, depth int, r *renderer) bool {
+	if depth > maxDepth {
+		return false
+	}
+	if r != nil {
+		r.steps += compareCost(a, b)
+		if r.steps > maxSteps || r.expired.Load() {
+			return false
+		}
+	}
 	if fa, ok := number(a); ok {
 		if fb, ok := number(b); ok {
 			return fa == fb
@@ -365,7 +409,7 @@ func equal(a, b any) bool {
 			return false
 		}
 		for i := range a.Items {
-			if !equal(a.Items[i], l.Items[i]) {
+			if !equalDepth(a.Items[i], l.Items[i], depth+1, r) {
 				return false
 			}
 		}
@@ -377,7 +421,7 @@ func equal(a, b any) bool {
 		}
 		for _, k := range a.keys {
 			x, ok := d.m[k]
-			if !ok || !equal(a.m[k], x) {
+			if !ok || !equalDepth(a.m[k], x, depth+1, r) {
 				return false
 			}
 		}
