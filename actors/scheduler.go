@@ -92,7 +92,7 @@ func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.
 			ranks: emptyRankView(), local: tracking.New(), board: newLoadBoard(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue:    mustQueue(cfg.Scheduling),
-			rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+			rng:      newRNG(cfg.rngSeed),
 			registry: registry, restarts: restarts, gate: gate, trust: trustPID,
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
@@ -260,6 +260,14 @@ func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
 	s.tryDequeue(ctx)
 	s.expireSessions(now)
 	s.obs.QueueDepth(s.queue.Len())
+}
+
+// newRNG is the scheduler's random source: seeded by a test, else random.
+func newRNG(seed *[2]uint64) *rand.Rand {
+	if seed != nil {
+		return rand.New(rand.NewPCG(seed[0], seed[1]))
+	}
+	return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 }
 
 // mustQueue builds the backpressure queue; Config.Validate has already
