@@ -53,8 +53,8 @@ func (b *loadBoard) sync(v *rankView, ask func(w kv.WorkerWithDpRank)) {
 			delete(b.ranks, w)
 		}
 	}
-	b.at = make([]*boardEntry, len(v.list))
-	for i, w := range v.list {
+	b.at = make([]*boardEntry, len(v.List))
+	for i, w := range v.List {
 		e, ok := b.ranks[w]
 		if !ok {
 			e = &boardEntry{pid: v.pids[w].Id, roots: map[uint64]struct{}{}}
@@ -70,7 +70,7 @@ func (b *loadBoard) sync(v *rankView, ask func(w kv.WorkerWithDpRank)) {
 // eligible is the synced view's own list (a decision without
 // constraints), else by key.
 func (b *loadBoard) entries(v *rankView, eligible []kv.WorkerWithDpRank) boardLookup {
-	aligned := b.view == v && len(eligible) == len(v.list) && (len(eligible) == 0 || &eligible[0] == &v.list[0])
+	aligned := b.view == v && len(eligible) == len(v.List) && (len(eligible) == 0 || &eligible[0] == &v.List[0])
 	return boardLookup{b: b, aligned: aligned}
 }
 

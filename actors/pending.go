@@ -5,9 +5,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
-	"github.com/kvrouter/kvrouter/sessions"
 )
 
 type pendingKind uint8
@@ -48,24 +48,20 @@ type pending struct {
 	// sampled is the prompt's sequence hashes as load queries and adds
 	// carry them (one per stride blocks, sequence.Sample); the load query
 	// and the add share it, and neither is mutated.
-	sampled  []uint64
-	eligible []kv.WorkerWithDpRank
-	hashed   time.Time
-	scored   time.Time
-
-	// Sticky session (req.SessionId): whether it had a binding when the
-	// decision started, the bound rank while it is still fit, and why it
-	// moves otherwise.
-	sessionBound bool
-	hasSticky    bool
-	sticky       kv.WorkerWithDpRank
-	moveReason   sessions.MoveReason
+	sampled []uint64
+	hashed  time.Time
+	scored  time.Time
+	// plan is the decision's state between its steps (decide.Plan: the
+	// eligible ranks, the session binding, the best cache hit seen).
+	plan *decide.Plan
 
 	// Backpressure.
-	queued     bool
-	enqueued   time.Time
-	bestCached uint64 // wspt orders by uncached prompt tokens
+	queued   bool
+	enqueued time.Time
 }
+
+// eligible are the ranks a decision may choose.
+func (p *pending) eligible() []kv.WorkerWithDpRank { return p.plan.Eligible }
 
 func (s *schedulerActor) newPending(ctx actor.Context, kind pendingKind) *pending {
 	s.nextID++
@@ -105,8 +101,8 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 		return // no rank has a request with this prefix in flight
 	}
 	var q *messages.LoadQuery
-	entry := s.board.entries(s.ranks, p.eligible)
-	for i, w := range p.eligible {
+	entry := s.board.entries(s.ranks, p.eligible())
+	for i, w := range p.eligible() {
 		if !entry.at(i, w).sharesPrefix(root) {
 			continue
 		}
@@ -211,7 +207,7 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 	case kindOverlaps:
 		s.release(p)
 		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local)), SharedBlocks: p.shared}
-		reply.Ranks = p.overlaps.every(s.ranks.list)
+		reply.Ranks = p.overlaps.every(s.ranks.List)
 		ctx.Send(p.replyTo, reply)
 	case kindLoads:
 		s.release(p)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
@@ -64,7 +65,9 @@ type schedulerActor struct {
 	// recheck is the queued request whose loads are being re-read; one
 	// at a time so a burst of frees does not re-query the fleet N times.
 	recheck *pending
-	rng     *rand.Rand
+	// dec makes the decisions (package decide); this actor feeds it and
+	// carries out its effects.
+	dec *decide.Decider
 
 	// sessions is the sticky-session table (cluster state: peers' writes
 	// arrive as SessionUpdates); sessionStats its counters last reported.
@@ -92,7 +95,7 @@ func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.
 			ranks: emptyRankView(), local: tracking.New(), board: newLoadBoard(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue:    mustQueue(cfg.Scheduling),
-			rng:      newRNG(cfg.rngSeed),
+			dec:      newDecider(cfg),
 			registry: registry, restarts: restarts, gate: gate, trust: trustPID,
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
@@ -262,12 +265,15 @@ func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
 	s.obs.QueueDepth(s.queue.Len())
 }
 
-// newRNG is the scheduler's random source: seeded by a test, else random.
-func newRNG(seed *[2]uint64) *rand.Rand {
-	if seed != nil {
-		return rand.New(rand.NewPCG(seed[0], seed[1]))
+// newDecider builds the decision state machine; its random source is
+// seeded by a test, else random.
+func newDecider(cfg Config) *decide.Decider {
+	seed := [2]uint64{rand.Uint64(), rand.Uint64()}
+	if cfg.rngSeed != nil {
+		seed = *cfg.rngSeed
 	}
-	return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	return decide.New(decide.Config{Scheduling: cfg.Scheduling, Limits: cfg.Limits, BlockSize: cfg.BlockSize,
+		Stride: cfg.Sequence.EffectiveStride(), TrackActiveBlocks: cfg.TrackActiveBlocks}, seed)
 }
 
 // mustQueue builds the backpressure queue; Config.Validate has already

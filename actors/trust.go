@@ -244,7 +244,7 @@ func (s *schedulerActor) noteTrustRouted(ctx actor.Context, w kv.WorkerWithDpRan
 	if s.trustNoted == nil {
 		s.trustNoted = map[kv.WorkerWithDpRank]int64{}
 	}
-	if len(s.trustNoted) > 4*len(s.ranks.list)+64 {
+	if len(s.trustNoted) > 4*len(s.ranks.List)+64 {
 		clear(s.trustNoted) // ranks that left; rebuilt as decisions come
 	}
 	s.trustNoted[w] = now
