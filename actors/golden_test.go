@@ -2,6 +2,9 @@ package actors
 
 import (
 	"flag"
+	"io"
+	"log/slog"
+	"sync"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -23,6 +26,11 @@ type goldenCase struct {
 	cost   scheduling.CostModel
 	temp   float64
 	disagg bool
+	// explain routes with a debug logger, so every decision builds its
+	// route receipt: the transcript must not change (file names the
+	// recorded transcript).
+	explain bool
+	file    string
 }
 
 var goldenCases = []goldenCase{
@@ -31,6 +39,7 @@ var goldenCases = []goldenCase{
 	{name: "ttft", cost: scheduling.CostTTFT},
 	{name: "ttft_t03", cost: scheduling.CostTTFT, temp: 0.3},
 	{name: "disagg", cost: scheduling.CostDynamo, disagg: true},
+	{name: "ttft_t03_explained", cost: scheduling.CostTTFT, temp: 0.3, explain: true, file: "ttft_t03"},
 }
 
 // TestGoldenDecisions routes a seeded workload (several workers and dp
@@ -47,8 +56,12 @@ func TestGoldenDecisions(t *testing.T) {
 	for _, gc := range goldenCases {
 		t.Run(gc.name, func(t *testing.T) {
 			got := runGolden(t, gc)
-			path := filepath.Join("testdata", "golden", gc.name+".txt")
-			if *updateGolden {
+			file := gc.name
+			if gc.file != "" {
+				file = gc.file
+			}
+			path := filepath.Join("testdata", "golden", file+".txt")
+			if *updateGolden && gc.file == "" {
 				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 					t.Fatal(err)
 				}
@@ -76,7 +89,18 @@ func TestGoldenDecisions(t *testing.T) {
 
 // runGolden routes the workload and returns its transcript.
 func runGolden(t *testing.T, gc goldenCase) string {
+	var receipts strings.Builder
+	if gc.explain {
+		t.Cleanup(func() {
+			if n := strings.Count(receipts.String(), `"msg":"route receipt"`); n < 50 || !strings.Contains(receipts.String(), `"margin"`) {
+				t.Errorf("%d route receipts logged, want one a decision", n)
+			}
+		})
+	}
 	r := startRouter(t, func(c *Config) {
+		if gc.explain {
+			c.Logger = slog.New(slog.NewJSONHandler(&lockedWriter{w: &receipts}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
 		c.rngSeed = &[2]uint64{7, 11}
 		c.Scheduling.RouterCost = gc.cost
 		c.Scheduling.RouterTemperature = gc.temp
@@ -213,4 +237,16 @@ func runGolden(t *testing.T, gc goldenCase) string {
 		}
 	}
 	return out.String()
+}
+
+// lockedWriter serialises the actors' log writes into one buffer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

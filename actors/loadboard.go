@@ -30,6 +30,8 @@ type loadBoard struct {
 type boardEntry struct {
 	pid   string             // the sequence actor the entry follows
 	load  *messages.RankLoad // nil until its first publication
+	// loadAt is when load arrived (Unix ns), for a route receipt's ages.
+	loadAt int64
 	roots map[uint64]struct{}
 	// sent counts this scheduler's AddRequests to the rank; applied is
 	// how many of them load includes.
@@ -113,8 +115,8 @@ func (b *loadBoard) dropRoots(e *boardEntry) {
 // held reports whether any rank holds root.
 func (b *loadBoard) held(root uint64) bool { return b.rootRanks[root] > 0 }
 
-// apply takes a rank's publication.
-func (b *loadBoard) apply(m *messages.RankLoad) {
+// apply takes a rank's publication, arrived at atUnixNano.
+func (b *loadBoard) apply(m *messages.RankLoad, atUnixNano int64) {
 	e := b.ranks[rankOf(m.Worker)]
 	if e == nil {
 		return // not (or no longer) registered
@@ -129,7 +131,7 @@ func (b *loadBoard) apply(m *messages.RankLoad) {
 		b.addRoot(e, h)
 	}
 	m.RootsAdded, m.RootsRemoved = nil, nil // kept: only the load fields
-	e.load = m
+	e.load, e.loadAt = m, atUnixNano
 	if applied := min(m.AddsApplied, e.sent); applied > e.applied {
 		b.unseen -= applied - e.applied
 		e.applied = applied
@@ -185,3 +187,24 @@ func (e *boardEntry) fill(c *scheduling.Candidate, promptBlocks uint64, nowUnixN
 		c.HeadPrefillElapsed = scheduling.SinceHeadStartUnixNano(l.HeadStartedUnixNano, nowUnixNano)
 	}
 }
+
+// signals are a decision's signal sources and times for its route
+// receipt (decide.Signals): built only when a receipt is asked for.
+type signals struct {
+	p *pending
+	b *loadBoard
+}
+
+func (g signals) Load(w kv.WorkerWithDpRank) (string, int64) {
+	if l := g.p.loads[w]; l != nil {
+		return "reply", g.p.scored.UnixNano()
+	}
+	if e := g.b.ranks[w]; e != nil && e.load != nil {
+		return "published", e.loadAt
+	}
+	return "none", 0
+}
+
+// OverlapAt is when the overlaps were asked for: the shards answered
+// between it and the decision.
+func (g signals) OverlapAt() int64 { return g.p.hashed.UnixNano() }

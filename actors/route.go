@@ -130,7 +130,11 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		s.obs.DecisionPhase("score", now.Sub(p.hashed))
 	}
 	in := decide.Decide{Req: p.req, Plan: p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
-		Unseen: s.routedUnseen(p), Sampled: p.sampled, Blocks: p.blocks, Shared: p.shared, Overlaps: &p.overlaps}
+		Unseen: s.routedUnseen(p), Sampled: p.sampled, Blocks: p.blocks, Shared: p.shared, Overlaps: &p.overlaps,
+		Explain: s.explain}
+	if s.explain {
+		in.Signals = signals{p: p, b: s.board}
+	}
 	effects := s.dec.Step(now, in)
 	if _, ok := effects[0].(decide.Queue); ok {
 		s.enqueue(ctx, p, now)
@@ -153,6 +157,9 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 // answer reports a decision and replies to its caller.
 func (s *schedulerActor) answer(ctx actor.Context, p *pending, e decide.Answer) {
 	s.obs.Decision(e.Outcome, e.OverlapBlocks, len(p.local))
+	if e.Receipt != nil {
+		s.log.Debug("route receipt", "receipt", e.Receipt)
+	}
 	if e.Err != nil {
 		ctx.Send(p.replyTo, e.Err)
 		return

@@ -36,7 +36,7 @@ func TestRoutedUnseen(t *testing.T) {
 		t.Fatalf("ring: %d entries, first %d last %d", len(all), all[0].NewBlocks, all[len(all)-1].NewBlocks)
 	}
 	publish := func(w kv.WorkerWithDpRank, applied uint64) {
-		s.board.apply(&messages.RankLoad{Worker: rankMsg(w), AddsApplied: applied})
+		s.board.apply(&messages.RankLoad{Worker: rankMsg(w), AddsApplied: applied}, 0)
 	}
 	// w2 applied everything, w1 all but its last two adds (n-1 and n-3).
 	publish(w2, n/2)

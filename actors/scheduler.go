@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -68,6 +69,8 @@ type schedulerActor struct {
 	// dec makes the decisions (package decide); this actor feeds it and
 	// carries out its effects.
 	dec *decide.Decider
+	// explain: decisions carry route receipts, logged at debug level.
+	explain bool
 
 	// sessions is the sticky-session table (cluster state: peers' writes
 	// arrive as SessionUpdates); sessionStats its counters last reported.
@@ -88,9 +91,11 @@ func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.
 		if err != nil {
 			panic(fmt.Sprintf("sessions config passed validation but was refused: %v", err))
 		}
+		log := cfg.Logger.With("component", "scheduler")
 		return &schedulerActor{
+			explain:  log.Enabled(context.Background(), slog.LevelDebug),
 			sessions: table,
-			cfg:      cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
+			cfg:      cfg, log: log, obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
 			ranks: emptyRankView(), local: tracking.New(), board: newLoadBoard(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
@@ -122,7 +127,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.onLoad(ctx, m)
 	case *messages.RankLoad:
 		s.notePeerStart(ctx, m) // before the board takes the new load
-		s.board.apply(m)
+		s.board.apply(m, time.Now().UnixNano())
 		if s.queue.Len() > 0 {
 			s.tryDequeue(ctx) // a free shows in the load only now
 		}
