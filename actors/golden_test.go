@@ -2,15 +2,15 @@ package actors
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
-	"sync"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/kv"

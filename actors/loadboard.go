@@ -28,11 +28,11 @@ type loadBoard struct {
 }
 
 type boardEntry struct {
-	pid   string             // the sequence actor the entry follows
-	load  *messages.RankLoad // nil until its first publication
+	pid  string             // the sequence actor the entry follows
+	load *messages.RankLoad // nil until its first publication
 	// loadAt is when load arrived (Unix ns), for a route receipt's ages.
 	loadAt int64
-	roots map[uint64]struct{}
+	roots  map[uint64]struct{}
 	// sent counts this scheduler's AddRequests to the rank; applied is
 	// how many of them load includes.
 	sent, applied uint64
