@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/parity"
 	"github.com/kvrouter/kvrouter/routeapi"
 	"github.com/kvrouter/kvrouter/sequence"
@@ -234,9 +234,10 @@ func (e *routeFailure) Error() string { return e.err.Error() }
 func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response, uint64, error) {
 	s := p.s
 	p.requestID = routeapi.NewRequestID()
-	req := &messages.RouteRequest{
-		RequestId: p.requestID, TokenIds: p.tokens, UpdateStates: true, ExpectedOutputTokens: p.maxTokens,
-		LoraName: p.lora, SessionId: p.session,
+	req, err := routeapi.RouteMessage(routeapi.Route{RequestID: p.requestID, Tokens: p.tokens, HasTokens: true,
+		ExpectedOutputTokens: p.maxTokens, LoraName: p.lora, SessionID: p.session})
+	if err != nil {
+		return nil, 0, &routeFailure{&actors.RouteError{Kind: actors.ErrBadRequest, Message: err.Error()}}
 	}
 	if len(exclude) > 0 {
 		allowed, err := s.workersExcept(ctx, exclude)
