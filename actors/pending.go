@@ -53,7 +53,7 @@ type pending struct {
 	scored  time.Time
 	// plan is the decision's state between its steps (decide.Plan: the
 	// eligible ranks, the session binding, the best cache hit seen).
-	plan *decide.Plan
+	plan decide.Plan
 
 	// Backpressure.
 	queued   bool
@@ -64,12 +64,14 @@ type pending struct {
 func (p *pending) eligible() []kv.WorkerWithDpRank { return p.plan.Eligible }
 
 func (s *schedulerActor) newPending(ctx actor.Context, kind pendingKind) *pending {
+	return s.register(ctx, &pending{kind: kind})
+}
+
+// register numbers a fan-out and keeps it until it is answered.
+func (s *schedulerActor) register(ctx actor.Context, p *pending) *pending {
 	s.nextID++
 	now := time.Now()
-	p := &pending{
-		id: s.nextID, kind: kind, replyTo: ctx.Sender(), started: now,
-		deadline: now.Add(s.cfg.DecisionTimeout),
-	}
+	p.id, p.replyTo, p.started, p.deadline = s.nextID, ctx.Sender(), now, now.Add(s.cfg.DecisionTimeout)
 	s.pending[p.id] = p
 	return p
 }

@@ -26,7 +26,8 @@ func routeErr(code messages.RouteErrorCode, format string, args ...any) *message
 // prefix.
 func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest) {
 	now := time.Now()
-	in := decide.Start{Req: m, Ranks: &s.ranks.Ranks, Tracked: s.tracked, Active: s.local.Len()}
+	p := &pending{kind: kindRoute} // registered once accepted
+	in := decide.Start{Req: m, Ranks: &s.ranks.Ranks, Tracked: s.tracked, Active: s.local.Len(), Plan: &p.plan}
 	if m.SessionId != "" {
 		if in.Session.IDError = s.sessions.CheckID(m.SessionId); in.Session.IDError == nil {
 			if e, ok := s.sessions.Lookup(m.SessionId, now); ok {
@@ -34,14 +35,14 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 			}
 		}
 	}
-	for _, eff := range s.dec.Step(now, in) {
+	for _, eff := range s.dec.Step(now, &in) {
 		switch e := eff.(type) {
-		case decide.Answer:
+		case *decide.Answer:
 			s.obs.Decision(e.Outcome, 0, 0)
 			ctx.Respond(e.Err)
-		case decide.Ask:
-			p := s.newPending(ctx, kindRoute)
-			p.req, p.plan = m, e.Plan
+		case *decide.Ask:
+			s.register(ctx, p)
+			p.req = m
 			if m.CancelToken != 0 {
 				s.cancels[m.CancelToken] = p.id
 			}
@@ -129,14 +130,14 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		p.scored = now
 		s.obs.DecisionPhase("score", now.Sub(p.hashed))
 	}
-	in := decide.Decide{Req: p.req, Plan: p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
+	in := decide.Decide{Req: p.req, Plan: &p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
 		Unseen: s.routedUnseen(p), Sampled: p.sampled, Blocks: p.blocks, Shared: p.shared, Overlaps: &p.overlaps,
 		Explain: s.explain}
 	if s.explain {
 		in.Signals = signals{p: p, b: s.board}
 	}
-	effects := s.dec.Step(now, in)
-	if _, ok := effects[0].(decide.Queue); ok {
+	effects := s.dec.Step(now, &in)
+	if _, ok := effects[0].(*decide.Queue); ok {
 		s.enqueue(ctx, p, now)
 		return
 	}
@@ -144,18 +145,18 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	s.obs.DecisionPhase("select", time.Since(now))
 	for _, eff := range effects {
 		switch e := eff.(type) {
-		case decide.RecordAdd:
+		case *decide.RecordAdd:
 			s.record(ctx, p, e)
-		case decide.Session:
+		case *decide.Session:
 			s.recordSession(e, now)
-		case decide.Answer:
+		case *decide.Answer:
 			s.answer(ctx, p, e)
 		}
 	}
 }
 
 // answer reports a decision and replies to its caller.
-func (s *schedulerActor) answer(ctx actor.Context, p *pending, e decide.Answer) {
+func (s *schedulerActor) answer(ctx actor.Context, p *pending, e *decide.Answer) {
 	s.obs.Decision(e.Outcome, e.OverlapBlocks, len(p.local))
 	if e.Receipt != nil {
 		s.log.Debug("route receipt", "receipt", e.Receipt)
@@ -176,7 +177,7 @@ func (s *schedulerActor) answer(ctx actor.Context, p *pending, e decide.Answer) 
 
 // record adds a routed hop to its rank's active sequences (and, in
 // approximate mode, predicts its blocks as cached there), and gossips.
-func (s *schedulerActor) record(ctx actor.Context, p *pending, r decide.RecordAdd) {
+func (s *schedulerActor) record(ctx actor.Context, p *pending, r *decide.RecordAdd) {
 	add := &messages.AddRequest{
 		RequestId: r.ID, Worker: rankMsg(r.Worker), SequenceHashes: p.sampled,
 		PromptBlocks: uint32(p.blocks), Stride: uint32(s.cfg.Sequence.EffectiveStride()),
@@ -273,13 +274,13 @@ func (s *schedulerActor) tryDequeue(ctx actor.Context) {
 		return
 	}
 	now := time.Now()
-	for _, eff := range s.dec.Step(now, decide.Start{Req: p.req, Ranks: &s.ranks.Ranks, Recheck: true, Plan: p.plan}) {
+	for _, eff := range s.dec.Step(now, &decide.Start{Req: p.req, Ranks: &s.ranks.Ranks, Recheck: true, Plan: &p.plan}) {
 		switch e := eff.(type) {
-		case decide.Answer:
+		case *decide.Answer:
 			s.release(p)
 			s.obs.Decision(e.Outcome, 0, len(p.local))
 			ctx.Send(p.replyTo, e.Err)
-		case decide.Ask:
+		case *decide.Ask:
 			s.recheck = p
 			p.deadline = now.Add(s.cfg.DecisionTimeout)
 			s.askLoads(ctx, p)
@@ -321,7 +322,7 @@ func (s *schedulerActor) startOverlapQuery(ctx actor.Context, m *messages.Overla
 func (s *schedulerActor) startLoadsQuery(ctx actor.Context, m *messages.PotentialLoadsQuery) {
 	p := s.newPending(ctx, kindLoads)
 	p.req = &messages.RouteRequest{TokenIds: m.TokenIds}
-	p.plan = &decide.Plan{Eligible: s.ranks.List}
+	p.plan.Eligible = s.ranks.List
 	s.hash(p, m.TokenIds, m.LoraName, s.cfg.Scheduling.AssumeKVReuse)
 	s.askShards(ctx, p)
 	s.askLoads(ctx, p)

@@ -20,7 +20,7 @@ import (
 // gossips the change. A session that had no binding when its decision
 // started but has one now was bound by a concurrent request: that first
 // binding stays.
-func (s *schedulerActor) recordSession(r decide.Session, now time.Time) {
+func (s *schedulerActor) recordSession(r *decide.Session, now time.Time) {
 	id := r.ID
 	if _, live := s.sessions.Lookup(id, now); live && !r.WasBound {
 		return

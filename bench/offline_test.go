@@ -195,18 +195,18 @@ func offlineDecide(t testing.TB, dec *decider.Decider, view *decider.Ranks, rq R
 	blocks int, now time.Time) decider.RecordAdd {
 	t.Helper()
 	m := &messages.RouteRequest{RequestId: rq.ID, TokenIds: rq.Tokens, UpdateStates: true}
-	effs := dec.Step(now, decider.Start{Req: m, Ranks: view})
-	ask, ok := effs[0].(decider.Ask)
+	effs := dec.Step(now, &decider.Start{Req: m, Ranks: view})
+	ask, ok := effs[0].(*decider.Ask)
 	if !ok {
 		t.Fatalf("%s refused: %+v", rq.ID, effs[0])
 	}
-	for _, e := range dec.Step(now, decider.Decide{Req: m, Plan: ask.Plan, Ranks: view, Candidates: cands, Blocks: blocks}) {
+	for _, e := range dec.Step(now, &decider.Decide{Req: m, Plan: ask.Plan, Ranks: view, Candidates: cands, Blocks: blocks}) {
 		switch e := e.(type) {
-		case decider.RecordAdd:
-			return e
-		case decider.Answer:
+		case *decider.RecordAdd:
+			return *e
+		case *decider.Answer:
 			t.Fatalf("%s: %v", rq.ID, e.Err)
-		case decider.Queue:
+		case *decider.Queue:
 			t.Fatalf("%s queued (no rank has a budget: cannot happen)", rq.ID)
 		}
 	}

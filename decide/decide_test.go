@@ -46,11 +46,11 @@ func tokens(n int) []uint32 {
 // test on a refusal).
 func start(t *testing.T, d *Decider, now time.Time, in Start) *Plan {
 	t.Helper()
-	effs := d.Step(now, in)
+	effs := d.Step(now, &in)
 	if len(effs) != 1 {
 		t.Fatalf("start: %d effects", len(effs))
 	}
-	ask, ok := effs[0].(Ask)
+	ask, ok := effs[0].(*Ask)
 	if !ok {
 		t.Fatalf("start refused: %+v", effs[0])
 	}
@@ -92,8 +92,8 @@ func TestDefaultPipelineIsSelect(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			effs := d.Step(now, Decide{Req: req, Plan: p, Ranks: ranks, Candidates: cands, Blocks: isl / blockSize})
-			ans := effs[len(effs)-1].(Answer)
+			effs := d.Step(now, &Decide{Req: req, Plan: p, Ranks: ranks, Candidates: cands, Blocks: isl / blockSize})
+			ans := effs[len(effs)-1].(*Answer)
 			if got := RankOf(ans.Reply.Worker); got != want.Worker || ans.Reply.CachedTokens != want.CachedTokens {
 				t.Fatalf("%s T=%v decision %d: %v, Select %v", tc.cost, tc.temp, n, got, want.Worker)
 			}
@@ -121,10 +121,10 @@ func TestReceiptChangesNothing(t *testing.T) {
 		req := &messages.RouteRequest{RequestId: "r", TokenIds: tokens(isl)}
 		cands := randomCandidates(gen, ranks, isl)
 		c2 := append([]scheduling.Candidate(nil), cands...)
-		a := plain.Step(now, Decide{Req: req, Plan: start(t, plain, now, Start{Req: req, Ranks: ranks}), Ranks: ranks, Candidates: cands, Blocks: isl / blockSize})
-		b := explained.Step(now, Decide{Req: req, Plan: start(t, explained, now, Start{Req: req, Ranks: ranks}), Ranks: ranks,
+		a := plain.Step(now, &Decide{Req: req, Plan: start(t, plain, now, Start{Req: req, Ranks: ranks}), Ranks: ranks, Candidates: cands, Blocks: isl / blockSize})
+		b := explained.Step(now, &Decide{Req: req, Plan: start(t, explained, now, Start{Req: req, Ranks: ranks}), Ranks: ranks,
 			Candidates: c2, Blocks: isl / blockSize, Explain: true})
-		x, y := a[0].(Answer), b[0].(Answer)
+		x, y := a[0].(*Answer), b[0].(*Answer)
 		if RankOf(x.Reply.Worker) != RankOf(y.Reply.Worker) || x.Receipt != nil {
 			t.Fatalf("decision %d: %v vs %v with a receipt", n, x.Reply.Worker, y.Reply.Worker)
 		}
@@ -176,8 +176,8 @@ func TestStartRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := New(testConfig(scheduling.CostDynamo, 0), [2]uint64{})
 			tc.in.Req, tc.in.Ranks = tc.req, ranks
-			effs := d.Step(time.Unix(1, 0), tc.in)
-			ans, ok := effs[0].(Answer)
+			effs := d.Step(time.Unix(1, 0), &tc.in)
+			ans, ok := effs[0].(*Answer)
 			if !ok || ans.Err == nil || ans.Outcome != tc.outcome || ans.Err.Code != tc.code || !strings.Contains(ans.Err.Message, tc.text) {
 				t.Fatalf("got %+v", effs)
 			}
@@ -201,16 +201,16 @@ func TestSessionAffinity(t *testing.T) {
 			{Worker: ranks.List[1], HasLoad: true, NewBlocks: 4, DeviceOverlap: 4},
 		}
 	}
-	effs := d.Step(now, Decide{Req: req, Plan: start(t, d, now, Start{Req: req, Ranks: ranks, Session: bound}), Ranks: ranks,
+	effs := d.Step(now, &Decide{Req: req, Plan: start(t, d, now, Start{Req: req, Ranks: ranks, Session: bound}), Ranks: ranks,
 		Candidates: cands(0), Blocks: 4, Explain: true})
-	s, ans := effs[1].(Session), effs[2].(Answer)
+	s, ans := effs[1].(*Session), effs[2].(*Answer)
 	if RankOf(ans.Reply.Worker) != ranks.List[0] || !s.WasBound || s.MoveReason != "" || ans.Receipt.Session != "stay" ||
 		ans.Receipt.SessionAge != time.Second || !ans.Receipt.Candidates[1].Filtered {
 		t.Fatalf("fit: %+v %+v receipt %+v", s, ans.Reply, ans.Receipt)
 	}
-	effs = d.Step(now, Decide{Req: req, Plan: start(t, d, now, Start{Req: req, Ranks: ranks, Session: bound}), Ranks: ranks,
+	effs = d.Step(now, &Decide{Req: req, Plan: start(t, d, now, Start{Req: req, Ranks: ranks, Session: bound}), Ranks: ranks,
 		Candidates: cands(2000), Blocks: 4, Explain: true})
-	s, ans = effs[1].(Session), effs[2].(Answer)
+	s, ans = effs[1].(*Session), effs[2].(*Answer)
 	if RankOf(ans.Reply.Worker) != ranks.List[1] || s.MoveReason != "busy" || ans.Receipt.Session != "move:busy" {
 		t.Fatalf("overloaded: %+v %+v receipt %+v", s, ans.Reply, ans.Receipt)
 	}
@@ -228,8 +228,8 @@ func TestQueueThresholdAdmits(t *testing.T) {
 		req := &messages.RouteRequest{RequestId: "a", TokenIds: tokens(64), UpdateStates: update}
 		cands := []scheduling.Candidate{{Worker: ranks.List[0], HasLoad: true, ActivePrefillTokens: 5000, DeviceOverlap: 2},
 			{Worker: ranks.List[1], HasLoad: true, ActivePrefillTokens: 5000}}
-		effs := d.Step(now, Decide{Req: req, Plan: start(t, d, now, Start{Req: req, Ranks: ranks}), Ranks: ranks, Candidates: cands, Blocks: 4})
-		q, queued := effs[0].(Queue)
+		effs := d.Step(now, &Decide{Req: req, Plan: start(t, d, now, Start{Req: req, Ranks: ranks}), Ranks: ranks, Candidates: cands, Blocks: 4})
+		q, queued := effs[0].(*Queue)
 		if queued != update || (queued && q.BestCached != 32) {
 			t.Fatalf("update %v: %+v", update, effs)
 		}

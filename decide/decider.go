@@ -51,9 +51,20 @@ type Config struct {
 // owner (the scheduler actor) steps it.
 type Decider struct {
 	cfg   Config
+	base  scheduling.Config // cfg.Scheduling normalised
 	rng   *rand.Rand
 	pipe  Pipeline
 	costs []float64 // scoring scratch
+	// A step's effects live in the Decider until the next step (a
+	// decision allocates none of them).
+	out     []Effect
+	answer  Answer
+	adds    [2]RecordAdd
+	nadds   int
+	session Session
+	queue   Queue
+	ask     Ask
+	ctx     Context
 }
 
 // New returns a Decider whose random source is seeded with seed.
@@ -62,7 +73,7 @@ func New(cfg Config, seed [2]uint64) *Decider {
 	if p.empty() {
 		p = DefaultPipeline()
 	}
-	return &Decider{cfg: cfg, rng: rand.New(rand.NewPCG(seed[0], seed[1])), pipe: p}
+	return &Decider{cfg: cfg, base: cfg.Scheduling.Normalized(), rng: rand.New(rand.NewPCG(seed[0], seed[1])), pipe: p}
 }
 
 // Rand is the Decider's random source, for the one draw made outside a
@@ -98,11 +109,12 @@ func (r *Ranks) stateFunc() func(kv.WorkerWithDpRank) kv.WorkerState {
 	return func(w kv.WorkerWithDpRank) kv.WorkerState { return r.States[w] }
 }
 
-// Input is what a Step takes: Start or Decide.
+// Input is what a Step takes: *Start or *Decide.
 type Input interface{ input() }
 
-// Effect is what a Step asks its owner to do: Ask, Answer, Queue,
-// RecordAdd or Session.
+// Effect is what a Step asks its owner to do: *Ask, *Answer, *Queue,
+// *RecordAdd or *Session. They belong to the Decider and are valid until
+// its next Step.
 type Effect interface{ effect() }
 
 // SessionAnswer is the session table's answer for a request's session
@@ -128,7 +140,8 @@ type Start struct {
 	// Recheck: a queued request's constraints are re-read against the
 	// current ranks (no validation, no session planning).
 	Recheck bool
-	// Plan of a recheck, updated in place.
+	// Plan is filled in place when set (the owner keeps it with its
+	// fan-out; a recheck updates it); nil: a new one.
 	Plan *Plan
 }
 
@@ -136,8 +149,9 @@ type Start struct {
 // it with the fan-out and hands it back).
 type Plan struct {
 	Eligible []kv.WorkerWithDpRank
-	// Config is the scheduling config with the request's override.
-	Config scheduling.Config
+	// Config is the scheduling config with the request's override (the
+	// Decider's own normalised config when there is none: read only).
+	Config *scheduling.Config
 	// Sticky session: whether it had a binding when the decision started,
 	// the bound rank while it is still fit, and why it moves otherwise.
 	SessionBound bool
@@ -234,73 +248,111 @@ type Session struct {
 	MoveReason sessions.MoveReason
 }
 
-func (Start) input()  {}
-func (Decide) input() {}
+func (*Start) input()  {}
+func (*Decide) input() {}
 
-func (Ask) effect()       {}
-func (Answer) effect()    {}
-func (Queue) effect()     {}
-func (RecordAdd) effect() {}
-func (Session) effect()   {}
+func (*Ask) effect()       {}
+func (*Answer) effect()    {}
+func (*Queue) effect()     {}
+func (*RecordAdd) effect() {}
+func (*Session) effect()   {}
+
+func (d *Decider) emitAnswer(a Answer) []Effect {
+	d.answer = a
+	d.out = append(d.out, &d.answer)
+	return d.out
+}
+
+func (d *Decider) emitAdd(r RecordAdd) {
+	d.adds[d.nadds] = r
+	d.out = append(d.out, &d.adds[d.nadds])
+	d.nadds++
+}
+
+func (d *Decider) emitSession(s Session) {
+	d.session = s
+	d.out = append(d.out, &d.session)
+}
+
+func (d *Decider) emitQueue(q Queue) []Effect {
+	d.queue = q
+	d.out = append(d.out, &d.queue)
+	return d.out
+}
+
+func (d *Decider) emitAsk(p *Plan) []Effect {
+	d.ask = Ask{Plan: p}
+	d.out = append(d.out, &d.ask)
+	return d.out
+}
 
 // Step advances a decision with one input and returns its effects, in
 // the order they must be carried out.
 func (d *Decider) Step(now time.Time, in Input) []Effect {
+	d.out, d.nadds = d.out[:0], 0
 	switch m := in.(type) {
-	case Start:
+	case *Start:
 		return d.start(now, m)
-	case Decide:
+	case *Decide:
 		return d.decide(now, m)
 	}
 	return nil
 }
 
-func refuse(outcome string, code messages.RouteErrorCode, format string, args ...any) []Effect {
-	return []Effect{Answer{Err: RouteErr(code, format, args...), Outcome: outcome}}
+func (d *Decider) refuse(outcome string, code messages.RouteErrorCode, format string, args ...any) []Effect {
+	return d.emitAnswer(Answer{Err: RouteErr(code, format, args...), Outcome: outcome})
 }
 
 // start validates a request and applies its constraints.
-func (d *Decider) start(now time.Time, s Start) []Effect {
+func (d *Decider) start(now time.Time, s *Start) []Effect {
 	m := s.Req
 	if s.Recheck {
 		eligible, rerr := d.eligible(s.Ranks, m)
 		if rerr != nil {
-			return []Effect{Answer{Err: rerr, Outcome: "no_worker"}}
+			return d.emitAnswer(Answer{Err: rerr, Outcome: "no_worker"})
 		}
 		s.Plan.Eligible = eligible
-		return []Effect{Ask{Plan: s.Plan}}
+		return d.emitAsk(s.Plan)
 	}
 	bad := messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST
 	if err := CheckTokens(m.TokenIds); err != nil {
-		return refuse("bad_request", bad, "%v", err)
+		return d.refuse("bad_request", bad, "%v", err)
 	}
 	if err := d.cfg.Limits.CheckRequest(len(m.TokenIds), m.RequestId); err != nil {
-		return refuse("bad_request", bad, "%v", err)
+		return d.refuse("bad_request", bad, "%v", err)
 	}
 	if m.UpdateStates {
 		if strings.HasSuffix(m.RequestId, scheduling.PrefillRequestSuffix) {
-			return refuse("bad_request", bad, "request_id %q ends in %q, the suffix of disaggregated prefill hops",
+			return d.refuse("bad_request", bad, "request_id %q ends in %q, the suffix of disaggregated prefill hops",
 				m.RequestId, scheduling.PrefillRequestSuffix)
 		}
 		if s.Tracked != nil && s.Tracked(m.RequestId) {
-			return refuse("bad_request", bad, "request_id %q is already active; free it first or use a new id", m.RequestId)
+			return d.refuse("bad_request", bad, "request_id %q is already active; free it first or use a new id", m.RequestId)
 		}
 		if err := d.cfg.Limits.CheckAdmission(s.Active); err != nil {
-			return refuse("overloaded", messages.RouteErrorCode_ROUTE_ERROR_LIMIT, "%v", err)
+			return d.refuse("overloaded", messages.RouteErrorCode_ROUTE_ERROR_LIMIT, "%v", err)
 		}
 	}
 	if m.SessionId != "" && s.Session.IDError != nil {
-		return refuse("bad_request", bad, "session_id: %v", s.Session.IDError)
+		return d.refuse("bad_request", bad, "session_id: %v", s.Session.IDError)
 	}
 	eligible, rerr := d.eligible(s.Ranks, m)
 	if rerr != nil {
-		return []Effect{Answer{Err: rerr, Outcome: "no_worker"}}
+		return d.emitAnswer(Answer{Err: rerr, Outcome: "no_worker"})
 	}
-	p := &Plan{Eligible: eligible, Config: d.cfg.Scheduling.WithOverride(OverrideOf(m.RouterConfigOverride))}
+	p := s.Plan
+	if p == nil {
+		p = &Plan{}
+	}
+	*p = Plan{Eligible: eligible, Config: &d.base}
+	if m.RouterConfigOverride != nil {
+		cfg := d.cfg.Scheduling.WithOverride(OverrideOf(m.RouterConfigOverride))
+		p.Config = &cfg
+	}
 	if m.SessionId != "" && s.Session.Bound {
 		planSession(p, s.Ranks, s.Session, now)
 	}
-	return []Effect{Ask{Plan: p}}
+	return d.emitAsk(p)
 }
 
 // eligible applies the pinned-worker and allowed-workers constraints and

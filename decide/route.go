@@ -101,14 +101,15 @@ func (d *Decider) ZeroUntracked(cands []scheduling.Candidate) {
 
 // decide selects a worker rank for a request whose replies are in, or
 // queues it when the admitter refuses it for now.
-func (d *Decider) decide(now time.Time, in Decide) []Effect {
+func (d *Decider) decide(now time.Time, in *Decide) []Effect {
 	p, m := in.Plan, in.Req
-	cfg := &p.Config
-	cands := d.candidates(&in)
+	cfg := p.Config
+	cands := d.candidates(in)
 	p.BestCached = max(p.BestCached, scheduling.BestCacheHit(cfg, d.cfg.BlockSize, cands))
-	c := &Context{Config: cfg, BlockSize: d.cfg.BlockSize, ISL: len(m.TokenIds), Blocks: in.Blocks, Ranks: in.Ranks, Plan: p}
+	d.ctx = Context{Config: cfg, BlockSize: d.cfg.BlockSize, ISL: len(m.TokenIds), Blocks: in.Blocks, Ranks: in.Ranks, Plan: p}
+	c := &d.ctx
 	if m.UpdateStates && !d.pipe.Admitter.Admit(c, cands) {
-		return []Effect{Queue{BestCached: p.BestCached}}
+		return d.emitQueue(Queue{BestCached: p.BestCached})
 	}
 	var rc *Receipt
 	if in.Explain {
@@ -116,7 +117,7 @@ func (d *Decider) decide(now time.Time, in Decide) []Effect {
 		c.Receipt = rc
 	}
 	if in.Ranks.Disaggregated() && m.PinnedWorker == nil {
-		return d.decideDisaggregated(c, &in, cands)
+		return d.decideDisaggregated(c, in, cands)
 	}
 	choose := cands
 	for _, f := range d.pipe.Filters {
@@ -124,25 +125,25 @@ func (d *Decider) decide(now time.Time, in Decide) []Effect {
 	}
 	dec, err := d.selectRank(c, cands, choose)
 	if err != nil {
-		return []Effect{Answer{Err: RouteErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "%v", err),
-			Outcome: "no_worker", Receipt: rc}}
+		return d.emitAnswer(Answer{Err: RouteErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "%v", err),
+			Outcome: "no_worker", Receipt: rc})
 	}
 	ans := Answer{Reply: &messages.RouteReply{Worker: RankMsg(dec.Worker), OverlapBlocks: dec.OverlapBlocks, CachedTokens: dec.CachedTokens},
 		Outcome: "query", OverlapBlocks: dec.OverlapBlocks, Receipt: rc}
 	if !m.UpdateStates {
-		return []Effect{ans}
+		return d.emitAnswer(ans)
 	}
 	ans.Outcome = "routed"
-	out := []Effect{d.record(&in, dec, newBlocksOf(cands, dec.Worker), m.RequestId, cfg.TrackPrefillTokens, m.ExpectedOutputTokens)}
+	d.emitAdd(d.record(in, dec, newBlocksOf(cands, dec.Worker), m.RequestId, cfg.TrackPrefillTokens, m.ExpectedOutputTokens))
 	if s, ok := sessionEffect(m, p, dec.Worker); ok {
-		out = append(out, s)
+		d.emitSession(s)
 	}
 	if in.Shared > 0 || cfg.SharedCacheMultiplier > 0 {
 		// As Dynamo's find_best_match: hits_beyond(effective overlap
 		// rounded) of the chosen worker.
 		ans.SharedCache = &[2]uint32{in.Shared, scheduling.SharedBeyondDevice(uint32(math.Round(dec.EffectiveOverlapBlocks)), in.Shared)}
 	}
-	return append(out, ans)
+	return d.emitAnswer(ans)
 }
 
 // selectRank scores cands with the weighted scorers and picks one.
@@ -187,7 +188,7 @@ func (d *Decider) record(in *Decide, dec scheduling.Decision, newBlocks uint64, 
 	cached := dec.CachedTokens
 	if in.Overlaps != nil {
 		if confirmed, predicted := in.Overlaps.Predicted(dec.Worker); predicted {
-			_, cached = scheduling.CacheHitEstimate(in.Plan.Config, d.cfg.BlockSize, confirmed, 0, 0)
+			_, cached = scheduling.CacheHitEstimate(*in.Plan.Config, d.cfg.BlockSize, confirmed, 0, 0)
 		}
 	}
 	return RecordAdd{ID: id, Worker: dec.Worker, PrefillTokens: isl - min(cached, isl), TrackPrefill: trackPrefill,
@@ -224,8 +225,8 @@ func (d *Decider) decideDisaggregated(c *Context, in *Decide, cands []scheduling
 	}
 	dd, err := scheduling.SelectDisaggregatedBound(*cfg, d.cfg.BlockSize, len(m.TokenIds), in.Blocks, cands, bound, in.Ranks.Role, d.rng)
 	if err != nil {
-		return []Effect{Answer{Err: RouteErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "%v", err),
-			Outcome: "no_worker", Receipt: c.Receipt}}
+		return d.emitAnswer(Answer{Err: RouteErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "%v", err),
+			Outcome: "no_worker", Receipt: c.Receipt})
 	}
 	dec := dd.Decode
 	reply := &messages.RouteReply{Worker: RankMsg(dec.Worker), OverlapBlocks: dec.OverlapBlocks, CachedTokens: dec.CachedTokens}
@@ -240,20 +241,19 @@ func (d *Decider) decideDisaggregated(c *Context, in *Decide, cands []scheduling
 		c.Receipt.fillDisagg(dd)
 	}
 	if !m.UpdateStates {
-		return []Effect{ans}
+		return d.emitAnswer(ans)
 	}
 	ans.Outcome = "routed"
-	var out []Effect
 	if s, ok := sessionEffect(m, p, dec.Worker); ok {
-		out = append(out, s)
+		d.emitSession(s)
 	}
 	if dd.Prefill != nil {
-		out = append(out, d.record(in, *dd.Prefill, newBlocksOf(cands, dd.Prefill.Worker), reply.PrefillRequestId, cfg.TrackPrefillTokens, 1),
-			// The decode rank receives the blocks: none of the prompt is
-			// prefill load there, all of it is active blocks.
-			d.record(in, dec, newBlocksOf(cands, dec.Worker), m.RequestId, false, m.ExpectedOutputTokens))
+		d.emitAdd(d.record(in, *dd.Prefill, newBlocksOf(cands, dd.Prefill.Worker), reply.PrefillRequestId, cfg.TrackPrefillTokens, 1))
+		// The decode rank receives the blocks: none of the prompt is
+		// prefill load there, all of it is active blocks.
+		d.emitAdd(d.record(in, dec, newBlocksOf(cands, dec.Worker), m.RequestId, false, m.ExpectedOutputTokens))
 	} else {
-		out = append(out, d.record(in, dec, newBlocksOf(cands, dec.Worker), m.RequestId, cfg.TrackPrefillTokens, m.ExpectedOutputTokens))
+		d.emitAdd(d.record(in, dec, newBlocksOf(cands, dec.Worker), m.RequestId, cfg.TrackPrefillTokens, m.ExpectedOutputTokens))
 	}
 	if in.Shared > 0 || cfg.SharedCacheMultiplier > 0 {
 		prefilled := dec // the rank that computes the prompt
@@ -262,5 +262,5 @@ func (d *Decider) decideDisaggregated(c *Context, in *Decide, cands []scheduling
 		}
 		ans.SharedCache = &[2]uint32{in.Shared, scheduling.SharedBeyondDevice(uint32(math.Round(prefilled.EffectiveOverlapBlocks)), in.Shared)}
 	}
-	return append(out, ans)
+	return d.emitAnswer(ans)
 }
