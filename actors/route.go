@@ -35,23 +35,22 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 			}
 		}
 	}
-	for _, eff := range s.dec.Step(now, &in) {
-		switch e := eff.(type) {
-		case *decide.Answer:
-			s.obs.Decision(e.Outcome, 0, 0)
-			ctx.Respond(e.Err)
-		case *decide.Ask:
-			s.register(ctx, p)
-			p.req = m
-			if m.CancelToken != 0 {
-				s.cancels[m.CancelToken] = p.id
-			}
-			s.hash(p, m.TokenIds, m.LoraName, e.Plan.Config.AssumeKVReuse)
-			s.askShards(ctx, p)
-			s.askLoads(ctx, p)
-			s.maybeFinish(ctx, p) // no shards and no workers cannot happen, but stay safe
-		}
+	// Start's one effect: Ask (fan out) or Answer (refused). The fan-out
+	// may step the Decider again, which reuses its effects.
+	if e, refused := s.dec.Step(now, &in)[0].(*decide.Answer); refused {
+		s.obs.Decision(e.Outcome, 0, 0)
+		ctx.Respond(e.Err)
+		return
 	}
+	s.register(ctx, p)
+	p.req = m
+	if m.CancelToken != 0 {
+		s.cancels[m.CancelToken] = p.id
+	}
+	s.hash(p, m.TokenIds, m.LoraName, p.plan.Config.AssumeKVReuse)
+	s.askShards(ctx, p)
+	s.askLoads(ctx, p)
+	s.maybeFinish(ctx, p) // no shards and no workers cannot happen, but stay safe
 }
 
 func (s *schedulerActor) tracked(id string) bool { _, ok := s.local.Lookup(id); return ok }
@@ -274,19 +273,16 @@ func (s *schedulerActor) tryDequeue(ctx actor.Context) {
 		return
 	}
 	now := time.Now()
-	for _, eff := range s.dec.Step(now, &decide.Start{Req: p.req, Ranks: &s.ranks.Ranks, Recheck: true, Plan: &p.plan}) {
-		switch e := eff.(type) {
-		case *decide.Answer:
-			s.release(p)
-			s.obs.Decision(e.Outcome, 0, len(p.local))
-			ctx.Send(p.replyTo, e.Err)
-		case *decide.Ask:
-			s.recheck = p
-			p.deadline = now.Add(s.cfg.DecisionTimeout)
-			s.askLoads(ctx, p)
-			s.maybeFinish(ctx, p)
-		}
+	if e, refused := s.dec.Step(now, &decide.Start{Req: p.req, Ranks: &s.ranks.Ranks, Recheck: true, Plan: &p.plan})[0].(*decide.Answer); refused {
+		s.release(p)
+		s.obs.Decision(e.Outcome, 0, len(p.local))
+		ctx.Send(p.replyTo, e.Err)
+		return
 	}
+	s.recheck = p
+	p.deadline = now.Add(s.cfg.DecisionTimeout)
+	s.askLoads(ctx, p)
+	s.maybeFinish(ctx, p)
 }
 
 // expireQueue rejects, oldest first, the requests that waited longer

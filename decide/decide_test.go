@@ -69,15 +69,25 @@ func randomCandidates(rng *rand.Rand, ranks *Ranks, isl int) []scheduling.Candid
 	return out
 }
 
-// The default pipeline is scheduling.Select, bit for bit: the same rank
-// and the same random stream, for both costs, at temperature 0 (ties
-// broken by draws) and above.
+// The default pipeline, as the flags make it and as built from its
+// names (what a policy file writes), is scheduling.Select, bit for bit:
+// the same rank and the same random stream, for both costs, at
+// temperature 0 (ties broken by draws) and above.
 func TestDefaultPipelineIsSelect(t *testing.T) {
+	built, err := Build(DefaultSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		cost scheduling.CostModel
-		temp float64
-	}{{scheduling.CostDynamo, 0}, {scheduling.CostDynamo, 0.7}, {scheduling.CostTTFT, 0}, {scheduling.CostTTFT, 0.4}} {
+		cost  scheduling.CostModel
+		temp  float64
+		built bool
+	}{{scheduling.CostDynamo, 0, false}, {scheduling.CostDynamo, 0.7, false}, {scheduling.CostTTFT, 0, false},
+		{scheduling.CostTTFT, 0.4, false}, {scheduling.CostDynamo, 0, true}, {scheduling.CostTTFT, 0.4, true}} {
 		cfg := testConfig(tc.cost, tc.temp)
+		if tc.built {
+			cfg.Pipeline = built
+		}
 		d := New(cfg, [2]uint64{1, 2})
 		ref := rand.New(rand.NewPCG(1, 2))
 		gen := rand.New(rand.NewPCG(9, 9))

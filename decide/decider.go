@@ -287,7 +287,8 @@ func (d *Decider) emitAsk(p *Plan) []Effect {
 }
 
 // Step advances a decision with one input and returns its effects, in
-// the order they must be carried out.
+// the order they must be carried out. Start returns exactly one: Ask or
+// Answer.
 func (d *Decider) Step(now time.Time, in Input) []Effect {
 	d.out, d.nadds = d.out[:0], 0
 	switch m := in.(type) {

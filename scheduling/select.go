@@ -49,7 +49,8 @@ func SelectPhase(phase Phase, cfg Config, blockSize, isl, requestBlocks int, can
 	if rng == nil {
 		return Decision{}, fmt.Errorf("select: nil random source: %w", ErrInvalidInput)
 	}
-	costs, err := ScorePhase(phase, cfg, blockSize, isl, requestBlocks, cands, nil)
+	var buf [64]float64 // a fleet of up to 64 ranks is scored without allocating
+	costs, err := ScorePhase(phase, cfg, blockSize, isl, requestBlocks, cands, buf[:0])
 	if err != nil {
 		return Decision{}, fmt.Errorf("select: %w", err)
 	}
