@@ -99,13 +99,14 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 		return // shorter than a stride: nothing can be shared
 	}
 	root := p.sampled[0]
-	if !s.board.held(root) {
+	board := s.dec.Board()
+	if !board.Held(root) {
 		return // no rank has a request with this prefix in flight
 	}
 	var q *messages.LoadQuery
-	entry := s.board.entries(s.ranks, p.eligible())
+	entry := board.Entries(p.eligible())
 	for i, w := range p.eligible() {
-		if !entry.at(i, w).sharesPrefix(root) {
+		if !entry.At(i, w).SharesPrefix(root) {
 			continue
 		}
 		pid, ok := s.ranks.pids[w]
@@ -119,27 +120,6 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 		ctx.Request(pid, q)
 		p.ranksLeft++
 	}
-}
-
-// applied is how many of the scheduler's adds to each rank the loads p
-// read include: a reply's count, else the board's.
-func (p *pending) applied(b *loadBoard, w kv.WorkerWithDpRank) uint64 {
-	if l := p.loads[w]; l != nil {
-		return l.AddsApplied
-	}
-	return b.applied(w)
-}
-
-// lagging reports whether a reply p read is older than its rank's
-// publication on the board (decisions recorded in between are in the
-// board's count but not in the reply).
-func (p *pending) lagging(b *loadBoard) bool {
-	for w, l := range p.loads {
-		if l.AddsApplied < b.applied(w) {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *schedulerActor) onOverlap(ctx actor.Context, m *messages.OverlapReply) {

@@ -58,3 +58,11 @@ func newRankView(t *messages.RankTable, address string) *rankView {
 }
 
 func (v *rankView) has(w kv.WorkerWithDpRank) bool { _, ok := v.pids[w]; return ok }
+
+// pid names w's sequence actor (decide.Board.Sync).
+func (v *rankView) pid(w kv.WorkerWithDpRank) (string, bool) {
+	if p, ok := v.pids[w]; ok {
+		return p.Id, true
+	}
+	return "", false
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/hashing"
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
@@ -92,7 +93,7 @@ func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Cand
 	defer func() { s.candScratch = cands[:0] }()
 	promptBlocks := uint64(p.blocks)
 	nowUnixNano := now.UnixNano()
-	entry := s.board.entries(s.ranks, p.eligible())
+	entry := s.dec.Board().Entries(p.eligible())
 	for i, w := range p.eligible() {
 		// Filled in place: a candidate is ~150 bytes, and building it on
 		// the stack and appending copied it once more per rank.
@@ -103,7 +104,7 @@ func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Cand
 		}
 		l := p.loads[w]
 		if l == nil {
-			entry.at(i, w).fill(c, promptBlocks, nowUnixNano)
+			entry.At(i, w).Fill(c, promptBlocks, nowUnixNano)
 		} else {
 			c.HasLoad = true
 			c.ActivePrefillTokens = l.ActivePrefillTokens
@@ -130,10 +131,10 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		s.obs.DecisionPhase("score", now.Sub(p.hashed))
 	}
 	in := decide.Decide{Req: p.req, Plan: &p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
-		Unseen: s.routedUnseen(p), Sampled: p.sampled, Blocks: p.blocks, Shared: p.shared, Overlaps: &p.overlaps,
+		Loads: p.loads, Sampled: p.sampled, Blocks: p.blocks, Shared: p.shared, Overlaps: &p.overlaps,
 		Explain: s.explain}
 	if s.explain {
-		in.Signals = signals{p: p, b: s.board}
+		in.Signals = signals{p: p, b: s.dec.Board()}
 	}
 	effects := s.dec.Step(now, &in)
 	if _, ok := effects[0].(*decide.Queue); ok {
@@ -184,17 +185,9 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, r *decide.RecordA
 		TrackPrefillTokens: r.TrackPrefill, Isl: r.Isl,
 	}
 	s.local.Track(r.ID, tracking.Entry{Rank: r.Worker, Origin: s.cfg.ReplicaID, Token: r.Token})
-	routed := scheduling.Routed{Worker: r.Worker, NewBlocks: r.NewBlocks, Hashes: p.sampled}
-	if r.TrackPrefill {
-		routed.PrefillTokens = r.PrefillTokens
-	}
-	var entry *boardEntry
-	var onRank uint64
 	if pid, ok := s.ranks.pids[r.Worker]; ok {
-		entry, onRank = s.board.sent(r.Worker)
 		ctx.Send(pid, add)
 	}
-	s.noteRouted(routed, entry, onRank)
 	if uint32(p.blocks) > r.OverlapBlocks {
 		s.noteTrustRouted(ctx, r.Worker) // the engine will store blocks: it owes us events
 	}
@@ -356,3 +349,18 @@ func (s *schedulerActor) potentialLoads(p *pending) *messages.PotentialLoadsRepl
 	}
 	return reply
 }
+
+// signals are a decision's signal sources and times for its route
+// receipt (decide.Signals): built only when a receipt is asked for.
+type signals struct {
+	p *pending
+	b *decide.Board
+}
+
+func (g signals) Load(w kv.WorkerWithDpRank) (string, int64) {
+	return g.b.LoadAt(w, g.p.loads, g.p.scored.UnixNano())
+}
+
+// OverlapAt is when the overlaps were asked for: the shards answered
+// between it and the decision.
+func (g signals) OverlapAt() int64 { return g.p.hashed.UnixNano() }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -44,14 +43,6 @@ type schedulerActor struct {
 
 	ranks *rankView
 	local *tracking.Table // requests this replica routed
-	// routed are the last decisions this replica recorded, numbered by
-	// routedSeq: a decision still collecting loads when they were
-	// recorded adds them to its candidates (scheduling.AddRouted), as a
-	// sequential scheduler would have seen them.
-	routed    []routedEntry
-	routedSeq uint64
-	// board holds every rank's published load (RankLoad).
-	board *loadBoard
 	// candScratch backs candidates' result (see there).
 	candScratch []scheduling.Candidate
 
@@ -97,7 +88,7 @@ func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.
 			sessions: table,
 			cfg:      cfg, log: log, obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
-			ranks: emptyRankView(), local: tracking.New(), board: newLoadBoard(),
+			ranks: emptyRankView(), local: tracking.New(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			queue:    mustQueue(cfg.Scheduling),
 			dec:      newDecider(cfg),
@@ -127,7 +118,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.onLoad(ctx, m)
 	case *messages.RankLoad:
 		s.notePeerStart(ctx, m) // before the board takes the new load
-		s.board.apply(m, time.Now().UnixNano())
+		s.dec.Board().Apply(m, time.Now().UnixNano())
 		if s.queue.Len() > 0 {
 			s.tryDequeue(ctx) // a free shows in the load only now
 		}
@@ -154,7 +145,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 			ctx.Send(s.trust, m) // the trust actor tracks the registered ranks
 		}
 		s.ranks = newRankView(m, ctx.Self().Address)
-		s.board.sync(s.ranks, func(w kv.WorkerWithDpRank) { ctx.Send(s.ranks.pids[w], &messages.RankLoadQuery{}) })
+		s.dec.Board().Sync(s.ranks.List, s.ranks.pid, func(w kv.WorkerWithDpRank) { ctx.Send(s.ranks.pids[w], &messages.RankLoadQuery{}) })
 		s.local.DropUnregistered(s.ranks.has)
 		s.tryDequeue(ctx)
 	case *messages.TrackedQuery:
@@ -289,64 +280,4 @@ func mustQueue(cfg scheduling.Config) *scheduling.Queue[uint64] {
 		panic(fmt.Sprintf("queue config passed validation but was refused: %v", err))
 	}
 	return q
-}
-
-// maxRouted bounds the recorded decisions kept for the decisions in
-// flight: a burst of more concurrent decisions sees only the last ones.
-const maxRouted = 256
-
-type routedEntry struct {
-	seq uint64 // for reading; the ring's index is derived from it
-	// onRank numbers the decision among the adds sent to its rank
-	// (loadBoard.sent): a load that applied fewer does not include it.
-	// entry is the rank's board entry (nil: not on the board).
-	onRank uint64
-	entry  *boardEntry
-	scheduling.Routed
-}
-
-// noteRouted keeps a recorded decision for the decisions in flight (a
-// ring: decision seq lives at index (seq−1) % maxRouted).
-func (s *schedulerActor) noteRouted(r scheduling.Routed, entry *boardEntry, onRank uint64) {
-	s.routedSeq++
-	e := routedEntry{seq: s.routedSeq, onRank: onRank, entry: entry, Routed: r}
-	if len(s.routed) < maxRouted {
-		s.routed = append(s.routed, e)
-		return
-	}
-	s.routed[(s.routedSeq-1)%maxRouted] = e
-}
-
-// routedUnseen lists the recorded decisions that the loads p read do
-// not include, oldest first: those numbered past what their rank had
-// applied (pending.applied). Only the last maxRouted are kept. While the
-// board's loads include every add and no reply p read is older than its
-// rank's publication, there is nothing to look for (the common case);
-// otherwise the scan goes from the newest and, when no reply lags, stops
-// once it found as many as the board counts.
-func (s *schedulerActor) routedUnseen(p *pending) []scheduling.Routed {
-	lagging := p.lagging(s.board)
-	if s.board.unseen == 0 && !lagging {
-		return nil
-	}
-	var out []scheduling.Routed
-	oldest := s.routedSeq - uint64(len(s.routed)) + 1
-	for n := s.routedSeq; n >= oldest && n > 0; n-- {
-		e := &s.routed[(n-1)%maxRouted]
-		if e.entry == nil || e.entry.dropped {
-			continue // its rank left: its add went to an actor that is gone
-		}
-		applied := e.entry.applied
-		if l := p.loads[e.Worker]; l != nil {
-			applied = l.AddsApplied
-		}
-		if e.onRank > applied {
-			out = append(out, e.Routed)
-			if !lagging && uint64(len(out)) == s.board.unseen {
-				break
-			}
-		}
-	}
-	slices.Reverse(out)
-	return out
 }

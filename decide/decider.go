@@ -65,6 +65,9 @@ type Decider struct {
 	queue   Queue
 	ask     Ask
 	ctx     Context
+	// board is every rank's published load and the decisions recorded
+	// that the loads may not show yet.
+	board *Board
 }
 
 // New returns a Decider whose random source is seeded with seed.
@@ -73,8 +76,14 @@ func New(cfg Config, seed [2]uint64) *Decider {
 	if p.empty() {
 		p = DefaultPipeline()
 	}
-	return &Decider{cfg: cfg, base: cfg.Scheduling.Normalized(), rng: rand.New(rand.NewPCG(seed[0], seed[1])), pipe: p}
+	return &Decider{cfg: cfg, base: cfg.Scheduling.Normalized(), rng: rand.New(rand.NewPCG(seed[0], seed[1])), pipe: p,
+		board: NewBoard()}
 }
+
+// Board is the ranks' published loads the Decider reads; its owner
+// applies publications and rank tables to it and reads it to gather a
+// decision's loads.
+func (d *Decider) Board() *Board { return d.board }
 
 // Rand is the Decider's random source, for the one draw made outside a
 // step: the sequence hashes of a request routed with assume_kv_reuse off
@@ -174,8 +183,9 @@ type Decide struct {
 	// Candidates joins overlaps and loads for Plan.Eligible (the owner's
 	// scratch: the Decider may modify it in place).
 	Candidates []scheduling.Candidate
-	// Unseen are recorded decisions the candidates' loads do not include.
-	Unseen []scheduling.Routed
+	// Loads are the replies of the ranks asked for their load (every
+	// other candidate's is its publication on the Board).
+	Loads map[kv.WorkerWithDpRank]*messages.LoadReply
 	// Sampled are the prompt's sampled sequence hashes, Blocks its full
 	// blocks.
 	Sampled []uint64

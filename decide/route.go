@@ -77,12 +77,12 @@ func planSession(p *Plan, r *Ranks, s SessionAnswer, now time.Time) {
 }
 
 // candidates completes the joined candidates: the decisions their loads
-// do not show yet are folded in (scheduling.AddRouted), and decode
-// blocks are zeroed when they are not tracked.
+// do not show yet are folded in (Board.Unseen, scheduling.AddRouted), and
+// decode blocks are zeroed when they are not tracked.
 func (d *Decider) candidates(in *Decide) []scheduling.Candidate {
 	cands := in.Candidates
-	if len(in.Unseen) > 0 {
-		scheduling.AddRouted(cands, in.Sampled, uint64(in.Blocks), d.cfg.Stride, in.Unseen)
+	if unseen := d.board.Unseen(in.Loads); len(unseen) > 0 {
+		scheduling.AddRouted(cands, in.Sampled, uint64(in.Blocks), d.cfg.Stride, unseen)
 	}
 	d.ZeroUntracked(cands)
 	return cands
@@ -191,8 +191,14 @@ func (d *Decider) record(in *Decide, dec scheduling.Decision, newBlocks uint64, 
 			_, cached = scheduling.CacheHitEstimate(*in.Plan.Config, d.cfg.BlockSize, confirmed, 0, 0)
 		}
 	}
-	return RecordAdd{ID: id, Worker: dec.Worker, PrefillTokens: isl - min(cached, isl), TrackPrefill: trackPrefill,
+	r := RecordAdd{ID: id, Worker: dec.Worker, PrefillTokens: isl - min(cached, isl), TrackPrefill: trackPrefill,
 		ExpectedOutput: expectedOutput, Token: in.Req.CancelToken, NewBlocks: newBlocks, OverlapBlocks: dec.OverlapBlocks, Isl: isl}
+	routed := scheduling.Routed{Worker: r.Worker, NewBlocks: newBlocks, Hashes: in.Sampled}
+	if trackPrefill {
+		routed.PrefillTokens = r.PrefillTokens
+	}
+	d.board.Recorded(routed)
+	return r
 }
 
 // sessionEffect is the session write of a routed request (none without
