@@ -17,12 +17,13 @@ import (
 	"github.com/kvrouter/kvrouter/tracking"
 )
 
-// schedulerActor is the decision path: it fans a request out to the
-// shards (and to the sequence actors of the ranks sharing the prompt's
-// prefix), reads every other rank's load from the ranks' publications
-// (loadBoard), selects a rank (package scheduling), parks requests when
-// every eligible rank is overloaded, and records and gossips the requests
-// it routed through their lifecycle. It never blocks: fan-outs are plain
+// schedulerActor drives the decision (package decide): it steps the
+// Decider with each request, fans it out to the shards (and to the
+// sequence actors of the ranks sharing the prompt's prefix), applies the
+// ranks' publications to the Decider's board, steps the Decider again once
+// the replies are in, and carries out its effects: parks requests it
+// queues, records and gossips the requests it routed through their
+// lifecycle, and answers. It never blocks: fan-outs are plain
 // messages whose replies come back to it, matched by query id.
 //
 // The rank set comes from the registry actor (RankTable); peers' requests
