@@ -42,7 +42,8 @@ type Plugin interface {
 	Stability() Stability
 }
 
-// Filter narrows the candidates (it returns cands itself or a subset).
+// Filter narrows the candidates (it returns cands itself or a subset in
+// the same order).
 type Filter interface {
 	Plugin
 	Filter(c *Context, cands []scheduling.Candidate) []scheduling.Candidate

@@ -94,12 +94,12 @@ func (r *Receipt) fill(c *Context, pipe Pipeline, all, chosen []scheduling.Candi
 		r.Session = "move:" + string(p.MoveReason)
 	}
 	terms, _ := scheduling.ExplainPhase(scheduling.PhaseAggregated, *c.Config, c.BlockSize, c.ISL, c.Blocks, chosen)
+	// chosen is all, or the ranks a filter kept in all's order.
 	kept := make(map[int]int, len(chosen)) // index in all → index in chosen
-	for j := range chosen {
-		for i := range all {
-			if all[i].Worker == chosen[j].Worker {
-				kept[i] = j
-			}
+	for i, j := 0, 0; i < len(all) && j < len(chosen); i++ {
+		if all[i].Worker == chosen[j].Worker {
+			kept[i] = j
+			j++
 		}
 	}
 	r.Candidates = make([]CandidateReceipt, len(all))

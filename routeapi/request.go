@@ -31,7 +31,7 @@ type Route struct {
 
 // Messages of invalid requests, the same over both APIs.
 const (
-	MsgTokensRequired  = "token_ids is required (or prompt or messages, with a tokenizer)"
+	MsgTokensRequired = "token_ids is required (or prompt or messages, with a tokenizer)"
 	// MsgTokensEmpty is decide.ErrTokensEmpty's text (the scheduler
 	// applies the same rule).
 	MsgTokensEmpty     = "token_ids must not be empty"
