@@ -28,7 +28,7 @@ func routeErr(code messages.RouteErrorCode, format string, args ...any) *message
 func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest) {
 	now := time.Now()
 	p := &pending{kind: kindRoute} // registered once accepted
-	in := decide.Start{Req: m, Ranks: &s.ranks.Ranks, Tracked: s.tracked, Active: s.local.Len(), Plan: &p.plan}
+	in := decide.Start{Req: m, Ranks: &s.ranks.Ranks, Tracked: s.local, Active: s.local.Len(), Plan: &p.plan}
 	if m.SessionId != "" {
 		if in.Session.IDError = s.sessions.CheckID(m.SessionId); in.Session.IDError == nil {
 			if e, ok := s.sessions.Lookup(m.SessionId, now); ok {
@@ -53,8 +53,6 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	s.askLoads(ctx, p)
 	s.maybeFinish(ctx, p) // no shards and no workers cannot happen, but stay safe
 }
-
-func (s *schedulerActor) tracked(id string) bool { _, ok := s.local.Lookup(id); return ok }
 
 // hash computes a request's block hashes and its sampled sequence hashes,
 // as the sequence actors and peers take them: one per

@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
+	"github.com/kvrouter/kvrouter/tracking"
 )
 
 const blockSize = 16
@@ -177,7 +178,7 @@ func TestStartRefuses(t *testing.T) {
 		{"prefill suffix", &messages.RouteRequest{RequestId: "a#prefill", TokenIds: tokens(4), UpdateStates: true}, Start{},
 			"bad_request", messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST, "suffix"},
 		{"duplicate", &messages.RouteRequest{RequestId: "a", TokenIds: tokens(4), UpdateStates: true},
-			Start{Tracked: func(string) bool { return true }}, "bad_request", messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST, "already active"},
+			Start{Tracked: trackedAll{}}, "bad_request", messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST, "already active"},
 		{"session id", &messages.RouteRequest{RequestId: "a", TokenIds: tokens(4), SessionId: "x"},
 			Start{Session: SessionAnswer{IDError: errors.New("too long")}}, "bad_request", messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST, "session_id"},
 		{"pinned elsewhere", &messages.RouteRequest{RequestId: "a", TokenIds: tokens(4), PinnedWorker: pinned}, Start{},
@@ -290,3 +291,8 @@ func TestWeightedScorers(t *testing.T) {
 		}
 	}
 }
+
+// trackedAll holds every id.
+type trackedAll struct{}
+
+func (trackedAll) Lookup(string) (tracking.Entry, bool) { return tracking.Entry{}, true }

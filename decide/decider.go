@@ -30,6 +30,7 @@ import (
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sessions"
+	"github.com/kvrouter/kvrouter/tracking"
 )
 
 // Config is what a Decider reads besides its inputs.
@@ -142,9 +143,9 @@ type Start struct {
 	Ranks *Ranks
 	// Session is the table's answer for Req.SessionId (ignored without one).
 	Session SessionAnswer
-	// Tracked reports whether a request id is active here, Active how
-	// many are (duplicate ids and the admission limit).
-	Tracked func(id string) bool
+	// Tracked holds the request ids active here, Active how many there
+	// are (duplicate ids and the admission limit); nil: none.
+	Tracked Tracked
 	Active  int
 	// Recheck: a queued request's constraints are re-read against the
 	// current ranks (no validation, no session planning).
@@ -152,6 +153,12 @@ type Start struct {
 	// Plan is filled in place when set (the owner keeps it with its
 	// fan-out; a recheck updates it); nil: a new one.
 	Plan *Plan
+}
+
+// Tracked is the table of the requests this replica routed
+// (tracking.Table).
+type Tracked interface {
+	Lookup(id string) (tracking.Entry, bool)
 }
 
 // Plan is a started decision's state between its steps (its owner keeps
@@ -337,7 +344,7 @@ func (d *Decider) start(now time.Time, s *Start) []Effect {
 			return d.refuse("bad_request", bad, "request_id %q ends in %q, the suffix of disaggregated prefill hops",
 				m.RequestId, scheduling.PrefillRequestSuffix)
 		}
-		if s.Tracked != nil && s.Tracked(m.RequestId) {
+		if _, dup := lookup(s.Tracked, m.RequestId); dup {
 			return d.refuse("bad_request", bad, "request_id %q is already active; free it first or use a new id", m.RequestId)
 		}
 		if err := d.cfg.Limits.CheckAdmission(s.Active); err != nil {
@@ -364,6 +371,13 @@ func (d *Decider) start(now time.Time, s *Start) []Effect {
 		planSession(p, s.Ranks, s.Session, now)
 	}
 	return d.emitAsk(p)
+}
+
+func lookup(t Tracked, id string) (tracking.Entry, bool) {
+	if t == nil {
+		return tracking.Entry{}, false
+	}
+	return t.Lookup(id)
 }
 
 // eligible applies the pinned-worker and allowed-workers constraints and
