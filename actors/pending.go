@@ -54,10 +54,6 @@ type pending struct {
 	// plan is the decision's state between its steps (decide.Plan: the
 	// eligible ranks, the session binding, the best cache hit seen).
 	plan decide.Plan
-
-	// Backpressure.
-	queued   bool
-	enqueued time.Time
 }
 
 // eligible are the ranks a decision may choose.

@@ -1,8 +1,6 @@
 package actors
 
 import (
-	"errors"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -128,15 +126,22 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		p.scored = now
 		s.obs.DecisionPhase("score", now.Sub(p.hashed))
 	}
-	in := decide.Decide{Req: p.req, Plan: &p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
+	in := decide.Decide{ID: p.id, Req: p.req, Plan: &p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
 		Loads: p.loads, Sampled: p.sampled, Blocks: p.blocks, Shared: p.shared, Overlaps: &p.overlaps,
 		Explain: s.explain}
 	if s.explain {
 		in.Signals = signals{p: p, b: s.dec.Board()}
 	}
 	effects := s.dec.Step(now, &in)
-	if _, ok := effects[0].(*decide.Queue); ok {
-		s.enqueue(ctx, p, now)
+	if q, ok := effects[0].(*decide.Queue); ok {
+		// Parked until some worker drops under the threshold (a re-check
+		// leaves it in its place).
+		if s.recheck == p {
+			s.recheck = nil
+		}
+		if q.Parked {
+			s.obs.Decision("queued", 0, len(p.local))
+		}
 		return
 	}
 	s.release(p)
@@ -200,38 +205,6 @@ func (s *schedulerActor) record(ctx actor.Context, p *pending, r *decide.RecordA
 	s.gossip.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_Add{Add: add}})
 }
 
-// enqueue parks a request until some worker drops under the threshold. A
-// request re-checked from the queue head is still in the queue: it keeps
-// its place and its enqueue time (the wait bound counts from its arrival).
-func (s *schedulerActor) enqueue(ctx actor.Context, p *pending, now time.Time) {
-	if s.recheck == p {
-		s.recheck = nil
-	}
-	if p.queued {
-		return
-	}
-	p.enqueued = now
-	err := s.queue.Push(scheduling.Waiting[uint64]{
-		ID: queueID(p), PriorityJump: p.req.PriorityJump,
-		ISL: uint64(len(p.req.TokenIds)), CachedTokens: p.plan.BestCached, Payload: p.id,
-	}, now)
-	if err != nil {
-		s.release(p)
-		var oe *scheduling.OverloadError
-		rerr := routeErr(messages.RouteErrorCode_ROUTE_ERROR_OVERLOADED, "%v", err)
-		if errors.As(err, &oe) {
-			rerr.QueueDepth, rerr.QueueLimit = uint32(oe.QueueDepth), uint32(oe.Limit)
-		}
-		s.obs.Decision("overloaded", 0, len(p.local))
-		ctx.Send(p.replyTo, rerr)
-		return
-	}
-	s.obs.Decision("queued", 0, len(p.local))
-	p.queued = true
-}
-
-func queueID(p *pending) string { return strconv.FormatUint(p.id, 10) }
-
 // release forgets a decision that is being answered, taking it out of the
 // queue if it waited there.
 func (s *schedulerActor) release(p *pending) {
@@ -242,10 +215,7 @@ func (s *schedulerActor) release(p *pending) {
 	if s.recheck == p {
 		s.recheck = nil
 	}
-	if p.queued {
-		s.queue.Remove(queueID(p))
-		p.queued = false
-	}
+	s.dec.Forget(&p.plan, p.id)
 }
 
 // tryDequeue re-reads the loads for the head of the queue (which stays
@@ -254,13 +224,13 @@ func (s *schedulerActor) tryDequeue(ctx actor.Context) {
 	if s.recheck != nil {
 		return
 	}
-	w, ok := s.queue.Peek()
+	id, ok := s.dec.Head()
 	if !ok {
 		return
 	}
-	p, ok := s.pending[w.Payload]
+	p, ok := s.pending[id]
 	if !ok {
-		s.queue.Remove(w.ID) // cannot happen: pending and queue change together
+		s.dec.Drop(id) // cannot happen: pending and queue change together
 		return
 	}
 	now := time.Now()
@@ -277,23 +247,15 @@ func (s *schedulerActor) tryDequeue(ctx actor.Context) {
 }
 
 // expireQueue rejects, oldest first, the requests that waited longer
-// than MaxQueueWait (scheduling.Queue.DropEnqueuedBefore).
+// than MaxQueueWait (decide.Decider.Expire).
 func (s *schedulerActor) expireQueue(ctx actor.Context, now time.Time) {
-	if s.cfg.MaxQueueWait <= 0 {
-		return
-	}
-	for _, w := range s.queue.DropEnqueuedBefore(now.Add(-s.cfg.MaxQueueWait)) {
-		p, ok := s.pending[w.Payload]
-		if !ok {
-			continue
+	for _, id := range s.dec.Expire(now) {
+		if p, ok := s.pending[id]; ok {
+			rerr := s.dec.WaitedTooLong(&p.plan)
+			s.release(p)
+			s.obs.Decision("overloaded", 0, len(p.local))
+			ctx.Send(p.replyTo, rerr)
 		}
-		p.queued = false // DropEnqueuedBefore took it out
-		s.release(p)
-		rerr := routeErr(messages.RouteErrorCode_ROUTE_ERROR_OVERLOADED,
-			"waited %s in the queue and every eligible worker is still over the queue threshold", s.cfg.MaxQueueWait)
-		rerr.QueueDepth, rerr.QueueLimit = uint32(s.queue.Len()), uint32(s.queue.Limit())
-		s.obs.Decision("overloaded", 0, len(p.local))
-		ctx.Send(p.replyTo, rerr)
 	}
 }
 

@@ -54,7 +54,6 @@ type schedulerActor struct {
 	// cancels maps a route call's cancel token to its pending decision.
 	cancels map[uint64]uint64
 	nextID  uint64
-	queue   *scheduling.Queue[uint64] // payload: pending id
 	// recheck is the queued request whose loads are being re-read; one
 	// at a time so a burst of frees does not re-query the fleet N times.
 	recheck *pending
@@ -91,7 +90,6 @@ func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.
 			shards: shards, replication: replication,
 			ranks: emptyRankView(), local: tracking.New(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
-			queue:    mustQueue(cfg.Scheduling),
 			dec:      newDecider(cfg),
 			registry: registry, restarts: restarts, gate: gate, trust: trustPID,
 		}
@@ -120,7 +118,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 	case *messages.RankLoad:
 		s.notePeerStart(ctx, m) // before the board takes the new load
 		s.dec.Board().Apply(m, time.Now().UnixNano())
-		if s.queue.Len() > 0 {
+		if s.dec.QueueLen() > 0 {
 			s.tryDequeue(ctx) // a free shows in the load only now
 		}
 	case *messages.ActiveRequestsReply:
@@ -150,7 +148,7 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.local.DropUnregistered(s.ranks.has)
 		s.tryDequeue(ctx)
 	case *messages.TrackedQuery:
-		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.queue.Len())})
+		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.dec.QueueLen())})
 	case *messages.Tick:
 		s.tick(ctx, time.Unix(0, m.UnixNano))
 	case *messages.SessionUpdates:
@@ -246,7 +244,7 @@ func (s *schedulerActor) peerStep(ctx actor.Context, ev *messages.SequenceEvent)
 // (tickgate.go).
 func (s *schedulerActor) noteDeadlines() {
 	if s.gate != nil {
-		s.gate.set(len(s.pending) > 0 || s.queue.Len() > 0)
+		s.gate.set(len(s.pending) > 0 || s.dec.QueueLen() > 0)
 	}
 }
 
@@ -259,26 +257,21 @@ func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
 	s.expireQueue(ctx, now)
 	s.tryDequeue(ctx)
 	s.expireSessions(now)
-	s.obs.QueueDepth(s.queue.Len())
+	s.obs.QueueDepth(s.dec.QueueLen())
 }
 
 // newDecider builds the decision state machine; its random source is
-// seeded by a test, else random.
+// seeded by a test, else random. Config.Validate has already checked the
+// queue's policy and limit.
 func newDecider(cfg Config) *decide.Decider {
 	seed := [2]uint64{rand.Uint64(), rand.Uint64()}
 	if cfg.rngSeed != nil {
 		seed = *cfg.rngSeed
 	}
-	return decide.New(decide.Config{Scheduling: cfg.Scheduling, Limits: cfg.Limits, BlockSize: cfg.BlockSize,
-		Stride: cfg.Sequence.EffectiveStride(), TrackActiveBlocks: cfg.TrackActiveBlocks}, seed)
-}
-
-// mustQueue builds the backpressure queue; Config.Validate has already
-// checked the policy and the limit.
-func mustQueue(cfg scheduling.Config) *scheduling.Queue[uint64] {
-	q, err := scheduling.NewQueue[uint64](cfg.RouterQueuePolicy, cfg.MaxQueueLength)
+	d, err := decide.New(decide.Config{Scheduling: cfg.Scheduling, Limits: cfg.Limits, BlockSize: cfg.BlockSize,
+		Stride: cfg.Sequence.EffectiveStride(), TrackActiveBlocks: cfg.TrackActiveBlocks, MaxQueueWait: cfg.MaxQueueWait}, seed)
 	if err != nil {
-		panic(fmt.Sprintf("queue config passed validation but was refused: %v", err))
+		panic(fmt.Sprintf("scheduler config passed validation but was refused: %v", err))
 	}
-	return q
+	return d
 }

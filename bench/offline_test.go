@@ -82,8 +82,11 @@ func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Reques
 		rr.engine = engine
 		rs[i] = rr
 	}
-	dec := decider.New(decider.Config{Scheduling: sc, Limits: scheduling.Limits{}, BlockSize: cfg.BlockSize,
+	dec, err := decider.New(decider.Config{Scheduling: sc, Limits: scheduling.Limits{}, BlockSize: cfg.BlockSize,
 		Stride: stride, TrackActiveBlocks: true}, [2]uint64{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	view := offlineRanks(ranks)
 	index := make(map[string]int, len(reqs))
 	arrival := make(map[string]time.Duration, len(reqs))

@@ -12,7 +12,7 @@ import (
 // benchmarkDecide steps one decision over 64 candidates (Start, Decide),
 // with or without a route receipt.
 func benchmarkDecide(b *testing.B, explain bool) {
-	d := New(testConfig(scheduling.CostDynamo, 0), [2]uint64{1, 2})
+	d := mustNew(b, testConfig(scheduling.CostDynamo, 0), [2]uint64{1, 2})
 	ids := make([]uint64, 64)
 	for i := range ids {
 		ids[i] = uint64(i + 1)

@@ -43,6 +43,15 @@ func tokens(n int) []uint32 {
 	return out
 }
 
+func mustNew(t testing.TB, cfg Config, seed [2]uint64) *Decider {
+	t.Helper()
+	d, err := New(cfg, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // start steps a request through Start and returns its plan (failing the
 // test on a refusal).
 func start(t *testing.T, d *Decider, now time.Time, in Start) *Plan {
@@ -89,7 +98,7 @@ func TestDefaultPipelineIsSelect(t *testing.T) {
 		if tc.built {
 			cfg.Pipeline = built
 		}
-		d := New(cfg, [2]uint64{1, 2})
+		d := mustNew(t, cfg, [2]uint64{1, 2})
 		ref := rand.New(rand.NewPCG(1, 2))
 		gen := rand.New(rand.NewPCG(9, 9))
 		ranks := testRanks(1, 2, 3, 4, 5)
@@ -122,7 +131,7 @@ func TestDefaultPipelineIsSelect(t *testing.T) {
 // candidate with its cost, the winner, the margin and the draws.
 func TestReceiptChangesNothing(t *testing.T) {
 	cfg := testConfig(scheduling.CostDynamo, 0)
-	plain, explained := New(cfg, [2]uint64{3, 4}), New(cfg, [2]uint64{3, 4})
+	plain, explained := mustNew(t, cfg, [2]uint64{3, 4}), mustNew(t, cfg, [2]uint64{3, 4})
 	gen := rand.New(rand.NewPCG(5, 5))
 	ranks := testRanks(1, 2, 3)
 	now := time.Unix(100, 0)
@@ -185,7 +194,7 @@ func TestStartRefuses(t *testing.T) {
 			"no_worker", messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "pinned"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := New(testConfig(scheduling.CostDynamo, 0), [2]uint64{})
+			d := mustNew(t, testConfig(scheduling.CostDynamo, 0), [2]uint64{})
 			tc.in.Req, tc.in.Ranks = tc.req, ranks
 			effs := d.Step(time.Unix(1, 0), &tc.in)
 			ans, ok := effs[0].(*Answer)
@@ -201,7 +210,7 @@ func TestStartRefuses(t *testing.T) {
 func TestSessionAffinity(t *testing.T) {
 	cfg := testConfig(scheduling.CostDynamo, 0)
 	cfg.Scheduling.RouterQueueThreshold = 1
-	d := New(cfg, [2]uint64{})
+	d := mustNew(t, cfg, [2]uint64{})
 	ranks := testRanks(1, 2)
 	now := time.Unix(100, 0)
 	bound := SessionAnswer{Bound: true, Worker: ranks.List[0], LastUsed: now.Add(-time.Second).UnixNano()}
@@ -228,21 +237,57 @@ func TestSessionAffinity(t *testing.T) {
 }
 
 // Every candidate over the threshold parks a recorded request; a query
-// is answered anyway.
+// is answered anyway. The queue keeps a re-checked request in place,
+// expires it after MaxQueueWait, and refuses a push when full.
 func TestQueueThresholdAdmits(t *testing.T) {
 	cfg := testConfig(scheduling.CostDynamo, 0)
 	cfg.Scheduling.RouterQueueThreshold = 1
-	d := New(cfg, [2]uint64{})
+	cfg.Scheduling.MaxQueueLength = 1
+	cfg.MaxQueueWait = 2 * time.Second
+	d := mustNew(t, cfg, [2]uint64{})
 	ranks := testRanks(1, 2)
 	now := time.Unix(100, 0)
 	for _, update := range []bool{true, false} {
 		req := &messages.RouteRequest{RequestId: "a", TokenIds: tokens(64), UpdateStates: update}
 		cands := []scheduling.Candidate{{Worker: ranks.List[0], HasLoad: true, ActivePrefillTokens: 5000, DeviceOverlap: 2},
 			{Worker: ranks.List[1], HasLoad: true, ActivePrefillTokens: 5000}}
-		effs := d.Step(now, &Decide{Req: req, Plan: start(t, d, now, Start{Req: req, Ranks: ranks}), Ranks: ranks, Candidates: cands, Blocks: 4})
+		p := start(t, d, now, Start{Req: req, Ranks: ranks})
+		effs := d.Step(now, &Decide{ID: 7, Req: req, Plan: p, Ranks: ranks, Candidates: cands, Blocks: 4})
 		q, queued := effs[0].(*Queue)
-		if queued != update || (queued && q.BestCached != 32) {
+		if queued != update || (queued && (q.BestCached != 32 || !q.Parked || d.QueueLen() != 1)) {
 			t.Fatalf("update %v: %+v", update, effs)
+		}
+		if !update {
+			continue
+		}
+		// A re-check that still finds every rank overloaded leaves it in
+		// place; MaxQueueWait later it is taken out and refused.
+		effs = d.Step(now, &Decide{ID: 7, Req: req, Plan: p, Ranks: ranks, Candidates: cands, Blocks: 4})
+		if q, ok := effs[0].(*Queue); !ok || q.Parked || d.QueueLen() != 1 {
+			t.Fatalf("re-check: %+v, queue %d", effs, d.QueueLen())
+		}
+		if id, ok := d.Head(); !ok || id != 7 {
+			t.Fatalf("head %d %v", id, ok)
+		}
+		if ids := d.Expire(now.Add(time.Second)); len(ids) != 0 {
+			t.Fatalf("expired %v before the wait bound", ids)
+		}
+		if ids := d.Expire(now.Add(3 * time.Second)); len(ids) != 1 || ids[0] != 7 {
+			t.Fatalf("expired %v, want [7]", ids)
+		}
+		if rerr := d.WaitedTooLong(p); p.Queued || !strings.Contains(rerr.Message, "waited 2s") || rerr.QueueLimit != 1 {
+			t.Fatalf("refusal %+v, plan queued %v", rerr, p.Queued)
+		}
+	}
+	// A full queue refuses as overloaded.
+	req := &messages.RouteRequest{RequestId: "b", TokenIds: tokens(64), UpdateStates: true}
+	cands := []scheduling.Candidate{{Worker: ranks.List[0], HasLoad: true, ActivePrefillTokens: 5000}}
+	for id := range uint64(2) {
+		effs := d.Step(now, &Decide{ID: 10 + id, Req: req, Plan: start(t, d, now, Start{Req: req, Ranks: ranks}), Ranks: ranks,
+			Candidates: cands, Blocks: 4})
+		ans, refused := effs[0].(*Answer)
+		if refused != (id == 1) || (refused && (ans.Outcome != "overloaded" || ans.Err.QueueDepth != 1)) {
+			t.Fatalf("push %d: %+v", id, effs[0])
 		}
 	}
 }

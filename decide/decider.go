@@ -22,6 +22,7 @@
 package decide
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -44,6 +45,8 @@ type Config struct {
 	// TrackActiveBlocks off zeroes every candidate's decode blocks (the
 	// cost then sees no decode load).
 	TrackActiveBlocks bool
+	// MaxQueueWait bounds a request's wait in the queue (0: unbounded).
+	MaxQueueWait time.Duration
 	// Pipeline composes the stages; the zero value is DefaultPipeline.
 	Pipeline Pipeline
 }
@@ -63,22 +66,28 @@ type Decider struct {
 	adds    [2]RecordAdd
 	nadds   int
 	session Session
-	queue   Queue
+	parked  Queue
 	ask     Ask
 	ctx     Context
 	// board is every rank's published load and the decisions recorded
 	// that the loads may not show yet.
 	board *Board
+	queue *scheduling.Queue[uint64] // payload: the owner's request id
 }
 
-// New returns a Decider whose random source is seeded with seed.
-func New(cfg Config, seed [2]uint64) *Decider {
+// New returns a Decider whose random source is seeded with seed. A queue
+// policy or length the scheduling config does not allow is an error.
+func New(cfg Config, seed [2]uint64) (*Decider, error) {
 	p := cfg.Pipeline
 	if p.empty() {
 		p = DefaultPipeline()
 	}
+	q, err := scheduling.NewQueue[uint64](cfg.Scheduling.RouterQueuePolicy, cfg.Scheduling.MaxQueueLength)
+	if err != nil {
+		return nil, fmt.Errorf("decider: %w", err)
+	}
 	return &Decider{cfg: cfg, base: cfg.Scheduling.Normalized(), rng: rand.New(rand.NewPCG(seed[0], seed[1])), pipe: p,
-		board: NewBoard()}
+		board: NewBoard(), queue: q}, nil
 }
 
 // Board is the ranks' published loads the Decider reads; its owner
@@ -177,6 +186,8 @@ type Plan struct {
 	SessionAge   time.Duration
 	// BestCached is the best cache hit seen over the attempts (wspt).
 	BestCached uint64
+	// Queued: the request waits in the Decider's queue.
+	Queued bool
 }
 
 // Ask: fan out to Plan.Eligible (overlaps, loads), then Decide.
@@ -184,6 +195,8 @@ type Ask struct{ Plan *Plan }
 
 // Decide makes the decision once the replies are in (or timed out).
 type Decide struct {
+	// ID is the owner's id for the request (the queue's payload).
+	ID    uint64
 	Req   *messages.RouteRequest
 	Plan  *Plan
 	Ranks *Ranks
@@ -237,8 +250,12 @@ type Answer struct {
 	Receipt        *Receipt
 }
 
-// Queue parks the request: every eligible rank is overloaded.
-type Queue struct{ BestCached uint64 }
+// Queue: the request waits (every eligible rank is overloaded); Parked
+// when it was queued just now, false when a re-check leaves it in place.
+type Queue struct {
+	BestCached uint64
+	Parked     bool
+}
 
 // RecordAdd records one tracked request (a hop) on a rank: the owner
 // sends the rank the add, tracks and gossips it.
@@ -292,8 +309,8 @@ func (d *Decider) emitSession(s Session) {
 }
 
 func (d *Decider) emitQueue(q Queue) []Effect {
-	d.queue = q
-	d.out = append(d.out, &d.queue)
+	d.parked = q
+	d.out = append(d.out, &d.parked)
 	return d.out
 }
 

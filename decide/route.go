@@ -109,8 +109,9 @@ func (d *Decider) decide(now time.Time, in *Decide) []Effect {
 	d.ctx = Context{Config: cfg, BlockSize: d.cfg.BlockSize, ISL: len(m.TokenIds), Blocks: in.Blocks, Ranks: in.Ranks, Plan: p}
 	c := &d.ctx
 	if m.UpdateStates && !d.pipe.Admitter.Admit(c, cands) {
-		return d.emitQueue(Queue{BestCached: p.BestCached})
+		return d.park(now, in)
 	}
+	d.Forget(p, in.ID)
 	var rc *Receipt
 	if in.Explain {
 		rc = newReceipt(now, m, p, in.Signals)
