@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 )
@@ -75,17 +76,21 @@ func (r *Router) RenewLease(ctx context.Context, id string) error {
 		Step: &messages.RequestLifecycle_RenewLease{RenewLease: &messages.RenewLease{RequestId: id}}})
 }
 
-// refuseClient answers a route refused at its client's own bound: counted
-// (decision outcome and admission reason), logged once a minute per
-// client, and told to the caller with the reason.
-func (s *schedulerActor) refuseClient(ctx actor.Context, client string, err error) {
-	s.obs.Decision("client_limit", 0, 0)
-	s.obs.AdmissionRefused("client_active_requests")
-	s.refusals.Every = time.Minute
-	if ok, _, suppressed := s.refusals.Allow(client, time.Now()); ok {
-		s.log.Warn("client at its active-request bound: route refused", "client", client,
-			"active", s.local.ClientActive(client), "limit", s.cfg.Limits.MaxActiveRequestsPerClient,
-			"replica_active", s.local.Len(), "similar_suppressed", suppressed)
+// refused reports a request Start refused (bad input, an admission
+// bound, no eligible rank) and answers it.
+func (s *schedulerActor) refused(ctx actor.Context, m *messages.RouteRequest, e *decide.Answer) {
+	s.obs.Decision(e.Outcome, 0, 0)
+	switch e.Outcome {
+	case "overloaded":
+		s.obs.AdmissionRefused("active_requests")
+	case "client_limit":
+		s.obs.AdmissionRefused("client_active_requests")
+		s.refusals.Every = time.Minute
+		if ok, _, suppressed := s.refusals.Allow(m.Client, time.Now()); ok {
+			s.log.Warn("client at its active-request bound: route refused", "client", m.Client,
+				"active", s.local.ClientActive(m.Client), "limit", s.cfg.Limits.MaxActiveRequestsPerClient,
+				"replica_active", s.local.Len(), "similar_suppressed", suppressed)
+		}
 	}
-	ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_CLIENT_LIMIT, "%v", err))
+	ctx.Respond(e.Err)
 }

@@ -118,6 +118,9 @@ type Config struct {
 	// shardTurns overrides how many messages a shard handles before it
 	// yields (0 = the shardTurns constant); for the ingest benchmark.
 	shardTurns int
+	// rngSeed, when set, seeds the scheduler's random source (tie-breaks,
+	// temperature sampling) so a test's decisions repeat; tests only.
+	rngSeed *[2]uint64
 	// dumpChunkEntries overrides the dumpChunkEntries constant (0 = it);
 	// for tests that need a dump of many chunks from a small index.
 	dumpChunkEntries int

@@ -164,3 +164,10 @@ func newRankOverlaps(n int) *messages.RankOverlaps {
 		DpRanks: u32[:n:n], DeviceBlocks: u32[n : 2*n : 2*n], HostBlocks: u32[2*n : 3*n : 3*n], DiskBlocks: u32[3*n:],
 	}
 }
+
+// Predicted reports whether w's device overlap is this replica's routing
+// prediction, and its engine-confirmed part (decide.Overlaps).
+func (s *overlapSet) Predicted(w kv.WorkerWithDpRank) (uint32, bool) {
+	o, ok := s.find(w)
+	return o.confirmed, ok && o.predicted
+}

@@ -5,9 +5,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
-	"github.com/kvrouter/kvrouter/sessions"
 )
 
 type pendingKind uint8
@@ -48,32 +48,26 @@ type pending struct {
 	// sampled is the prompt's sequence hashes as load queries and adds
 	// carry them (one per stride blocks, sequence.Sample); the load query
 	// and the add share it, and neither is mutated.
-	sampled  []uint64
-	eligible []kv.WorkerWithDpRank
-	hashed   time.Time
-	scored   time.Time
-
-	// Sticky session (req.SessionId): whether it had a binding when the
-	// decision started, the bound rank while it is still fit, and why it
-	// moves otherwise.
-	sessionBound bool
-	hasSticky    bool
-	sticky       kv.WorkerWithDpRank
-	moveReason   sessions.MoveReason
-
-	// Backpressure.
-	queued     bool
-	enqueued   time.Time
-	bestCached uint64 // wspt orders by uncached prompt tokens
+	sampled []uint64
+	hashed  time.Time
+	scored  time.Time
+	// plan is the decision's state between its steps (decide.Plan: the
+	// eligible ranks, the session binding, the best cache hit seen).
+	plan decide.Plan
 }
 
+// eligible are the ranks a decision may choose.
+func (p *pending) eligible() []kv.WorkerWithDpRank { return p.plan.Eligible }
+
 func (s *schedulerActor) newPending(ctx actor.Context, kind pendingKind) *pending {
+	return s.register(ctx, &pending{kind: kind})
+}
+
+// register numbers a fan-out and keeps it until it is answered.
+func (s *schedulerActor) register(ctx actor.Context, p *pending) *pending {
 	s.nextID++
 	now := time.Now()
-	p := &pending{
-		id: s.nextID, kind: kind, replyTo: ctx.Sender(), started: now,
-		deadline: now.Add(s.cfg.DecisionTimeout),
-	}
+	p.id, p.replyTo, p.started, p.deadline = s.nextID, ctx.Sender(), now, now.Add(s.cfg.DecisionTimeout)
 	s.pending[p.id] = p
 	return p
 }
@@ -101,13 +95,14 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 		return // shorter than a stride: nothing can be shared
 	}
 	root := p.sampled[0]
-	if !s.board.held(root) {
+	board := s.dec.Board()
+	if !board.Held(root) {
 		return // no rank has a request with this prefix in flight
 	}
 	var q *messages.LoadQuery
-	entry := s.board.entries(s.ranks, p.eligible)
-	for i, w := range p.eligible {
-		if !entry.at(i, w).sharesPrefix(root) {
+	entry := board.Entries(p.eligible())
+	for i, w := range p.eligible() {
+		if !entry.At(i, w).SharesPrefix(root) {
 			continue
 		}
 		pid, ok := s.ranks.pids[w]
@@ -121,27 +116,6 @@ func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
 		ctx.Request(pid, q)
 		p.ranksLeft++
 	}
-}
-
-// applied is how many of the scheduler's adds to each rank the loads p
-// read include: a reply's count, else the board's.
-func (p *pending) applied(b *loadBoard, w kv.WorkerWithDpRank) uint64 {
-	if l := p.loads[w]; l != nil {
-		return l.AddsApplied
-	}
-	return b.applied(w)
-}
-
-// lagging reports whether a reply p read is older than its rank's
-// publication on the board (decisions recorded in between are in the
-// board's count but not in the reply).
-func (p *pending) lagging(b *loadBoard) bool {
-	for w, l := range p.loads {
-		if l.AddsApplied < b.applied(w) {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *schedulerActor) onOverlap(ctx actor.Context, m *messages.OverlapReply) {
@@ -211,7 +185,7 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 	case kindOverlaps:
 		s.release(p)
 		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local)), SharedBlocks: p.shared}
-		reply.Ranks = p.overlaps.every(s.ranks.list)
+		reply.Ranks = p.overlaps.every(s.ranks.List)
 		ctx.Send(p.replyTo, reply)
 	case kindLoads:
 		s.release(p)

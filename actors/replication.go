@@ -153,7 +153,7 @@ func (a *replicationActor) dropOrigin(ctx actor.Context, origin string) {
 		return
 	}
 	a.remote.DropOrigin(origin)
-	for _, w := range a.ranks.list {
+	for _, w := range a.ranks.List {
 		ctx.Send(a.ranks.pids[w], &messages.DropOrigin{Origin: origin})
 	}
 }
@@ -189,7 +189,7 @@ func (a *replicationActor) replaceOrigin(ctx actor.Context, m *messages.ReplaceO
 			}
 		}
 	}
-	for _, w := range a.ranks.list {
+	for _, w := range a.ranks.List {
 		if r := restore[w]; r != nil {
 			ctx.Send(a.ranks.pids[w], r)
 		} else {

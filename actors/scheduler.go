@@ -1,14 +1,15 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
@@ -17,12 +18,13 @@ import (
 	"github.com/kvrouter/kvrouter/tracking"
 )
 
-// schedulerActor is the decision path: it fans a request out to the
-// shards (and to the sequence actors of the ranks sharing the prompt's
-// prefix), reads every other rank's load from the ranks' publications
-// (loadBoard), selects a rank (package scheduling), parks requests when
-// every eligible rank is overloaded, and records and gossips the requests
-// it routed through their lifecycle. It never blocks: fan-outs are plain
+// schedulerActor drives the decision (package decide): it steps the
+// Decider with each request, fans it out to the shards (and to the
+// sequence actors of the ranks sharing the prompt's prefix), applies the
+// ranks' publications to the Decider's board, steps the Decider again once
+// the replies are in, and carries out its effects: parks requests it
+// queues, records and gossips the requests it routed through their
+// lifecycle, and answers. It never blocks: fan-outs are plain
 // messages whose replies come back to it, matched by query id.
 //
 // The rank set comes from the registry actor (RankTable); peers' requests
@@ -43,14 +45,6 @@ type schedulerActor struct {
 
 	ranks *rankView
 	local *tracking.Table // requests this replica routed
-	// routed are the last decisions this replica recorded, numbered by
-	// routedSeq: a decision still collecting loads when they were
-	// recorded adds them to its candidates (scheduling.AddRouted), as a
-	// sequential scheduler would have seen them.
-	routed    []routedEntry
-	routedSeq uint64
-	// board holds every rank's published load (RankLoad).
-	board *loadBoard
 	// candScratch backs candidates' result (see there).
 	candScratch []scheduling.Candidate
 
@@ -61,11 +55,14 @@ type schedulerActor struct {
 	// cancels maps a route call's cancel token to its pending decision.
 	cancels map[uint64]uint64
 	nextID  uint64
-	queue   *scheduling.Queue[uint64] // payload: pending id
 	// recheck is the queued request whose loads are being re-read; one
 	// at a time so a burst of frees does not re-query the fleet N times.
 	recheck *pending
-	rng     *rand.Rand
+	// dec makes the decisions (package decide); this actor feeds it and
+	// carries out its effects.
+	dec *decide.Decider
+	// explain: decisions carry route receipts, logged at debug level.
+	explain bool
 
 	// sessions is the sticky-session table (cluster state: peers' writes
 	// arrive as SessionUpdates); sessionStats its counters last reported.
@@ -89,14 +86,15 @@ func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.
 		if err != nil {
 			panic(fmt.Sprintf("sessions config passed validation but was refused: %v", err))
 		}
+		log := cfg.Logger.With("component", "scheduler")
 		return &schedulerActor{
+			explain:  log.Enabled(context.Background(), slog.LevelDebug),
 			sessions: table,
-			cfg:      cfg, log: cfg.Logger.With("component", "scheduler"), obs: cfg.Observer, gossip: g,
+			cfg:      cfg, log: log, obs: cfg.Observer, gossip: g,
 			shards: shards, replication: replication,
-			ranks: emptyRankView(), local: tracking.New(), board: newLoadBoard(),
+			ranks: emptyRankView(), local: tracking.New(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
-			queue:    mustQueue(cfg.Scheduling),
-			rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+			dec:      newDecider(cfg),
 			registry: registry, restarts: restarts, gate: gate, trust: trustPID,
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
@@ -123,8 +121,8 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 		s.onLoad(ctx, m)
 	case *messages.RankLoad:
 		s.notePeerStart(ctx, m) // before the board takes the new load
-		s.board.apply(m)
-		if s.queue.Len() > 0 {
+		s.dec.Board().Apply(m, time.Now().UnixNano())
+		if s.dec.QueueLen() > 0 {
 			s.tryDequeue(ctx) // a free shows in the load only now
 		}
 	case *messages.ActiveRequestsReply:
@@ -150,12 +148,12 @@ func (s *schedulerActor) Receive(ctx actor.Context) {
 			ctx.Send(s.trust, m) // the trust actor tracks the registered ranks
 		}
 		s.ranks = newRankView(m, ctx.Self().Address)
-		s.board.sync(s.ranks, func(w kv.WorkerWithDpRank) { ctx.Send(s.ranks.pids[w], &messages.RankLoadQuery{}) })
+		s.dec.Board().Sync(s.ranks.List, s.ranks.pid, func(w kv.WorkerWithDpRank) { ctx.Send(s.ranks.pids[w], &messages.RankLoadQuery{}) })
 		s.local.DropUnregistered(s.ranks.has)
 		s.tryDequeue(ctx)
 	case *messages.TrackedQuery:
 		top, n := s.local.TopClient()
-		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.queue.Len()),
+		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.dec.QueueLen()),
 			Clients: uint32(s.local.Clients()), TopClient: top, TopClientRequests: uint64(n)})
 	case *messages.Tick:
 		s.tick(ctx, time.Unix(0, m.UnixNano))
@@ -252,7 +250,7 @@ func (s *schedulerActor) peerStep(ctx actor.Context, ev *messages.SequenceEvent)
 // (tickgate.go).
 func (s *schedulerActor) noteDeadlines() {
 	if s.gate != nil {
-		s.gate.set(len(s.pending) > 0 || s.queue.Len() > 0)
+		s.gate.set(len(s.pending) > 0 || s.dec.QueueLen() > 0)
 	}
 }
 
@@ -265,75 +263,21 @@ func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
 	s.expireQueue(ctx, now)
 	s.tryDequeue(ctx)
 	s.expireSessions(now)
-	s.obs.QueueDepth(s.queue.Len())
+	s.obs.QueueDepth(s.dec.QueueLen())
 }
 
-// mustQueue builds the backpressure queue; Config.Validate has already
-// checked the policy and the limit.
-func mustQueue(cfg scheduling.Config) *scheduling.Queue[uint64] {
-	q, err := scheduling.NewQueue[uint64](cfg.RouterQueuePolicy, cfg.MaxQueueLength)
+// newDecider builds the decision state machine; its random source is
+// seeded by a test, else random. Config.Validate has already checked the
+// queue's policy and limit.
+func newDecider(cfg Config) *decide.Decider {
+	seed := [2]uint64{rand.Uint64(), rand.Uint64()}
+	if cfg.rngSeed != nil {
+		seed = *cfg.rngSeed
+	}
+	d, err := decide.New(decide.Config{Scheduling: cfg.Scheduling, Limits: cfg.Limits, BlockSize: cfg.BlockSize,
+		Stride: cfg.Sequence.EffectiveStride(), TrackActiveBlocks: cfg.TrackActiveBlocks, MaxQueueWait: cfg.MaxQueueWait}, seed)
 	if err != nil {
-		panic(fmt.Sprintf("queue config passed validation but was refused: %v", err))
+		panic(fmt.Sprintf("scheduler config passed validation but was refused: %v", err))
 	}
-	return q
-}
-
-// maxRouted bounds the recorded decisions kept for the decisions in
-// flight: a burst of more concurrent decisions sees only the last ones.
-const maxRouted = 256
-
-type routedEntry struct {
-	seq uint64 // for reading; the ring's index is derived from it
-	// onRank numbers the decision among the adds sent to its rank
-	// (loadBoard.sent): a load that applied fewer does not include it.
-	// entry is the rank's board entry (nil: not on the board).
-	onRank uint64
-	entry  *boardEntry
-	scheduling.Routed
-}
-
-// noteRouted keeps a recorded decision for the decisions in flight (a
-// ring: decision seq lives at index (seq−1) % maxRouted).
-func (s *schedulerActor) noteRouted(r scheduling.Routed, entry *boardEntry, onRank uint64) {
-	s.routedSeq++
-	e := routedEntry{seq: s.routedSeq, onRank: onRank, entry: entry, Routed: r}
-	if len(s.routed) < maxRouted {
-		s.routed = append(s.routed, e)
-		return
-	}
-	s.routed[(s.routedSeq-1)%maxRouted] = e
-}
-
-// routedUnseen lists the recorded decisions that the loads p read do
-// not include, oldest first: those numbered past what their rank had
-// applied (pending.applied). Only the last maxRouted are kept. While the
-// board's loads include every add and no reply p read is older than its
-// rank's publication, there is nothing to look for (the common case);
-// otherwise the scan goes from the newest and, when no reply lags, stops
-// once it found as many as the board counts.
-func (s *schedulerActor) routedUnseen(p *pending) []scheduling.Routed {
-	lagging := p.lagging(s.board)
-	if s.board.unseen == 0 && !lagging {
-		return nil
-	}
-	var out []scheduling.Routed
-	oldest := s.routedSeq - uint64(len(s.routed)) + 1
-	for n := s.routedSeq; n >= oldest && n > 0; n-- {
-		e := &s.routed[(n-1)%maxRouted]
-		if e.entry == nil || e.entry.dropped {
-			continue // its rank left: its add went to an actor that is gone
-		}
-		applied := e.entry.applied
-		if l := p.loads[e.Worker]; l != nil {
-			applied = l.AddsApplied
-		}
-		if e.onRank > applied {
-			out = append(out, e.Routed)
-			if !lagging && uint64(len(out)) == s.board.unseen {
-				break
-			}
-		}
-	}
-	slices.Reverse(out)
-	return out
+	return d
 }

@@ -1,14 +1,12 @@
 package actors
 
 import (
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/messages"
-	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sessions"
 )
 
@@ -18,71 +16,23 @@ import (
 // by the replication edge) and answers the anti-entropy queries. No other
 // goroutine touches the table.
 
-// planSession reads a session's binding as a decision starts: a bound rank
-// that is registered, routable and eligible becomes the decision's sticky
-// rank (its load is checked once the replies are in); otherwise the
-// reason the session will move is noted.
-func (s *schedulerActor) planSession(p *pending, now time.Time) {
-	e, ok := s.sessions.Lookup(p.req.SessionId, now)
-	if !ok {
-		return
-	}
-	p.sessionBound = true
-	w := e.Worker
-	stay, reason := sessions.Stay(sessions.BoundRank{
-		Registered: s.ranks.has(w), State: s.ranks.states[w], Eligible: slices.Contains(p.eligible, w),
-	})
-	if stay {
-		p.sticky, p.hasSticky = w, true
-	} else {
-		p.moveReason = reason
-	}
-}
-
-// stickyCandidates narrows the candidates to the session's rank when it
-// is still fit with the loads now known (scheduling.Overloaded, the rule
-// that parks requests), or returns nil and notes why the session moves.
-func (s *schedulerActor) stickyCandidates(p *pending, cfg scheduling.Config, cands []scheduling.Candidate) []scheduling.Candidate {
-	if !p.hasSticky {
-		return nil
-	}
-	for i, c := range cands {
-		if c.Worker != p.sticky {
-			continue
-		}
-		stay, reason := sessions.Stay(sessions.BoundRank{Registered: true, Eligible: true,
-			Overloaded: scheduling.Overloaded(cfg, c, s.ranks.budgets[c.Worker.WorkerID])})
-		if stay {
-			return cands[i : i+1]
-		}
-		p.moveReason = reason
-		p.hasSticky = false
-		return nil
-	}
-	p.moveReason, p.hasSticky = sessions.MoveGone, false // left the registry while the decision ran
-	return nil
-}
-
 // recordSession binds, keeps or moves a routed request's session and
 // gossips the change. A session that had no binding when its decision
 // started but has one now was bound by a concurrent request: that first
 // binding stays.
-func (s *schedulerActor) recordSession(p *pending, w kv.WorkerWithDpRank, now time.Time) {
-	id := p.req.SessionId
-	if id == "" {
+func (s *schedulerActor) recordSession(r *decide.Session, now time.Time) {
+	id := r.ID
+	if _, live := s.sessions.Lookup(id, now); live && !r.WasBound {
 		return
 	}
-	if _, live := s.sessions.Lookup(id, now); live && !p.sessionBound {
-		return
-	}
-	e, out := s.sessions.Record(id, w, now)
+	e, out := s.sessions.Record(id, r.Worker, now)
 	switch out {
 	case sessions.Kept:
 		return
 	case sessions.Bound:
 		s.obs.SessionEvent("bound", 1)
 	case sessions.Moved:
-		reason := p.moveReason
+		reason := r.MoveReason
 		if reason == "" {
 			reason = sessions.MoveExcluded // the selection itself avoided it (cannot happen without a reason)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/events"
 	"github.com/kvrouter/kvrouter/index"
 	"github.com/kvrouter/kvrouter/kv"
@@ -346,13 +347,9 @@ type indexView interface {
 	CheckInvariants() error
 }
 
-func rankMsg(w kv.WorkerWithDpRank) *messages.WorkerRank {
-	return &messages.WorkerRank{WorkerId: uint64(w.WorkerID), DpRank: w.DpRank}
-}
+func rankMsg(w kv.WorkerWithDpRank) *messages.WorkerRank { return decide.RankMsg(w) }
 
-func rankOf(m *messages.WorkerRank) kv.WorkerWithDpRank {
-	return kv.WorkerWithDpRank{WorkerID: kv.WorkerID(m.GetWorkerId()), DpRank: m.GetDpRank()}
-}
+func rankOf(m *messages.WorkerRank) kv.WorkerWithDpRank { return decide.RankOf(m) }
 
 // shardOf maps a worker to its shard. Every dp rank of a worker lands on
 // the same shard, so RemoveWorker (all ranks) is one shard's work and a

@@ -244,7 +244,7 @@ func (s *schedulerActor) noteTrustRouted(ctx actor.Context, w kv.WorkerWithDpRan
 	if s.trustNoted == nil {
 		s.trustNoted = map[kv.WorkerWithDpRank]int64{}
 	}
-	if len(s.trustNoted) > 4*len(s.ranks.list)+64 {
+	if len(s.trustNoted) > 4*len(s.ranks.List)+64 {
 		clear(s.trustNoted) // ranks that left; rebuilt as decisions come
 	}
 	s.trustNoted[w] = now
@@ -261,11 +261,11 @@ func (s *schedulerActor) notePeerStart(ctx actor.Context, m *messages.RankLoad) 
 	if s.trust == nil || m.Full {
 		return
 	}
-	e := s.board.ranks[rankOf(m.Worker)]
-	if e == nil || e.load == nil {
+	last := s.dec.Board().Last(rankOf(m.Worker))
+	if last == nil {
 		return
 	}
-	if m.ActiveRequests > e.load.ActiveRequests && m.ActivePrefillTokens >= e.load.ActivePrefillTokens+uint64(s.cfg.BlockSize) {
+	if m.ActiveRequests > last.ActiveRequests && m.ActivePrefillTokens >= last.ActivePrefillTokens+uint64(s.cfg.BlockSize) {
 		s.noteTrustRouted(ctx, rankOf(m.Worker))
 	}
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -10,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	decider "github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/hashing"
 	"github.com/kvrouter/kvrouter/kv"
+	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/mockengine"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sequence"
@@ -19,8 +20,8 @@ import (
 
 // An offline replay runs a workload through mock engine ranks in model
 // time (no HTTP, no real clock, no other load on the machine) with the
-// router's own rules: scheduling.Select on candidates built from what the
-// router would know — each rank's KV events (zero delay), its
+// router's own decision (package decide, the state machine the scheduler
+// actor drives) on candidates built from what the router would know — each rank's KV events (zero delay), its
 // sequence.ActiveSequences, its scheduling.PrefillRate fed by prefill
 // completions. It is how the ttft cost's defaults were chosen; the
 // tables in the README come from kvbench's real runs.
@@ -81,7 +82,12 @@ func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Reques
 		rr.engine = engine
 		rs[i] = rr
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
+	dec, err := decider.New(decider.Config{Scheduling: sc, Limits: scheduling.Limits{}, BlockSize: cfg.BlockSize,
+		Stride: stride, TrackActiveBlocks: true}, [2]uint64{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := offlineRanks(ranks)
 	index := make(map[string]int, len(reqs))
 	arrival := make(map[string]time.Duration, len(reqs))
 	var ttfts []float64
@@ -104,11 +110,12 @@ func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Reques
 			for i, r := range rs {
 				cands[i] = r.candidate(i, seqs, stride, base.Add(now), uint64(cfg.TotalKVBlocks))
 			}
-			var pick int
+			pick, uncached := -1, uint64(0)
 			switch policy {
 			case PolicyRoundRobin:
 				pick, rrNext = rrNext%ranks, rrNext+1
 			case PolicyLeastLoaded:
+				pick = 0
 				for k := 1; k <= ranks; k++ {
 					i := (rrNext + k) % ranks
 					if k == 1 || cands[i].ActiveRequests < cands[pick].ActiveRequests {
@@ -117,14 +124,15 @@ func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Reques
 				}
 				rrNext = pick
 			default:
-				d, err := scheduling.Select(sc, cfg.BlockSize, len(rq.Tokens), len(seqs), cands, rng)
-				if err != nil {
-					t.Fatal(err)
-				}
-				pick = int(d.Worker.WorkerID) - 1
+				add := offlineDecide(t, dec, view, rq, cands, len(seqs), base.Add(now))
+				pick, uncached = int(add.Worker.WorkerID)-1, add.PrefillTokens
+			}
+			if policy == PolicyRoundRobin || policy == PolicyLeastLoaded {
+				// A baseline policy's request is recorded as the router
+				// would record it: its uncached prompt as prefill.
+				uncached = uint64(len(rq.Tokens)) - min(uint64(cands[pick].DeviceOverlap)*uint64(cfg.BlockSize), uint64(len(rq.Tokens)))
 			}
 			r := rs[pick]
-			uncached := uint64(len(rq.Tokens)) - min(uint64(cands[pick].DeviceOverlap)*uint64(cfg.BlockSize), uint64(len(rq.Tokens)))
 			if err := r.seqs.AddRequest(sequence.Request{ID: rq.ID, SequenceHashes: sequence.Sample(seqs, stride), PromptBlocks: uint64(len(seqs)),
 				ISL: uint64(len(rq.Tokens)), PrefillTokens: uncached, TrackPrefill: true}, base.Add(now)); err != nil {
 				t.Fatal(err)
@@ -173,8 +181,44 @@ func offlineReplay(t testing.TB, cfg mockengine.Config, ranks int, reqs []Reques
 	}
 }
 
-// candidate is what the router's actors would hand scheduling.Select
-// for this rank (route.go candidates).
+// offlineRanks is the decision's view of n ranks, worker ids 1..n.
+func offlineRanks(n int) *decider.Ranks {
+	v := &decider.Ranks{Budgets: map[kv.WorkerID]uint64{}}
+	for i := range n {
+		v.List = append(v.List, kv.WorkerWithDpRank{WorkerID: kv.WorkerID(i + 1)})
+	}
+	v.Has = func(w kv.WorkerWithDpRank) bool { return w.WorkerID >= 1 && int(w.WorkerID) <= n && w.DpRank == 0 }
+	return v
+}
+
+// offlineDecide routes one request through the Decider as the scheduler
+// does (Start, then Decide with the joined candidates) and returns the
+// add it records.
+func offlineDecide(t testing.TB, dec *decider.Decider, view *decider.Ranks, rq Request, cands []scheduling.Candidate,
+	blocks int, now time.Time) decider.RecordAdd {
+	t.Helper()
+	m := &messages.RouteRequest{RequestId: rq.ID, TokenIds: rq.Tokens, UpdateStates: true}
+	effs := dec.Step(now, &decider.Start{Req: m, Ranks: view})
+	ask, ok := effs[0].(*decider.Ask)
+	if !ok {
+		t.Fatalf("%s refused: %+v", rq.ID, effs[0])
+	}
+	for _, e := range dec.Step(now, &decider.Decide{Req: m, Plan: ask.Plan, Ranks: view, Candidates: cands, Blocks: blocks}) {
+		switch e := e.(type) {
+		case *decider.RecordAdd:
+			return *e
+		case *decider.Answer:
+			t.Fatalf("%s: %v", rq.ID, e.Err)
+		case *decider.Queue:
+			t.Fatalf("%s queued (no rank has a budget: cannot happen)", rq.ID)
+		}
+	}
+	t.Fatalf("%s: no add recorded", rq.ID)
+	return decider.RecordAdd{}
+}
+
+// candidate is what the scheduler actor joins for this rank (its index
+// overlap and its sequence tracker's load) and hands the Decider.
 func (r *offlineRank) candidate(i int, seqs []kv.SequenceHash, stride int, now time.Time, capacity uint64) scheduling.Candidate {
 	overlap := 0
 	for _, h := range seqs {

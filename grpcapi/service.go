@@ -11,7 +11,6 @@ import (
 	"github.com/kvrouter/kvrouter/messages"
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 	"github.com/kvrouter/kvrouter/routeapi"
-	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // service implements kvrouter.v1.Router on the router's façade.
@@ -156,13 +155,12 @@ func (v *service) OverlapScores(ctx context.Context, r *pb.TokensRequest) (*pb.O
 	rows := make([]pb.OverlapRow, n) // one allocation for the rows
 	for i := range rows {
 		device, host, disk := ranks.DeviceBlocks[i], ranks.HostBlocks[i], ranks.DiskBlocks[i]
-		credit, cached := scheduling.CacheHitEstimate(cfg, v.s.opts.BlockSize, device, host, disk)
+		c := routeapi.CreditOf(cfg, v.s.opts.BlockSize, device, host, disk, reply.SharedBlocks)
 		row := &rows[i]
 		row.WorkerId, row.DpRank = ranks.WorkerIds[i], ranks.DpRanks[i]
 		row.DeviceBlocks, row.HostBlocks, row.DiskBlocks = device, host, disk
-		row.Credit, row.CachedTokens, row.TreeSize = credit, cached, ranks.TreeSizes[i]
-		row.SharedBeyondDeviceBlocks = scheduling.SharedBeyondDevice(device, reply.SharedBlocks)
-		row.SharedCreditBlocks = scheduling.SharedCredit(cfg.SharedCacheMultiplier, device, reply.SharedBlocks)
+		row.Credit, row.CachedTokens, row.TreeSize = c.Credit, c.CachedTokens, ranks.TreeSizes[i]
+		row.SharedBeyondDeviceBlocks, row.SharedCreditBlocks = c.SharedBeyondDeviceBlocks, c.SharedCreditBlocks
 		res.Scores[i] = row
 	}
 	return res, nil

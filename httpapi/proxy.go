@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/parity"
@@ -262,9 +263,10 @@ func (p *proxied) attempt(ctx context.Context, exclude []uint64) (*http.Response
 func (p *proxied) route(ctx context.Context, allowed []uint64, pinned *messages.WorkerRank) (*messages.RouteReply, error) {
 	s := p.s
 	p.requestID = routeapi.NewRequestID()
-	req := &messages.RouteRequest{
-		RequestId: p.requestID, TokenIds: p.tokens, UpdateStates: true, ExpectedOutputTokens: p.maxTokens,
-		LoraName: p.lora, SessionId: p.session, AllowedWorkerIds: allowed, PinnedWorker: pinned,
+	req, err := routeapi.RouteMessage(routeapi.Route{RequestID: p.requestID, Tokens: p.tokens, HasTokens: true,
+		ExpectedOutputTokens: p.maxTokens, LoraName: p.lora, SessionID: p.session, AllowedWorkerIDs: allowed, Pinned: pinned})
+	if err != nil {
+		return nil, &actors.RouteError{Kind: actors.ErrBadRequest, Message: err.Error()}
 	}
 	reply, err := s.opts.Router.Route(ctx, req)
 	if err != nil {

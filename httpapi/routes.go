@@ -7,7 +7,6 @@ import (
 
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/routeapi"
-	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // WorkerRef names a worker rank in JSON.
@@ -250,13 +249,12 @@ func (s *Server) overlapScores(w http.ResponseWriter, r *http.Request) {
 	rows := make([]OverlapRow, len(ranks.GetWorkerIds()))
 	for i := range rows {
 		device, host, disk := ranks.DeviceBlocks[i], ranks.HostBlocks[i], ranks.DiskBlocks[i]
-		credit, cached := scheduling.CacheHitEstimate(cfg, s.opts.BlockSize, device, host, disk)
+		c := routeapi.CreditOf(cfg, s.opts.BlockSize, device, host, disk, reply.SharedBlocks)
 		rows[i] = OverlapRow{
 			WorkerID: ranks.WorkerIds[i], DpRank: ranks.DpRanks[i],
 			DeviceBlocks: device, HostBlocks: host, DiskBlocks: disk,
-			Credit: credit, CachedTokens: cached, TreeSize: ranks.TreeSizes[i],
-			SharedBeyondDeviceBlocks: scheduling.SharedBeyondDevice(device, reply.SharedBlocks),
-			SharedCreditBlocks:       scheduling.SharedCredit(cfg.SharedCacheMultiplier, device, reply.SharedBlocks),
+			Credit: c.Credit, CachedTokens: c.CachedTokens, TreeSize: ranks.TreeSizes[i],
+			SharedBeyondDeviceBlocks: c.SharedBeyondDeviceBlocks, SharedCreditBlocks: c.SharedCreditBlocks,
 		}
 	}
 	res := map[string]any{"request_blocks": reply.RequestBlocks, "shared_blocks": reply.SharedBlocks, "scores": rows}

@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // Route is a route request as an API decoded it.
@@ -23,11 +25,15 @@ type Route struct {
 	ExpectedOutputTokens uint64
 	PriorityJump         float64
 	Override             *messages.RouterConfigOverride
+	// SessionID is the sticky-session id ("" = none).
+	SessionID string
 }
 
 // Messages of invalid requests, the same over both APIs.
 const (
-	MsgTokensRequired  = "token_ids is required (or prompt or messages, with a tokenizer)"
+	MsgTokensRequired = "token_ids is required (or prompt or messages, with a tokenizer)"
+	// MsgTokensEmpty is decide.ErrTokensEmpty's text (the scheduler
+	// applies the same rule).
 	MsgTokensEmpty     = "token_ids must not be empty"
 	MsgQueryTokens     = "token_ids is required and must not be empty (or prompt or messages, with a tokenizer)"
 	MsgRequestIDNeeded = "request_id is required"
@@ -39,8 +45,8 @@ func RouteMessage(r Route) (*messages.RouteRequest, error) {
 	if !r.HasTokens {
 		return nil, errors.New(MsgTokensRequired)
 	}
-	if len(r.Tokens) == 0 {
-		return nil, errors.New(MsgTokensEmpty)
+	if err := decide.CheckTokens(r.Tokens); err != nil {
+		return nil, err
 	}
 	if r.RequestID != "" {
 		if err := CheckRequestIDText(r.RequestID); err != nil {
@@ -51,7 +57,7 @@ func RouteMessage(r Route) (*messages.RouteRequest, error) {
 	m := &messages.RouteRequest{
 		RequestId: r.RequestID, TokenIds: r.Tokens, LoraName: r.LoraName, UpdateStates: update,
 		AllowedWorkerIds: r.AllowedWorkerIDs, ExpectedOutputTokens: r.ExpectedOutputTokens,
-		PriorityJump: r.PriorityJump, PinnedWorker: r.Pinned, RouterConfigOverride: r.Override,
+		PriorityJump: r.PriorityJump, PinnedWorker: r.Pinned, RouterConfigOverride: r.Override, SessionId: r.SessionID,
 	}
 	if update && m.RequestId == "" {
 		m.RequestId = NewRequestID()
@@ -103,4 +109,24 @@ func NewRequestID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (it crashes the program instead)
 	return "kvr-" + hex.EncodeToString(b[:])
+}
+
+// OverlapCredit is what one rank's overlap is worth to a decision, as
+// the overlap-scores answers of both APIs report it: its effective cached
+// blocks (device, host and disk at their weights) and tokens, and the
+// prompt's shared-tier prefix beyond its device prefix with the credit
+// the cost gives it.
+type OverlapCredit struct {
+	Credit                   float64
+	CachedTokens             uint64
+	SharedBeyondDeviceBlocks uint32
+	SharedCreditBlocks       float64
+}
+
+// CreditOf is a rank's OverlapCredit under cfg.
+func CreditOf(cfg scheduling.Config, blockSize int, device, host, disk, shared uint32) OverlapCredit {
+	credit, cached := scheduling.CacheHitEstimate(cfg, blockSize, device, host, disk)
+	return OverlapCredit{Credit: credit, CachedTokens: cached,
+		SharedBeyondDeviceBlocks: scheduling.SharedBeyondDevice(device, shared),
+		SharedCreditBlocks:       scheduling.SharedCredit(cfg.SharedCacheMultiplier, device, shared)}
 }

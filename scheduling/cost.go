@@ -197,16 +197,21 @@ func (cc *costContext) credit(c *Candidate, decay float64) float64 {
 //	cost          = prefill_load_scale·adjusted + decode + decode_active_request_weight·active_requests
 func (cc *costContext) logit(c *Candidate) float64 {
 	cfg := &cc.cfg
-	rawPrefill, credit := cc.prefillTerms(c)
-	adjusted := max(rawPrefill-credit, 0)
+	adjusted, decode, requests := cc.logitTerms(c)
+	return cfg.PrefillLoadScale*adjusted + decode + cfg.DecodeActiveRequestWeight*requests
+}
 
-	decode := float64(c.NewBlocks)
-	requests := 0.0
+// logitTerms are logit's parts: the prefill blocks left after credit,
+// the decode blocks, and the active requests.
+func (cc *costContext) logitTerms(c *Candidate) (adjusted, decode, requests float64) {
+	rawPrefill, credit := cc.prefillTerms(c)
+	adjusted = max(rawPrefill-credit, 0)
+	decode = float64(c.NewBlocks)
 	if c.HasLoad {
 		decode += c.ActiveBlocks
 		requests = float64(c.ActiveRequests)
 	}
-	return cfg.PrefillLoadScale*adjusted + decode + cfg.DecodeActiveRequestWeight*requests
+	return adjusted, decode, requests
 }
 
 // Logit is the cost of one candidate scored in isolation: it is its own

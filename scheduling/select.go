@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -48,42 +49,60 @@ func SelectPhase(phase Phase, cfg Config, blockSize, isl, requestBlocks int, can
 	if rng == nil {
 		return Decision{}, fmt.Errorf("select: nil random source: %w", ErrInvalidInput)
 	}
-	cc, err := preparePhase(phase, cfg, blockSize, isl, requestBlocks, cands)
+	var buf [64]float64 // a fleet of up to 64 ranks is scored without allocating
+	costs, err := ScorePhase(phase, cfg, blockSize, isl, requestBlocks, cands, buf[:0])
 	if err != nil {
 		return Decision{}, fmt.Errorf("select: %w", err)
 	}
+	pick := Pick(costs, cfg.Normalized().RouterTemperature, rng)
+	return DecisionOf(cfg, blockSize, &cands[pick], costs[pick], len(cands)), nil
+}
 
-	var pick int
-	var cost float64
-	if cc.cfg.RouterTemperature == 0 {
-		pick, cost = argminRandomTie(&cc, cands, rng)
-	} else {
-		costs := make([]float64, len(cands))
-		for i := range cands {
-			costs[i] = cc.cost(i, &cands[i])
-		}
-		pick = sampleSoftmax(costs, cc.cfg.RouterTemperature, rng.Float64())
-		cost = costs[pick]
+// ScorePhase writes each candidate's cost under phase and cfg.RouterCost
+// into dst (grown as needed) and returns it: the scoring half of
+// SelectPhase, validated like it.
+func ScorePhase(phase Phase, cfg Config, blockSize, isl, requestBlocks int, cands []Candidate, dst []float64) ([]float64, error) {
+	cc, err := preparePhase(phase, cfg, blockSize, isl, requestBlocks, cands)
+	if err != nil {
+		return dst, err
 	}
+	dst = slices.Grow(dst[:0], len(cands))[:len(cands)]
+	for i := range cands {
+		dst[i] = cc.cost(i, &cands[i])
+	}
+	return dst, nil
+}
 
-	c := cands[pick]
-	effective, cached := CacheHitEstimate(cc.cfg, blockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
+// Pick is SelectPhase's choice among scored candidates: at temperature 0
+// the minimum, exact ties broken uniformly at random (reservoir sampling,
+// one rng.IntN per tie); above 0 a sample of SoftmaxProbabilities (one
+// rng.Float64). costs must not be empty.
+func Pick(costs []float64, temperature float64, rng *rand.Rand) int {
+	if temperature == 0 {
+		return argminRandomTie(costs, rng)
+	}
+	return sampleSoftmax(costs, temperature, rng.Float64())
+}
+
+// DecisionOf is the Decision for choosing c at cost out of n candidates.
+func DecisionOf(cfg Config, blockSize int, c *Candidate, cost float64, n int) Decision {
+	cfg = cfg.Normalized()
+	effective, cached := cacheHit(&cfg, blockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
 	return Decision{
 		Worker:                 c.Worker,
 		OverlapBlocks:          c.DeviceOverlap,
 		EffectiveOverlapBlocks: effective,
 		CachedTokens:           cached,
 		Cost:                   cost,
-		Candidates:             len(cands),
-	}, nil
+		Candidates:             n,
+	}
 }
 
 // argminRandomTie returns the cheapest candidate; among k equal minima each
 // is kept with probability 1/k without storing them.
-func argminRandomTie(cc *costContext, cands []Candidate, rng *rand.Rand) (int, float64) {
+func argminRandomTie(costs []float64, rng *rand.Rand) int {
 	best, bestCost, ties := 0, math.Inf(1), 0
-	for i := range cands {
-		cost := cc.cost(i, &cands[i])
+	for i, cost := range costs {
 		switch {
 		case cost < bestCost:
 			best, bestCost, ties = i, cost, 1
@@ -94,7 +113,7 @@ func argminRandomTie(cc *costContext, cands []Candidate, rng *rand.Rand) (int, f
 			}
 		}
 	}
-	return best, bestCost
+	return best
 }
 
 // SoftmaxProbabilities is the distribution Select samples from at

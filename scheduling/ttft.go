@@ -103,6 +103,14 @@ func TTFTCost(cfg Config, blockSize, isl int, c Candidate, rate float64) float64
 // ttftCost is TTFTCost without copying the config and the candidate (a
 // decision prices every candidate with one of each).
 func ttftCost(cfg *Config, blockSize, isl int, c *Candidate, rate float64) float64 {
+	queued, uncached, over := ttftTerms(cfg, blockSize, isl, c, rate)
+	return (queued + (1+cfg.TTFT.UncachedWeight)*uncached + over*float64(blockSize)) / rate
+}
+
+// ttftTerms are TTFTCost's parts: the prefill tokens queued ahead on the
+// rank, the request's own uncached tokens, and the KV blocks over the
+// headroom.
+func ttftTerms(cfg *Config, blockSize, isl int, c *Candidate, rate float64) (queued, uncached, over float64) {
 	t := &cfg.TTFT
 	bs := float64(blockSize)
 	credited := cfg.OverlapScoreCredit*float64(c.DeviceOverlap) +
@@ -112,8 +120,7 @@ func ttftCost(cfg *Config, blockSize, isl int, c *Candidate, rate float64) float
 	if c.HasLoad && cfg.OverlapScoreCredit > 0 {
 		credited = max(credited, float64(c.ActivePrefixBlocks))
 	}
-	uncached := max(float64(isl)-credited*bs, 0)
-	queued, over := 0.0, 0.0
+	uncached = max(float64(isl)-credited*bs, 0)
 	if c.HasLoad {
 		progress := min(float64(c.HeadPrefillTokens), rate*c.HeadPrefillElapsed.Seconds())
 		queued = max(float64(c.ActivePrefillTokens)-max(progress, 0), 0)
@@ -123,7 +130,7 @@ func ttftCost(cfg *Config, blockSize, isl int, c *Candidate, rate float64) float
 	} else if c.CapacityBlocks > 0 {
 		over = max(float64(c.NewBlocks)-t.KVHeadroom*float64(c.CapacityBlocks), 0)
 	}
-	return (queued + (1+t.UncachedWeight)*uncached + over*bs) / rate
+	return queued, uncached, over
 }
 
 // effectiveRates resolves each candidate's prefill throughput: its own
