@@ -54,6 +54,9 @@ type Decider struct {
 	rng   *rand.Rand
 	pipe  Pipeline
 	costs []float64 // scoring scratch
+	// adapters remembers which ranks served which LoRA adapter
+	// (the lora-affinity scorer reads it).
+	adapters Adapters
 }
 
 // New returns a Decider whose random source is seeded with seed.

@@ -106,7 +106,8 @@ func (d *Decider) decide(now time.Time, in Decide) []Effect {
 	cfg := &p.Config
 	cands := d.candidates(&in)
 	p.BestCached = max(p.BestCached, scheduling.BestCacheHit(cfg, d.cfg.BlockSize, cands))
-	c := &Context{Config: cfg, BlockSize: d.cfg.BlockSize, ISL: len(m.TokenIds), Blocks: in.Blocks, Ranks: in.Ranks, Plan: p}
+	c := &Context{Config: cfg, BlockSize: d.cfg.BlockSize, ISL: len(m.TokenIds), Blocks: in.Blocks, Ranks: in.Ranks, Plan: p,
+		Lora: m.LoraName, Now: now.UnixNano(), Adapters: &d.adapters}
 	if m.UpdateStates && !d.pipe.Admitter.Admit(c, cands) {
 		return []Effect{Queue{BestCached: p.BestCached}}
 	}
@@ -133,6 +134,7 @@ func (d *Decider) decide(now time.Time, in Decide) []Effect {
 		return []Effect{ans}
 	}
 	ans.Outcome = "routed"
+	d.adapters.Routed(m.LoraName, dec.Worker, now.UnixNano())
 	out := []Effect{d.record(&in, dec, newBlocksOf(cands, dec.Worker), m.RequestId, cfg.TrackPrefillTokens, m.ExpectedOutputTokens)}
 	if s, ok := sessionEffect(m, p, dec.Worker); ok {
 		out = append(out, s)
