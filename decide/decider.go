@@ -73,6 +73,9 @@ type Decider struct {
 	// that the loads may not show yet.
 	board *Board
 	queue *scheduling.Queue[uint64] // payload: the owner's request id
+	// adapters remembers which ranks served which LoRA adapter
+	// (the lora-affinity scorer reads it).
+	adapters Adapters
 }
 
 // New returns a Decider whose random source is seeded with seed. A queue

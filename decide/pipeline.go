@@ -21,6 +21,12 @@ type Context struct {
 	Plan *Plan
 	// Receipt is being filled when the caller asked for one (nil: not).
 	Receipt *Receipt
+	// Lora is the request's LoRA adapter ("" for the base model).
+	Lora string
+	// Now is the decision's time (Unix nanoseconds).
+	Now int64
+	// Adapters is the Decider's table of ranks that served adapters.
+	Adapters *Adapters
 }
 
 // Stability says how settled a plugin's behaviour and name are.
@@ -252,7 +258,7 @@ var (
 	admitters = map[string]Admitter{"queue-threshold": QueueThreshold{}, "admit-all": AdmitAll{}}
 	filters   = map[string]Filter{"session-affinity": SessionAffinity{}, "not-overloaded": NotOverloaded{}}
 	scorers   = map[string]Scorer{"cost": ConfiguredCost{}, "cost-dynamo": FixedCost{scheduling.CostDynamo},
-		"cost-ttft": FixedCost{scheduling.CostTTFT}}
+		"cost-ttft": FixedCost{scheduling.CostTTFT}, "lora-affinity": LoraAffinity{}}
 	pickers = map[string]Picker{"temperature": Temperature{}}
 )
 

@@ -106,7 +106,8 @@ func (d *Decider) decide(now time.Time, in *Decide) []Effect {
 	cfg := p.Config
 	cands := d.candidates(in)
 	p.BestCached = max(p.BestCached, scheduling.BestCacheHit(cfg, d.cfg.BlockSize, cands))
-	d.ctx = Context{Config: cfg, BlockSize: d.cfg.BlockSize, ISL: len(m.TokenIds), Blocks: in.Blocks, Ranks: in.Ranks, Plan: p}
+	d.ctx = Context{Config: cfg, BlockSize: d.cfg.BlockSize, ISL: len(m.TokenIds), Blocks: in.Blocks, Ranks: in.Ranks, Plan: p,
+		Lora: m.LoraName, Now: now.UnixNano(), Adapters: &d.adapters}
 	c := &d.ctx
 	if m.UpdateStates && !d.pipe.Admitter.Admit(c, cands) {
 		return d.park(now, in)
@@ -135,6 +136,7 @@ func (d *Decider) decide(now time.Time, in *Decide) []Effect {
 		return d.emitAnswer(ans)
 	}
 	ans.Outcome = "routed"
+	d.adapters.Routed(m.LoraName, dec.Worker, now.UnixNano())
 	d.emitAdd(d.record(in, dec, newBlocksOf(cands, dec.Worker), m.RequestId, cfg.TrackPrefillTokens, m.ExpectedOutputTokens))
 	if s, ok := sessionEffect(m, p, dec.Worker); ok {
 		d.emitSession(s)
