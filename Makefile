@@ -69,11 +69,21 @@ test: deps system-deps node-deps fmt-check vet
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	@echo "== $$(date +%T) done"
 
-# What CI runs: the test command, then bounded fuzzing of every decoder.
+# What CI runs: the test command, bounded fuzzing of every decoder, and
+# the Helm chart through Helm's own Go packages (pinned in
+# deploy/helm/check/go.mod): lint --strict, template with both value sets,
+# then the router module's strict decoding of what was rendered.
 ci: test
 	@echo "== $$(date +%T) bounded fuzzing"
 	$(MAKE) fuzz
+	@echo "== $$(date +%T) helm lint and template"
+	$(MAKE) helm-check-go
 	@echo "== $$(date +%T) done"
+
+helm-check-go:
+	@out=$$(mktemp -d); trap 'rm -rf $$out' EXIT; \
+	(cd deploy/helm/check && HELM_RENDER_OUT=$$out $(GO) test -count=1 ./...) && \
+	HELM_RENDERED=$$out $(GO) test -count=1 -run '^TestHelmTemplateStrict$$' -v ./deploy/
 
 # Bounded fuzzing of every decoder (CI runs it after `make test`: `make ci`).
 # Go 1.26's fuzz coordinator can end a run that found nothing with
@@ -174,4 +184,4 @@ helm-check:
 	$(TOOLS_BIN)/helm lint --strict deploy/helm/kvrouter -f deploy/helm/kvrouter/ci/all-on-values.yaml
 	HELM=$(TOOLS_BIN)/helm $(GO) test -count=1 -run '^TestHelm' -v ./deploy/
 
-.PHONY: image-check kustomize-check helm-check
+.PHONY: image-check kustomize-check helm-check helm-check-go

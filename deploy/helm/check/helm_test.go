@@ -6,7 +6,10 @@
 package check
 
 import (
+	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -62,6 +65,32 @@ func TestTemplate(t *testing.T) {
 			if len(out) == 0 {
 				t.Fatal("no manifests rendered")
 			}
+			if dir := os.Getenv("HELM_RENDER_OUT"); dir != "" {
+				writeRendered(t, filepath.Join(dir, name+".yaml"), out)
+			}
 		})
+	}
+}
+
+// writeRendered writes the manifests as `helm template` prints them (one
+// document per template, in name order, NOTES.txt left out), for the
+// router module's strict decoding (TestHelmTemplateStrict with
+// HELM_RENDERED).
+func writeRendered(t *testing.T, path string, out map[string]string) {
+	t.Helper()
+	names := make([]string, 0, len(out))
+	for n := range out {
+		if !strings.HasSuffix(n, ".yaml") || strings.TrimSpace(out[n]) == "" {
+			continue
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString("---\n# Source: " + n + "\n" + out[n] + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatalf("write rendered manifests: %v", err)
 	}
 }
