@@ -98,6 +98,8 @@ func (a *sequenceActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RestoreOrigin:
 		a.restore(m)
+	case *releaseFrom:
+		a.release(m)
 	case *messages.Tick:
 		a.expire(ctx, time.Unix(0, m.UnixNano))
 	default:
@@ -178,10 +180,7 @@ func (a *sequenceActor) prefillCompleted(id string) {
 }
 
 func (a *sequenceActor) add(m *messages.AddRequest, origin string) {
-	err := a.seqs.AddRequest(requestOf(m, origin), time.Now())
-	if err != nil && !errors.Is(err, sequence.ErrDuplicateRequest) {
-		a.log.Warn("add request rejected", "request", m.RequestId, "origin", origin, "err", err)
-	}
+	a.takeOver(m, origin) // takeover.go
 }
 
 func requestOf(m *messages.AddRequest, origin string) sequence.Request {

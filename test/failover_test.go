@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,46 +20,38 @@ import (
 	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
+// shippedHAProxyConfig is the load balancer configuration make cluster
+// runs; the tests run the same file, with their own addresses.
+const shippedHAProxyConfig = "../deploy/local/haproxy.cfg"
+
 // startHAProxy puts HAProxy (from Debian's packages; `make test` installs
-// it) in front of the replicas at addrs (host:port), with /readyz health
-// checks and retries on connection failure, as deploy/local/haproxy.cfg
-// does.
+// it) in front of the three replicas at addrs (host:port), running the
+// shipped deploy/local/haproxy.cfg itself: only its addresses come from
+// the environment (KVROUTER_LB_PORT, KVROUTER_R1..3), as the file allows.
 func startHAProxy(t *testing.T, addrs []string) string {
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
 		t.Fatalf("haproxy is not installed (make test installs it with apt-get): %v", err)
 	}
-	addr := testutil.FreeAddr(t)
-	var servers strings.Builder
-	for i, a := range addrs {
-		fmt.Fprintf(&servers, "    server r%d %s check\n", i, a)
+	if len(addrs) != 3 {
+		t.Fatalf("the shipped HAProxy config has three replicas, got %d addresses", len(addrs))
 	}
-	cfg := fmt.Sprintf(`global
-    maxconn 1024
-defaults
-    mode http
-    timeout connect 500ms
-    timeout client 30s
-    timeout server 30s
-    retries 3
-    option redispatch 1
-    option http-buffer-request
-    retry-on conn-failure empty-response response-timeout
-frontend fe
-    bind %s
-    default_backend replicas
-backend replicas
-    balance roundrobin
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 200ms fall 2 rise 2
-%s`, addr, servers.String())
-	path := filepath.Join(t.TempDir(), "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	addr := testutil.FreeAddr(t)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
 		t.Fatal(err)
 	}
+	path, err := filepath.Abs(shippedHAProxyConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "KVROUTER_LB_PORT="+port)
+	for i, a := range addrs {
+		env = append(env, fmt.Sprintf("KVROUTER_R%d=%s", i+1, a))
+	}
 	cmd := exec.Command(bin, "-f", path, "-db")
+	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -139,7 +132,7 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	// kvbench's shared-prefix workload through the load balancer.
 	const qps = 40
 	w := bench.WorkloadOptions{Kind: bench.WorkloadSharedPrefix, Duration: 5 * time.Second, Seed: 1}
-	w.SharedPrefix = bench.SharedPrefixConfig{Groups: 8, PromptsPerGroup: 25, SystemTokens: 1024, QuestionTokens: 128, OutputTokens: 16}
+	w.SharedPrefix = bench.SharedPrefixConfig{Groups: 8, PromptsPerGroup: 25, SystemTokens: 1024, QuestionTokens: 128, OutputTokens: 64}
 	schedule, _, err := w.Build([]float64{qps})
 	if err != nil {
 		t.Fatal(err)
