@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -146,6 +147,10 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	// before answering on another replica. A stream already flowing
 	// through the killed replica would be cut, as behind any proxy.
 	go func() { loadDone <- bench.RunLoad(ctx, lb, reqs, qps, "mock-model", true, 30*time.Second) }()
+	// Route-only clients at the same time: /route with their own
+	// request_id, then /free, both through the load balancer.
+	routesDone := make(chan routeLoadResult, 1)
+	go func() { routesDone <- routeOnlyLoad(lb, 5*time.Second, 20*time.Millisecond) }()
 
 	time.Sleep(1500 * time.Millisecond)
 	killed := time.Now()
@@ -163,6 +168,12 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	})
 	dropped := time.Since(killed)
 	res := <-loadDone
+	routes := <-routesDone
+	t.Logf("route-only calls through the LB: %d routed and freed, %d failed, %d frees found the request gone with the dead replica",
+		routes.calls, routes.failed, routes.gone)
+	if routes.failed != 0 || routes.calls < 100 {
+		t.Fatalf("route-only calls: %d of %d failed (first: %s)", routes.failed, routes.calls, routes.firstErr)
+	}
 	t.Logf("kvbench through the LB: %d requests, %d failed, hit rate %.3f, TTFT p90 %.0f ms; victim's requests dropped by both peers %v after kill -9 (bound %v)",
 		res.Requests, res.Errors, res.HitRate, res.TTFTP90, dropped.Round(time.Millisecond), bound)
 	if res.Errors != 0 {
@@ -197,4 +208,75 @@ func originsDropped(t *testing.T, base string) int {
 		}
 	}
 	return 0
+}
+
+type routeLoadResult struct {
+	calls, failed int
+	// gone: frees answered 404 (the request was the dead replica's and
+	// its peers had dropped it already: nothing holds it).
+	gone     int
+	firstErr string
+}
+
+// routeOnlyLoad routes one request every interval for d, each with its
+// own request_id (a replay of a call the dead replica recorded reaches a
+// survivor under the same id), and frees each 200 ms later, as a client
+// does once its engine answered (a free through another replica within
+// the gossip delay would not find the request yet).
+func routeOnlyLoad(lb string, d, interval time.Duration) routeLoadResult {
+	var out routeLoadResult
+	client := &http.Client{Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	post := func(path string, body any) (int, error) {
+		b, _ := json.Marshal(body)
+		resp, err := client.Post(lb+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return resp.StatusCode, fmt.Errorf("%s: %d %s", path, resp.StatusCode, msg)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, err
+	}
+	fail := func(err error) {
+		out.failed++
+		if out.firstErr == "" {
+			out.firstErr = err.Error()
+		}
+	}
+	type routed struct {
+		id string
+		at time.Time
+	}
+	var toFree []routed
+	free := func(all bool) {
+		for len(toFree) > 0 && (all || time.Since(toFree[0].at) > 200*time.Millisecond) {
+			code, err := post("/free", map[string]any{"request_id": toFree[0].id})
+			switch {
+			case code == http.StatusNotFound:
+				out.gone++
+			case err != nil:
+				fail(err)
+			}
+			toFree = toFree[1:]
+		}
+	}
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end); i++ {
+		id := fmt.Sprintf("route-only-%d", i)
+		out.calls++
+		if _, err := post("/route", map[string]any{"request_id": id, "token_ids": tokens(256, uint32(i%16))}); err != nil {
+			fail(err)
+		} else {
+			toFree = append(toFree, routed{id, time.Now()})
+		}
+		free(false)
+		time.Sleep(interval)
+	}
+	time.Sleep(200 * time.Millisecond)
+	free(true)
+	return out
 }
