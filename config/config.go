@@ -181,6 +181,7 @@ type Config struct {
 	DecisionTimeout            time.Duration `flag:"decision-timeout" group:"tuning" help:"longest wait for shard and load replies before deciding with what arrived"`
 	StaleRequestExpiry         time.Duration `flag:"stale-request-expiry" group:"routing" help:"free requests never freed after this long"`
 	ProxyOutputBlockDecayFloor float64       `flag:"proxy-output-block-decay-floor" group:"routing" help:"proxy: smallest weight of a generated block when the expected output is exceeded"`
+	MigrationLimit             int           `flag:"migration-limit" group:"routing" help:"proxy: most times one request moves to another worker when its engine fails (unreachable, cut mid-stream, failed decode); a stream continues from the text already sent (Dynamo's migration_limit, whose default 0 turns it off; 0 here sends the failure to the client)"`
 
 	// ---- sticky sessions (config/sessions.go) ----
 	SessionTTL        time.Duration `flag:"session-ttl" group:"sessions" help:"a sticky session ends this long after its last request (Dynamo's sticky router has no named knob; 0 is refused)"`
@@ -345,6 +346,7 @@ func Default() Config {
 		UnregisteredHoldAge:        time.Minute,
 		StaleRequestExpiry:         time.Hour,
 		ProxyOutputBlockDecayFloor: 0.1,
+		MigrationLimit:             3,
 		SessionTTL:                 sessions.DefaultTTL,
 		MaxSessions:                sessions.DefaultMaxSessions,
 		MaxSessionIDBytes:          sessions.DefaultMaxIDBytes,
@@ -360,6 +362,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.HTTPAddr == "" {
 		errs = append(errs, errors.New("http-addr must be set"))
+	}
+	if c.MigrationLimit < 0 || c.MigrationLimit > maxMigrationLimit {
+		errs = append(errs, fmt.Errorf("migration-limit must be between 0 and %d, got %d", maxMigrationLimit, c.MigrationLimit))
 	}
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
@@ -504,3 +509,7 @@ func (c *Config) Actors() actors.Config {
 	}
 	return ac
 }
+
+// maxMigrationLimit bounds --migration-limit: every migration re-sends
+// the prompt and the text so far to another engine.
+const maxMigrationLimit = 16

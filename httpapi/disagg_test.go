@@ -109,7 +109,7 @@ func startPDRig(t *testing.T, ws ...pdWorker) (string, *actors.Router) {
 			t.Fatal(err)
 		}
 	}
-	s := New(Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20, Proxy: true,
+	s := New(Options{Router: r, Metrics: metrics.New(), MigrationLimit: 3, BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20, Proxy: true,
 		Log: slog.New(slog.DiscardHandler), Client: &http.Client{Timeout: 10 * time.Second}})
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)

@@ -151,6 +151,9 @@ type proxied struct {
 	parityDone bool
 	// trust is the serving rank's index trust (IndexTrustHeader).
 	trust string
+	// mig is what the client received and how often the request moved
+	// to another worker (migrate.go).
+	mig *migration
 }
 
 // completionParity fills a completion's parity fields: its model, and
@@ -192,37 +195,97 @@ func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	p.started = time.Now()
 	p.requestUsage()
+	p.mig = newMigration(s.opts.MigrationLimit, p)
 	var exclude []uint64
-	var last error
-	for attempt := 0; attempt < 2; attempt++ {
+	var last error // the engine failure the request is moving away from
+	for {
 		resp, workerID, err := p.attempt(r.Context(), exclude)
-		if err == nil {
-			p.relay(w, r, resp)
-			return
-		}
 		var re *routeFailure
-		if errors.As(err, &re) {
-			s.outcome("route_error")
-			s.writeRouterError(w, re.err)
-			return
+		noWorker := errors.As(err, &re) || errors.Is(err, errNoOtherWorker)
+		p.mig.moved(s, noWorker)
+		if err == nil {
+			reason := p.relay(w, r, resp)
+			if reason == "" {
+				return
+			}
+			// The engine failed after answering (migrate.go).
+			exclude = append(exclude, p.worker)
+			last = fmt.Errorf("worker %d failed mid-answer (%s)", p.worker, reason)
+			if !p.migrate(w, reason) {
+				return
+			}
+			continue
 		}
 		if r.Context().Err() != nil {
 			s.outcome("client_gone")
 			return
 		}
-		var df *decodeFailure
-		if errors.As(err, &df) {
-			s.outcome("decode_failed")
-			s.log.Warn("decode worker failed after the prefill", "worker", df.worker, "err", df.err)
-			writeError(w, http.StatusBadGateway, "%v", df)
+		if noWorker && last != nil {
+			err = fmt.Errorf("%w; no other worker could take the request: %w", last, err)
+		} else if re != nil {
+			s.outcome("route_error")
+			s.writeRouterError(w, re.err)
 			return
 		}
-		s.log.Warn("worker unreachable; retrying on another worker", "worker", workerID, "err", err)
-		exclude = append(exclude, workerID)
-		last = err
+		reason := migrateUnreachable
+		var df *decodeFailure
+		if errors.As(err, &df) {
+			reason, workerID = migrateDecodeFailed, df.worker
+			s.log.Warn("decode worker failed after the prefill", "worker", df.worker, "err", err)
+		} else if !noWorker {
+			s.log.Warn("worker unreachable", "worker", workerID, "err", err)
+		}
+		if !noWorker && p.mig.allow(s, reason) {
+			exclude = append(exclude, workerID)
+			last = err
+			continue
+		}
+		if reason == migrateDecodeFailed {
+			s.outcome("decode_failed")
+		} else {
+			s.outcome("worker_unreachable")
+		}
+		if p.mig.headerSent {
+			p.endStream(w, err.Error())
+			return
+		}
+		writeError(w, http.StatusBadGateway, "no worker could serve the request: %v", err)
+		return
 	}
-	s.outcome("worker_unreachable")
-	writeError(w, http.StatusBadGateway, "no worker could be reached after a retry: %v", last)
+}
+
+// migrate decides whether a request whose engine failed after answering
+// goes on on another worker, and prepares it; when it does not, it ends
+// the client's answer. reason is a migration reason.
+func (p *proxied) migrate(w http.ResponseWriter, reason string) bool {
+	s := p.s
+	m := p.mig
+	if m.relayed() {
+		if err := p.continuation(); err != nil {
+			if errors.Is(err, errStreamDone) {
+				// Only the end was lost: end the stream here.
+				s.outcome("ok")
+				_, _ = w.Write([]byte("data: [DONE]\n\n"))
+				return false
+			}
+			m.unsupported = err.Error()
+		}
+	}
+	if !m.allow(s, reason) {
+		s.outcome("worker_stream_error")
+		s.log.Warn("engine failed; request not moved to another worker", "reason", reason, "migrations", m.used,
+			"unsupported", m.unsupported)
+		if m.headerSent {
+			p.endStream(w, "migration-limit reached or the request cannot be continued")
+		} else {
+			writeError(w, http.StatusBadGateway, "the engine failed and the request could not move to another worker")
+		}
+		return false
+	}
+	m.held = nil
+	s.log.Info("engine failed; request moves to another worker", "reason", reason, "worker", p.worker,
+		"generated", m.generated(), "migration", m.used)
+	return true
 }
 
 type routeFailure struct{ err error }
@@ -298,28 +361,52 @@ func (p *proxied) send(ctx context.Context, workerID uint64, rank uint32, body [
 // relay streams the worker's response to the client, tracking the
 // request's lifecycle; the deferred free runs whatever happens. On the
 // way it reads the engine's usage (parity), and drops the usage chunk
-// the proxy asked for on the client's behalf.
-func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Response) {
+// the proxy asked for on the client's behalf. It returns a migration
+// reason when the engine failed in a way another worker can make good
+// (migrate.go), "" when the answer is over.
+func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Response) string {
 	s := p.s
+	m := p.mig
 	defer resp.Body.Close()
 	defer s.freeQuietly(p.requestID)
-	for _, h := range []string{"Content-Type", "Cache-Control"} {
-		if v := resp.Header.Get(h); v != "" {
-			w.Header().Set(h, v)
+	if resp.StatusCode >= 500 && !m.relayed() {
+		// Nothing of this answer reached the client yet: another worker
+		// may answer instead.
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		s.log.Warn("engine answered an error", "worker", p.worker, "status", resp.Status, "body", string(bytes.TrimSpace(msg)))
+		m.held = nil
+		if m.headerSent {
+			return migrateEngineError
 		}
-	}
-	w.Header().Set("X-Request-Id", p.requestID)
-	w.Header().Set(IndexTrustHeader, p.trust)
-	w.WriteHeader(resp.StatusCode)
-	if resp.StatusCode != http.StatusOK {
-		if _, err := io.Copy(w, resp.Body); err != nil {
-			s.log.Debug("relaying a worker's error answer failed", "request", p.requestID, "status", resp.StatusCode, "err", err)
+		if m.used < m.limit {
+			return migrateEngineError
 		}
-		s.outcome("worker_error")
-		p.observeParity("worker_error")
-		return
+		resp.Body = io.NopCloser(bytes.NewReader(msg))
 	}
-	u := usageReader{sse: strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"), keep: s.parity != nil}
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if !m.headerSent {
+		for _, h := range []string{"Content-Type", "Cache-Control"} {
+			if v := resp.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.Header().Set("X-Request-Id", p.requestID)
+		w.Header().Set(IndexTrustHeader, p.trust)
+		w.WriteHeader(resp.StatusCode)
+		m.headerSent = true
+		if resp.StatusCode != http.StatusOK {
+			if _, err := io.Copy(w, resp.Body); err != nil {
+				s.log.Debug("relaying a worker's error answer failed", "request", p.requestID, "status", resp.StatusCode, "err", err)
+			}
+			s.outcome("worker_error")
+			p.observeParity("worker_error")
+			return ""
+		}
+	} else if resp.StatusCode != http.StatusOK || !sse {
+		// A continuation must be a stream like the one it continues.
+		return migrateEngineError
+	}
+	u := usageReader{sse: sse, keep: s.parity != nil}
 	flusher, _ := w.(http.Flusher)
 	reader := bufio.NewReaderSize(resp.Body, 32<<10)
 	first := true
@@ -330,43 +417,56 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			if first {
 				first = false
 				s.markPrefill(p.requestID)
-				if s.opts.Metrics != nil {
+				if s.opts.Metrics != nil && !m.ttftSeen {
+					m.ttftSeen = true
 					s.opts.Metrics.ProxyTTFT.Observe(time.Since(p.started).Seconds())
 				}
 			}
-			usageOnly, drop := u.line(p, line)
+			if sse {
+				line = m.observe(line)
+			}
+			usageOnly, drop := false, len(line) == 0
+			if !drop {
+				usageOnly, drop = u.line(p, line)
+			}
 			if !drop {
 				if _, werr := w.Write(line); werr != nil {
 					s.outcome("client_gone")
 					p.observeParity("stream_cut")
-					return
+					return ""
 				}
 			}
 			if !usageOnly && bytes.HasPrefix(line, []byte("data: {")) {
 				tokens++
 				p.maybeOutputBlock(tokens)
 			}
-			if flusher != nil && (line[0] == '\n' || len(line) == 1) {
+			if flusher != nil && len(line) > 0 && (line[0] == '\n' || len(line) == 1) {
 				flusher.Flush()
 			}
 		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				if flusher != nil {
-					flusher.Flush()
-				}
-				s.outcome("ok")
-				p.observeParity(u.finish(p))
-				return
-			}
-			if r.Context().Err() != nil {
-				s.outcome("client_gone")
-			} else {
-				s.outcome("worker_stream_error")
-			}
-			p.observeParity("stream_cut")
-			return
+		if err == nil {
+			continue
 		}
+		if r.Context().Err() != nil {
+			s.outcome("client_gone")
+			p.observeParity("stream_cut")
+			return ""
+		}
+		if errors.Is(err, io.EOF) && (!sse || m.sawDone) {
+			if flusher != nil {
+				flusher.Flush()
+			}
+			s.outcome("ok")
+			p.observeParity(u.finish(p))
+			return ""
+		}
+		// Cut: the connection failed, or a stream ended without [DONE].
+		p.observeParity("stream_cut")
+		if !sse {
+			s.outcome("worker_stream_error")
+			return "" // part of a unary answer was sent: nothing to continue
+		}
+		return migrateStreamCut
 	}
 }
 

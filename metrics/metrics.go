@@ -37,6 +37,7 @@ type Router struct {
 	HTTPRequests    *prometheus.CounterVec
 	GRPCRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
+	Migrations      *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
 	PromptsRefused  *prometheus.CounterVec
 	// Parity is the live cache-parity set (metrics/parity.go).
@@ -123,6 +124,10 @@ func New() *Router {
 		ProxyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_proxy_requests_total", Help: "Proxied completions by outcome.",
 		}, []string{"outcome"}),
+		Migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_migrations_total",
+			Help: "Proxied requests whose engine failed, by reason (unreachable: no connection or no answer before any text; engine_error: a 5xx before any text; stream_cut: the stream ended early after some text; decode_failed: the decode hop of a disaggregated request) and outcome (migrated: sent again to another worker, a stream continued from the text already sent; limit: migration-limit reached; unsupported: the request cannot be continued, e.g. n > 1 or a token-id prompt whose engine sends no token ids; no_worker: no other worker to take it).",
+		}, []string{"reason", "outcome"}),
 		ProxyTTFT: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "kvrouter_proxy_time_to_first_token_seconds", Help: "Time to first token of proxied completions.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
@@ -136,7 +141,7 @@ func New() *Router {
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions,
-		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused,
+		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.Migrations, m.ProxyTTFT, m.PromptsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()
 	reg.MustRegister(m.Parity.collectors()...)
