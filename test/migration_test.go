@@ -155,6 +155,34 @@ func TestEngineKilledMidStream(t *testing.T) {
 	if moved < float64(most) {
 		t.Fatalf("%v streams moved, want at least the %d the dead engine held", moved, most)
 	}
+
+	// The dead engine is still registered: a request routed to it now
+	// (its cache holds the prompt) is dropped before any answer and
+	// sent to another engine.
+	sent := 0
+	for i, p := range prompts {
+		var got routeReply
+		Post(t, base+"/route", map[string]any{"token_ids": p, "update_states": false}, &got)
+		if got.WorkerID != victim {
+			continue
+		}
+		sent++
+		var answer struct {
+			Choices []struct {
+				TokenIDs []uint32 `json:"token_ids"`
+			} `json:"choices"`
+		}
+		if code := Post(t, base+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 8}, &answer); code != 200 ||
+			len(answer.Choices) != 1 || !slices.Equal(answer.Choices[0].TokenIDs, mockengine.GeneratedTokens(p, 8)) {
+			t.Errorf("unary completion %d after the engine died: %d %+v", i, code, answer)
+		}
+	}
+	_, m = Get(t, base+"/metrics")
+	unreachable := metricSum(m, `kvrouter_migrations_total{outcome="migrated",reason="unreachable"}`)
+	t.Logf("%d unary completions routed to the dead engine: %v moved before any answer", sent, unreachable)
+	if unreachable < float64(sent) {
+		t.Fatalf("%v unary completions moved, want %d", unreachable, sent)
+	}
 	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		if n := activeRequests(t, base); n != 0 {
 			return fmt.Errorf("%d requests still active", n)
