@@ -74,6 +74,9 @@ type migration struct {
 	ids    []uint32
 	idsOK  bool
 	chunks int
+	// seen counts the tokens received: a chunk's token ids, or one for
+	// a chunk without them.
+	seen int
 	// carried: tokens generated before the last migration (the usage of
 	// a continuation counts them as prompt).
 	carried int
@@ -96,13 +99,9 @@ func newMigration(limit int, p *proxied) *migration {
 // relayed reports whether the client has received any generated text.
 func (m *migration) relayed() bool { return m.chunks > 0 }
 
-// generated is how many tokens the client has received.
-func (m *migration) generated() int {
-	if m.idsOK && len(m.ids) > 0 {
-		return len(m.ids)
-	}
-	return m.chunks
-}
+// generated is how many tokens the client has received (exact when the
+// chunks carry token ids; one per chunk otherwise, as engines stream).
+func (m *migration) generated() int { return m.seen }
 
 // count records a migration decision.
 func (s *Server) countMigration(reason, outcome string) {
@@ -202,6 +201,7 @@ func (m *migration) observe(line []byte) []byte {
 			return line
 		}
 		m.chunks++
+		m.seen += max(len(ch.TokenIDs), 1)
 		if m.chat {
 			m.chatDelta(ch.Delta)
 			continue
