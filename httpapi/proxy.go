@@ -403,7 +403,12 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			return ""
 		}
 	} else if resp.StatusCode != http.StatusOK || !sse {
-		// A continuation must be a stream like the one it continues.
+		// A continuation must be a stream like the one it continues; an
+		// engine that refuses it (4xx) will not take it elsewhere either.
+		if resp.StatusCode < 500 {
+			m.unsupported = "the continuation was refused: " + resp.Status
+			return migrateStreamCut
+		}
 		return migrateEngineError
 	}
 	u := usageReader{sse: sse, keep: s.parity != nil}
