@@ -86,6 +86,8 @@ type migration struct {
 	held    []byte
 	// unsupported: why the stream cannot be continued ("" when it can).
 	unsupported string
+	// failed: the last engine error answer not shown to the client.
+	failed *failedAnswer
 	// The request as the client sent it (with the proxy's additions):
 	// every continuation is built from it and everything relayed since.
 	fields map[string]json.RawMessage
@@ -262,6 +264,39 @@ func (m *migration) fixUsage(data, line []byte) []byte {
 		return line
 	}
 	return append(append([]byte("data: "), out...), '\n')
+}
+
+// failedAnswer is an engine's error answer held back while the request
+// tries another worker.
+type failedAnswer struct {
+	status      int
+	contentType string
+	body        []byte
+}
+
+// retryableStatus: an engine answer another engine may do better than
+// (HAProxy's retryable 5xx); 508 (a loop) and 501 are final.
+func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// writeFailed answers the client with the engine's held error answer,
+// when there is one and nothing was sent yet.
+func (m *migration) writeFailed(w http.ResponseWriter) bool {
+	if m.failed == nil || m.headerSent {
+		return false
+	}
+	if m.failed.contentType != "" {
+		w.Header().Set("Content-Type", m.failed.contentType)
+	}
+	w.WriteHeader(m.failed.status)
+	_, _ = w.Write(m.failed.body)
+	m.headerSent = true
+	return true
 }
 
 // errStreamDone: the cut stream had already generated every token it

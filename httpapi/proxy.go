@@ -249,6 +249,9 @@ func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
 			p.endStream(w, err.Error())
 			return
 		}
+		if p.mig.writeFailed(w) {
+			return
+		}
 		writeError(w, http.StatusBadGateway, "no worker could serve the request: %v", err)
 		return
 	}
@@ -277,7 +280,7 @@ func (p *proxied) migrate(w http.ResponseWriter, reason string) bool {
 			"unsupported", m.unsupported)
 		if m.headerSent {
 			p.endStream(w, "migration-limit reached or the request cannot be continued")
-		} else {
+		} else if !m.writeFailed(w) {
 			writeError(w, http.StatusBadGateway, "the engine failed and the request could not move to another worker")
 		}
 		return false
@@ -369,16 +372,15 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 	m := p.mig
 	defer resp.Body.Close()
 	defer s.freeQuietly(p.requestID)
-	if resp.StatusCode >= 500 && !m.relayed() {
+	if retryableStatus(resp.StatusCode) && !m.relayed() {
 		// Nothing of this answer reached the client yet: another worker
-		// may answer instead.
+		// may answer instead. The answer is kept for the client in case
+		// none can.
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		s.log.Warn("engine answered an error", "worker", p.worker, "status", resp.Status, "body", string(bytes.TrimSpace(msg)))
 		m.held = nil
-		if m.headerSent {
-			return migrateEngineError
-		}
-		if m.used < m.limit {
+		if m.headerSent || m.used < m.limit {
+			m.failed = &failedAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: msg}
 			return migrateEngineError
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(msg))
