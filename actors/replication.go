@@ -64,6 +64,8 @@ func (a *replicationActor) Receive(ctx actor.Context) {
 		a.replaceOrigin(ctx, m)
 	case *messages.RequestLifecycle:
 		a.lifecycle(ctx, m)
+	case *releaseRetried:
+		a.releaseRetried(ctx, m)
 	case *messages.StaleRequestsFreed:
 		for _, id := range m.RequestIds {
 			a.remote.Untrack(id)
@@ -106,9 +108,16 @@ func (a *replicationActor) remoteBatch(ctx actor.Context, evs []*messages.Sequen
 			continue
 		}
 		c := changeOf(ev)
+		from, free := a.movedFree(c) // a request routed again elsewhere (takeover.go)
 		w, out := a.remote.ApplyRemote(c, a.cfg.ReplicaID, stride, registered)
 		switch out {
 		case tracking.Apply:
+			if free != nil && a.ranks.pids[from] != nil {
+				if _, seen := a.byRank[from]; !seen {
+					order = append(order, from)
+				}
+				a.byRank[from] = append(a.byRank[from], free)
+			}
 			if _, seen := a.byRank[w]; !seen {
 				order = append(order, w)
 			}

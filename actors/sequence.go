@@ -105,6 +105,8 @@ func (a *sequenceActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RestoreOrigin:
 		a.restore(m)
+	case *releaseFrom:
+		a.release(m)
 	case *messages.Tick:
 		a.expire(ctx, time.Unix(0, m.UnixNano))
 	default:
@@ -194,17 +196,7 @@ func (a *sequenceActor) prefillCompleted(id string) {
 }
 
 func (a *sequenceActor) add(m *messages.AddRequest, origin string) {
-	r := requestOf(m, origin)
-	if origin == a.replica {
-		// Only the replica that routed a request leases it; peers free
-		// it when that replica's free (or expiry) reaches them.
-		cfg := a.seqs.Config()
-		r.Lease = cfg.Lease.For(r.ISL, r.ExpectedOutputTokens, cfg.ExpiryDuration)
-	}
-	err := a.seqs.AddRequest(r, time.Now())
-	if err != nil && !errors.Is(err, sequence.ErrDuplicateRequest) {
-		a.log.Warn("add request rejected", "request", m.RequestId, "origin", origin, "err", err)
-	}
+	a.takeOver(m, origin) // takeover.go
 }
 
 func requestOf(m *messages.AddRequest, origin string) sequence.Request {

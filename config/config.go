@@ -204,6 +204,7 @@ type Config struct {
 	RequestLeaseDefaultOutput  uint64        `flag:"request-lease-default-output-tokens" group:"routing" help:"expected output tokens of a request that names none (no max_tokens or expected_output_tokens), for its lease"`
 	MaxActiveRequestsPerClient int           `flag:"max-active-requests-per-client" group:"limits" help:"requests one client (its bearer token, else its address) may have active on this replica at once; more get 429 with reason client_active_requests; 0 = no bound (a gateway sending everyone's requests under one token needs a higher bound)"`
 	ProxyOutputBlockDecayFloor float64       `flag:"proxy-output-block-decay-floor" group:"routing" help:"proxy: smallest weight of a generated block when the expected output is exceeded"`
+	MigrationLimit             int           `flag:"migration-limit" group:"routing" help:"proxy: most times one request moves to another worker when its engine fails (unreachable, cut mid-stream, failed decode); a stream continues from the text already sent (Dynamo's migration_limit, whose default 0 turns it off; 0 here sends the failure to the client)"`
 
 	// ---- sticky sessions (config/sessions.go) ----
 	SessionTTL        time.Duration `flag:"session-ttl" group:"sessions" help:"a sticky session ends this long after its last request (Dynamo's sticky router has no named knob; 0 is refused)"`
@@ -383,6 +384,7 @@ func Default() Config {
 		RequestLeaseDefaultOutput:  sequence.DefaultLeaseDefaultOutputTokens,
 		MaxActiveRequestsPerClient: scheduling.DefaultMaxActiveRequestsPerClient,
 		ProxyOutputBlockDecayFloor: 0.1,
+		MigrationLimit:             3,
 		SessionTTL:                 sessions.DefaultTTL,
 		MaxSessions:                sessions.DefaultMaxSessions,
 		MaxSessionIDBytes:          sessions.DefaultMaxIDBytes,
@@ -398,6 +400,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.HTTPAddr == "" {
 		errs = append(errs, errors.New("http-addr must be set"))
+	}
+	if c.MigrationLimit < 0 || c.MigrationLimit > maxMigrationLimit {
+		errs = append(errs, fmt.Errorf("migration-limit must be between 0 and %d, got %d", maxMigrationLimit, c.MigrationLimit))
 	}
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
@@ -556,3 +561,7 @@ func (c *Config) Actors() actors.Config {
 	}
 	return ac
 }
+
+// maxMigrationLimit bounds --migration-limit: every migration re-sends
+// the prompt and the text so far to another engine.
+const maxMigrationLimit = 16

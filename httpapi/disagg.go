@@ -29,9 +29,10 @@ import (
 //
 // The prefill hop is freed in the router when its answer arrives (or
 // fails); the request itself (the decode) when the stream ends, fails or
-// the client leaves. A failed prefill is retried once on another prefill
-// worker (the route is made again without it); a failed decode is a 502,
-// since the prompt's blocks wait on the prefill worker for that decode.
+// the client leaves. A failed prefill or decode hop moves the request to
+// another worker (migrate.go: routed again without the failed worker,
+// both hops, since the prompt's blocks wait on the prefill worker for
+// that decode), up to --migration-limit times; then it is a 502.
 
 // prefillTransferParams is what vLLM's proxy puts in the prefill request,
 // in its order.
@@ -43,7 +44,7 @@ var prefillTransferParams = json.RawMessage(`{"do_remote_decode":true,"do_remote
 const maxPrefillAnswer = 4 << 20
 
 // decodeFailure: the decode worker could not be reached or did not answer
-// 200; answered 502, not retried.
+// 200; the request moves to another worker (migrate.go) or gets a 502.
 type decodeFailure struct {
 	worker uint64
 	err    error

@@ -109,7 +109,7 @@ func startPDRig(t *testing.T, ws ...pdWorker) (string, *actors.Router) {
 			t.Fatal(err)
 		}
 	}
-	s := New(Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20, Proxy: true,
+	s := New(Options{Router: r, Metrics: metrics.New(), MigrationLimit: 3, BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20, Proxy: true,
 		Log: slog.New(slog.DiscardHandler), Client: &http.Client{Timeout: 10 * time.Second}})
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
@@ -308,8 +308,9 @@ func TestDisaggregatedPrefillRetry(t *testing.T) {
 	settled(t, r)
 }
 
-// A decode worker that fails after the prefill is a 502 with a JSON
-// error naming it; both hops are freed.
+// A decode worker that fails after the prefill, with no other decode
+// worker to take the request, is a 502 with a JSON error naming it; both
+// hops are freed.
 func TestDisaggregatedDecodeFailure(t *testing.T) {
 	fx := loadPDFixture(t)
 	prefill := startVLLMStub(t, func(w http.ResponseWriter) { w.Write(fx.PrefillResponse) })
@@ -327,7 +328,43 @@ func TestDisaggregatedDecodeFailure(t *testing.T) {
 		t.Fatalf("unreachable decode: %d %q", code, e.Error)
 	}
 	if pb, _ := prefill.seen(); len(pb) != 2 {
-		t.Fatalf("prefill saw %d requests, want 2 (no retry of a failed decode)", len(pb))
+		t.Fatalf("prefill saw %d requests, want 2 (no other decode worker to retry on)", len(pb))
+	}
+	settled(t, r)
+}
+
+// A decode worker that fails after the prefill is replaced by another
+// decode worker (the request is routed again without it, prefill
+// included); the client gets the whole stream and nothing stays tracked.
+func TestDisaggregatedDecodeRetry(t *testing.T) {
+	fx := loadPDFixture(t)
+	prefill := startVLLMStub(t, func(w http.ResponseWriter) { w.Write(fx.PrefillResponse) })
+	broken := startVLLMStub(t, func(w http.ResponseWriter) { http.Error(w, "engine dead", http.StatusServiceUnavailable) })
+	good := startVLLMStub(t, streamDecode)
+	url, r := startPDRig(t, pdWorker{1, prefill.srv.URL, kv.RolePrefill}, pdWorker{2, broken.srv.URL, kv.RoleDecode},
+		pdWorker{3, good.srv.URL, kv.RoleDecode})
+	// Until the broken decode worker has been tried once, a request may
+	// go to the good one first; send until it was.
+	for i := 0; i < 20; i++ {
+		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(fx.Client))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "[DONE]") {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+		if b, _ := broken.seen(); len(b) > 0 {
+			break
+		}
+	}
+	b, _ := broken.seen()
+	if len(b) == 0 {
+		t.Fatal("the broken decode worker was never chosen")
+	}
+	if g, _ := good.seen(); len(g) == 0 {
+		t.Fatal("the good decode worker served nothing")
 	}
 	settled(t, r)
 }

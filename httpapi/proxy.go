@@ -159,6 +159,9 @@ type proxied struct {
 	parityDone bool
 	// trust is the serving rank's index trust (IndexTrustHeader).
 	trust string
+	// mig is what the client received and how often the request moved
+	// to another worker (migrate.go).
+	mig *migration
 }
 
 // completionParity fills a completion's parity fields: its model, and
@@ -193,37 +196,100 @@ func (p *proxied) serve(w http.ResponseWriter, r *http.Request) {
 	s := p.s
 	p.started = time.Now()
 	p.requestUsage()
+	p.mig = newMigration(s.opts.MigrationLimit, p)
 	var exclude []uint64
-	var last error
-	for attempt := 0; attempt < 2; attempt++ {
+	var last error // the engine failure the request is moving away from
+	for {
 		resp, workerID, err := p.attempt(r.Context(), exclude)
-		if err == nil {
-			p.relay(w, r, resp)
-			return
-		}
 		var re *routeFailure
-		if errors.As(err, &re) {
-			s.outcome("route_error")
-			s.writeRouterError(w, re.err)
-			return
+		noWorker := errors.As(err, &re) || errors.Is(err, errNoOtherWorker)
+		p.mig.moved(s, noWorker)
+		if err == nil {
+			reason := p.relay(w, r, resp)
+			if reason == "" {
+				return
+			}
+			// The engine failed after answering (migrate.go).
+			exclude = append(exclude, p.worker)
+			last = fmt.Errorf("worker %d failed mid-answer (%s)", p.worker, reason)
+			if !p.migrate(w, reason) {
+				return
+			}
+			continue
 		}
 		if r.Context().Err() != nil {
 			s.outcome("client_gone")
 			return
 		}
-		var df *decodeFailure
-		if errors.As(err, &df) {
-			s.outcome("decode_failed")
-			s.log.Warn("decode worker failed after the prefill", "worker", df.worker, "err", df.err)
-			writeError(w, http.StatusBadGateway, "%v", df)
+		if noWorker && last != nil {
+			err = fmt.Errorf("%w; no other worker could take the request: %w", last, err)
+		} else if re != nil {
+			s.outcome("route_error")
+			s.writeRouterError(w, re.err)
 			return
 		}
-		s.log.Warn("worker unreachable; retrying on another worker", "worker", workerID, "err", err)
-		exclude = append(exclude, workerID)
-		last = err
+		reason := migrateUnreachable
+		var df *decodeFailure
+		if errors.As(err, &df) {
+			reason, workerID = migrateDecodeFailed, df.worker
+			s.log.Warn("decode worker failed after the prefill", "worker", df.worker, "err", err)
+		} else if !noWorker {
+			s.log.Warn("worker unreachable", "worker", workerID, "err", err)
+		}
+		if !noWorker && p.mig.allow(s, reason) {
+			exclude = append(exclude, workerID)
+			last = err
+			continue
+		}
+		if reason == migrateDecodeFailed {
+			s.outcome("decode_failed")
+		} else {
+			s.outcome("worker_unreachable")
+		}
+		if p.mig.headerSent {
+			p.endStream(w, err.Error())
+			return
+		}
+		if p.mig.writeFailed(w) {
+			return
+		}
+		writeError(w, http.StatusBadGateway, "no worker could serve the request: %v", err)
+		return
 	}
-	s.outcome("worker_unreachable")
-	writeError(w, http.StatusBadGateway, "no worker could be reached after a retry: %v", last)
+}
+
+// migrate decides whether a request whose engine failed after answering
+// goes on on another worker, and prepares it; when it does not, it ends
+// the client's answer. reason is a migration reason.
+func (p *proxied) migrate(w http.ResponseWriter, reason string) bool {
+	s := p.s
+	m := p.mig
+	if m.relayed() {
+		if err := p.continuation(); err != nil {
+			if errors.Is(err, errStreamDone) {
+				// Only the end was lost: end the stream here.
+				s.outcome("ok")
+				_, _ = w.Write([]byte("data: [DONE]\n\n"))
+				return false
+			}
+			m.unsupported = err.Error()
+		}
+	}
+	if !m.allow(s, reason) {
+		s.outcome("worker_stream_error")
+		s.log.Warn("engine failed; request not moved to another worker", "reason", reason, "migrations", m.used,
+			"unsupported", m.unsupported)
+		if m.headerSent {
+			p.endStream(w, "migration-limit reached or the request cannot be continued")
+		} else if !m.writeFailed(w) {
+			writeError(w, http.StatusBadGateway, "the engine failed and the request could not move to another worker")
+		}
+		return false
+	}
+	m.held = nil
+	s.log.Info("engine failed; request moves to another worker", "reason", reason, "worker", p.worker,
+		"generated", m.generated(), "migration", m.used)
+	return true
 }
 
 type routeFailure struct{ err error }
@@ -312,27 +378,57 @@ func (p *proxied) send(ctx context.Context, workerID uint64, rank uint32, body [
 // relay streams the worker's response to the client through the
 // answer's lifecycle guard (answer): whatever happens, the request is
 // freed once. On the way it reads the engine's usage (parity), and drops
-// the usage chunk the proxy asked for on the client's behalf.
-func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Response) {
+// the usage chunk the proxy asked for on the client's behalf. It returns
+// a migration reason when the engine failed in a way another worker can
+// make good (migrate.go), "" when the answer is over.
+func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Response) string {
 	s := p.s
+	m := p.mig
 	defer resp.Body.Close()
-	a := p.answer(strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"))
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	a := p.answer(sse)
 	defer a.end("stream_cut") // a no-op once the answer ended
-	for _, h := range []string{"Content-Type", "Cache-Control"} {
-		if v := resp.Header.Get(h); v != "" {
-			w.Header().Set(h, v)
+	if retryableStatus(resp.StatusCode) && !m.relayed() {
+		// Nothing of this answer reached the client yet: another worker
+		// may answer instead. The answer is kept for the client in case
+		// none can.
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		s.log.Warn("engine answered an error", "worker", p.worker, "status", resp.Status, "body", string(bytes.TrimSpace(msg)))
+		m.held = nil
+		if m.headerSent || m.used < m.limit {
+			m.failed = &failedAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: msg}
+			a.end("worker_error")
+			return migrateEngineError
 		}
+		resp.Body = io.NopCloser(bytes.NewReader(msg))
 	}
-	w.Header().Set("X-Request-Id", p.requestID)
-	w.Header().Set(IndexTrustHeader, p.trust)
-	w.WriteHeader(resp.StatusCode)
-	if resp.StatusCode != http.StatusOK {
-		if _, err := io.Copy(w, resp.Body); err != nil {
-			s.log.Debug("relaying a worker's error answer failed", "request", p.requestID, "status", resp.StatusCode, "err", err)
+	if !m.headerSent {
+		for _, h := range []string{"Content-Type", "Cache-Control"} {
+			if v := resp.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
 		}
-		s.outcome("worker_error")
+		w.Header().Set("X-Request-Id", p.requestID)
+		w.Header().Set(IndexTrustHeader, p.trust)
+		w.WriteHeader(resp.StatusCode)
+		m.headerSent = true
+		if resp.StatusCode != http.StatusOK {
+			if _, err := io.Copy(w, resp.Body); err != nil {
+				s.log.Debug("relaying a worker's error answer failed", "request", p.requestID, "status", resp.StatusCode, "err", err)
+			}
+			s.outcome("worker_error")
+			a.end("worker_error")
+			return ""
+		}
+	} else if resp.StatusCode != http.StatusOK || !sse {
+		// A continuation must be a stream like the one it continues; an
+		// engine that refuses it (4xx) will not take it elsewhere either.
 		a.end("worker_error")
-		return
+		if resp.StatusCode < 500 {
+			m.unsupported = "the continuation was refused: " + resp.Status
+			return migrateStreamCut
+		}
+		return migrateEngineError
 	}
 	flusher, _ := w.(http.Flusher)
 	reader := bufio.NewReaderSize(resp.Body, 32<<10)
@@ -345,18 +441,27 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 	for {
 		line, err := reader.ReadBytes('\n')
 		if len(line) > 0 {
-			if a.first && s.opts.Metrics != nil {
+			if s.opts.Metrics != nil && !m.ttftSeen {
+				m.ttftSeen = true
 				s.opts.Metrics.ProxyTTFT.Observe(time.Since(p.started).Seconds())
 			}
-			if !a.line(line) && !done {
+			if sse {
+				line = m.observe(line) // an engine's error event is held back (migrate.go)
+			}
+			drop := len(line) == 0
+			if !drop {
+				drop = a.line(line)
+			}
+			if !drop && !done {
 				if _, werr := w.Write(line); werr != nil {
 					s.outcome("client_gone")
-					return
+					a.end("stream_cut")
+					return ""
 				}
 			}
 			switch {
-			case done: // nothing after [DONE] is relayed
-			case a.u.sse && isDone(line):
+			case done || len(line) == 0: // nothing after [DONE] is relayed
+			case sse && isDone(line):
 				done = true
 				// Sent now with its blank line (the engine's is not
 				// relayed): a client waiting for [DONE] must not wait for
@@ -370,22 +475,29 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 				flusher.Flush()
 			}
 		}
-		if err != nil {
-			if errors.Is(err, io.EOF) || done {
-				if flusher != nil {
-					flusher.Flush()
-				}
-				s.outcome("ok")
-				a.end("")
-				return
-			}
-			if r.Context().Err() != nil {
-				s.outcome("client_gone")
-			} else {
-				s.outcome("worker_stream_error")
-			}
-			return
+		if err == nil {
+			continue
 		}
+		if done || (errors.Is(err, io.EOF) && (!sse || m.sawDone)) {
+			if flusher != nil {
+				flusher.Flush()
+			}
+			s.outcome("ok")
+			a.end("")
+			return ""
+		}
+		if r.Context().Err() != nil {
+			s.outcome("client_gone")
+			a.end("stream_cut")
+			return ""
+		}
+		// Cut: the connection failed, or a stream ended without [DONE].
+		a.end("stream_cut")
+		if !sse {
+			s.outcome("worker_stream_error")
+			return "" // part of a unary answer was sent: nothing to continue
+		}
+		return migrateStreamCut
 	}
 }
 

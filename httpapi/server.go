@@ -69,6 +69,9 @@ type Options struct {
 	// generated block once the expected output length is exceeded.
 	OutputBlockDecayFloor float64
 	TrackOutputBlocks     bool
+	// MigrationLimit is how many times one proxied request may move to
+	// another worker after its engine failed (migrate.go); 0: never.
+	MigrationLimit int
 	// Pprof serves Go profiles under /debug/pprof/ (an admin route).
 	Pprof bool
 	Log   *slog.Logger

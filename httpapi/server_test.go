@@ -40,7 +40,7 @@ func newTestServer(t testing.TB, workers int) (*Server, *actors.Router) {
 		reg, err := r.Registry(context.Background())
 		return err == nil && len(reg.Workers) == workers
 	})
-	return New(Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20,
+	return New(Options{Router: r, Metrics: metrics.New(), MigrationLimit: 3, BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20,
 		Log: slog.New(slog.DiscardHandler)}), r
 }
 

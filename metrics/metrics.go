@@ -39,6 +39,7 @@ type Router struct {
 	HTTPRequests    *prometheus.CounterVec
 	GRPCRequests    *prometheus.CounterVec
 	ProxyRequests   *prometheus.CounterVec
+	Migrations      *prometheus.CounterVec
 	ProxyTTFT       prometheus.Histogram
 	PromptsRefused  *prometheus.CounterVec
 	BodiesRefused   *prometheus.CounterVec
@@ -145,6 +146,10 @@ func New() *Router {
 		ProxyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_proxy_requests_total", Help: "Proxied completions (/v1/completions, /v1/chat/completions) by outcome: ok, worker_error (the engine answered non-200, relayed), client_gone (the client left before the end), worker_stream_error (the engine's stream broke), worker_unreachable (502 after a retry on another worker), route_error (no worker could be chosen), decode_failed (disaggregated: the decode hop failed), bad_input (400), loop (508: the request had already passed a router).",
 		}, []string{"outcome"}),
+		Migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_migrations_total",
+			Help: "Proxied requests whose engine failed, by reason (unreachable: no connection or no answer before any text; engine_error: a 5xx before any text; stream_cut: the stream ended early after some text; decode_failed: the decode hop of a disaggregated request) and outcome (migrated: sent again to another worker, a stream continued from the text already sent; limit: migration-limit reached; unsupported: the request cannot be continued, e.g. n > 1 or a token-id prompt whose engine sends no token ids; no_worker: no other worker to take it).",
+		}, []string{"reason", "outcome"}),
 		ProxyTTFT: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "kvrouter_proxy_time_to_first_token_seconds", Help: "Time from a proxied completion's arrival to the engine's first answer byte (routing, queueing and prefill). High values with a low kvrouter_decision_kv_hit_rate mean prompts are prefilled from scratch.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
@@ -170,7 +175,7 @@ func New() *Router {
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions, m.admission, m.expired,
-		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.ProxyTTFT, m.PromptsRefused, m.BodiesRefused,
+		m.HTTPRequests, m.GRPCRequests, m.ProxyRequests, m.Migrations, m.ProxyTTFT, m.PromptsRefused, m.BodiesRefused,
 		m.EPPRequests, m.EPPAnswers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Parity = newParity()

@@ -228,6 +228,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	s.faults.drop.dropNow(0)
 	started := time.Now()
 	if xfer != nil && xfer.DoRemotePrefill {
 		if rank, err = s.pullFromPrefill(r.Context(), xfer, prompt, rank); err != nil {
@@ -261,6 +262,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			for _, o := range outs {
 				text.WriteString(tokenText(o.Token))
 			}
+			s.faults.drop.dropNow(c.generated)
 			if errors.Is(err, io.EOF) {
 				break
 			}
@@ -328,5 +330,6 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
+		s.faults.drop.dropNow(c.generated)
 	}
 }

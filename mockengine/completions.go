@@ -174,6 +174,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	s.faults.drop.dropNow(0)
 	started := time.Now()
 	if xfer != nil && xfer.DoRemotePrefill {
 		if p.dpRank, err = s.pullFromPrefill(r.Context(), xfer, p.prompt, p.dpRank); err != nil {
@@ -251,6 +252,7 @@ func (c *completion) serveWhole() {
 			tokens = append(tokens, o.Token)
 			text.WriteString(tokenText(o.Token))
 		}
+		c.s.faults.drop.dropNow(c.generated)
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -332,6 +334,7 @@ func (c *completion) serveStream() {
 		if err != nil {
 			return
 		}
+		c.s.faults.drop.dropNow(c.generated)
 	}
 }
 

@@ -21,9 +21,19 @@
 // block, that block is hashed over prompt+output and stored, so a follow-up
 // turn that resends the conversation hits it.
 //
-// Generated token ids are a pure function of the prompt and the position, so
-// repeated prompts produce repeated outputs (greedy decoding) and the output
-// blocks are hashable by anyone who saw the tokens.
+// Each generated token id is a pure function of the whole context before it
+// (prompt and tokens generated so far), so repeated prompts produce repeated
+// outputs (greedy decoding), the output blocks are hashable by anyone who
+// saw the tokens, and a prompt extended by a request's first k tokens
+// continues with its token k+1 (a migrated stream yields the uninterrupted
+// text).
+//
+// # Faults
+//
+// POST /fault (and the Server's setters) makes the worker unhealthy, adds
+// phantom waiting requests, restarts or resets a rank, mutes KV events, or
+// drops answers' connections as a killed engine does: all of them
+// ("dead"), or each once it has generated n tokens ("drop_after_tokens").
 //
 // # Events
 //

@@ -124,4 +124,5 @@ type faults struct {
 	unhealthy    atomic.Bool
 	extraWaiting atomic.Int64
 	eventsMuted  atomic.Bool
+	drop         dropFaults // cut.go
 }

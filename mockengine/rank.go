@@ -65,7 +65,7 @@ type sequence struct {
 	computed     int
 	stored       int
 	generated    int
-	seed         uint64
+	seed         uint64 // the generator's state (tokens.go)
 	queried      bool
 	cachedTokens int
 	arrived      time.Duration

@@ -87,7 +87,8 @@ func (r *Rank) Complete(b *Batch) ([]Output, error) {
 		if s.computed < len(s.tokens) {
 			continue // prefill continues next step
 		}
-		tok := GeneratedToken(s.seed, s.generated)
+		tok := nextToken(s.seed)
+		s.seed = foldContext(s.seed, tok)
 		s.tokens = append(s.tokens, tok)
 		s.generated++
 		r.stats.GenerationTokens++

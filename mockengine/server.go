@@ -197,11 +197,13 @@ func (s *Server) SetExtraWaiting(n int) { s.faults.extraWaiting.Store(int64(n)) 
 func (s *Server) SetEventsMuted(muted bool) { s.faults.eventsMuted.Store(muted) }
 
 // fault is POST /fault {"healthy": bool, "extra_waiting": n,
-// "restart_rank": r, "reset_rank": r, "events_muted": bool}: the same fault
+// "restart_rank": r, "reset_rank": r, "events_muted": bool, "dead": bool,
+// "drop_after_tokens": n}: the same fault
 // injection for workers in other processes (every field may be left out).
 // restart_rank restarts one dp rank's engine core (Engine.RestartRank),
 // reset_rank clears one rank's prefix cache (Engine.ResetRankPrefixCache);
-// the other ranks are untouched. events_muted is SetEventsMuted. Unknown
+// the other ranks are untouched. events_muted is SetEventsMuted, dead
+// SetDead and drop_after_tokens SetDropAfterTokens (cut.go). Unknown
 // fields are refused.
 func (s *Server) fault(w http.ResponseWriter, r *http.Request) {
 	var body struct {
@@ -210,6 +212,8 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request) {
 		RestartRank  *int  `json:"restart_rank"`
 		ResetRank    *int  `json:"reset_rank"`
 		EventsMuted  *bool `json:"events_muted"`
+		Dead         *bool `json:"dead"`
+		DropAfter    *int  `json:"drop_after_tokens"`
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
 	dec.DisallowUnknownFields()
@@ -237,6 +241,12 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request) {
 	}
 	if body.EventsMuted != nil {
 		s.SetEventsMuted(*body.EventsMuted)
+	}
+	if body.Dead != nil {
+		s.SetDead(*body.Dead)
+	}
+	if body.DropAfter != nil {
+		s.SetDropAfterTokens(*body.DropAfter)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"healthy": !s.faults.unhealthy.Load(), "extra_waiting": s.faults.extraWaiting.Load(),
 		"events_muted": s.faults.eventsMuted.Load()})

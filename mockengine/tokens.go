@@ -1,10 +1,6 @@
 package mockengine
 
 import (
-	"encoding/binary"
-
-	"github.com/zeebo/xxh3"
-
 	"github.com/kvrouter/kvrouter/hashing"
 	"github.com/kvrouter/kvrouter/kv"
 )
@@ -12,35 +8,50 @@ import (
 // VocabSize bounds generated token ids, like a small tokenizer vocabulary.
 const VocabSize = 32000
 
-// outputSeed fingerprints a prompt; generated tokens derive from it so
-// that the same prompt always yields the same completion.
+// The mock generates text like a language model does in one respect
+// that matters to a router: the next token is a function of the whole
+// context so far (prompt and tokens generated). So a request whose
+// prompt is another's prompt plus its first k generated tokens continues
+// with that request's token k+1 onwards: a migrated stream, continued
+// on another engine, produces exactly the uninterrupted text.
+
+// outputSeed is the generator's state after reading prompt.
 func outputSeed(prompt []uint32) uint64 {
-	buf := make([]byte, 0, 4*len(prompt))
-	for _, t := range prompt {
-		buf = binary.LittleEndian.AppendUint32(buf, t)
-	}
-	return xxh3.Hash(buf)
+	return foldContext(0x243f6a8885a308d3, prompt...)
 }
 
-// GeneratedToken is the i-th token (from 0) the engine generates for a
-// prompt with the given seed. It is exported so tests and tools can
-// predict a completion without running the engine.
+// foldContext advances the generator's state by tokens of context.
+func foldContext(state uint64, tokens ...uint32) uint64 {
+	for _, t := range tokens {
+		state = mix64(state ^ (uint64(t)+1)*0x9e3779b97f4a7c15)
+	}
+	return state
+}
+
+// nextToken is the token the engine generates in state.
+func nextToken(state uint64) uint32 { return GeneratedToken(state, 0) }
+
+// GeneratedToken is a well-mixed pseudo-random token id drawn from seed
+// and position i.
 func GeneratedToken(seed uint64, i int) uint32 {
-	// splitmix64: a cheap, well-mixed function of seed and position.
-	z := seed + uint64(i+1)*0x9e3779b97f4a7c15
+	return uint32(mix64(seed+uint64(i+1)*0x9e3779b97f4a7c15) % VocabSize)
+}
+
+// mix64 is splitmix64's finalizer.
+func mix64(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	z ^= z >> 31
-	return uint32(z % VocabSize)
+	return z ^ (z >> 31)
 }
 
 // GeneratedTokens returns the first n tokens the engine generates for
 // prompt.
 func GeneratedTokens(prompt []uint32, n int) []uint32 {
-	seed := outputSeed(prompt)
+	state := outputSeed(prompt)
 	out := make([]uint32, n)
 	for i := range out {
-		out[i] = GeneratedToken(seed, i)
+		out[i] = nextToken(state)
+		state = foldContext(state, out[i])
 	}
 	return out
 }

@@ -142,7 +142,7 @@ func (r *Replica) serveHTTP() error {
 		TokenizeConcurrency: cfg.TokenizeConcurrency, TokenizeQueueTimeout: cfg.TokenizeQueueTimeout,
 		Router: r.router, Metrics: r.metrics, BlockSize: cfg.BlockSize, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready: r.Ready, Conditions: r.readyConditions, Proxy: cfg.Proxy, TrackOutputBlocks: cfg.RouterTrackOutputBlocks,
-		OutputBlockDecayFloor: cfg.ProxyOutputBlockDecayFloor, Pprof: cfg.Pprof, Log: r.base,
+		OutputBlockDecayFloor: cfg.ProxyOutputBlockDecayFloor, MigrationLimit: cfg.MigrationLimit, Pprof: cfg.Pprof, Log: r.base,
 		ReplicaID: r.id, AdminTokens: r.adminTokens, APITokens: r.apiTokens, AdminSeparate: r.adminLn != nil,
 		WorkerPolicy: r.policy, Resolve: r.resolve, WriteTimeout: cfg.HTTPWriteTimeout,
 		SessionHeader: cfg.SessionHeader, SessionBodyField: cfg.SessionBodyField,

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,46 +21,38 @@ import (
 	"github.com/kvrouter/kvrouter/internal/testutil"
 )
 
+// shippedHAProxyConfig is the load balancer configuration make cluster
+// runs; the tests run the same file, with their own addresses.
+const shippedHAProxyConfig = "../deploy/local/haproxy.cfg"
+
 // startHAProxy puts HAProxy (from Debian's packages; `make test` installs
-// it) in front of the replicas at addrs (host:port), with /readyz health
-// checks and retries on connection failure, as deploy/local/haproxy.cfg
-// does.
+// it) in front of the three replicas at addrs (host:port), running the
+// shipped deploy/local/haproxy.cfg itself: only its addresses come from
+// the environment (KVROUTER_LB_PORT, KVROUTER_R1..3), as the file allows.
 func startHAProxy(t *testing.T, addrs []string) string {
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
 		t.Fatalf("haproxy is not installed (make test installs it with apt-get): %v", err)
 	}
-	addr := testutil.FreeAddr(t)
-	var servers strings.Builder
-	for i, a := range addrs {
-		fmt.Fprintf(&servers, "    server r%d %s check\n", i, a)
+	if len(addrs) != 3 {
+		t.Fatalf("the shipped HAProxy config has three replicas, got %d addresses", len(addrs))
 	}
-	cfg := fmt.Sprintf(`global
-    maxconn 1024
-defaults
-    mode http
-    timeout connect 500ms
-    timeout client 30s
-    timeout server 30s
-    retries 3
-    option redispatch 1
-    option http-buffer-request
-    retry-on conn-failure empty-response response-timeout
-frontend fe
-    bind %s
-    default_backend replicas
-backend replicas
-    balance roundrobin
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 200ms fall 2 rise 2
-%s`, addr, servers.String())
-	path := filepath.Join(t.TempDir(), "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	addr := testutil.FreeAddr(t)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
 		t.Fatal(err)
 	}
+	path, err := filepath.Abs(shippedHAProxyConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "KVROUTER_LB_PORT="+port)
+	for i, a := range addrs {
+		env = append(env, fmt.Sprintf("KVROUTER_R%d=%s", i+1, a))
+	}
 	cmd := exec.Command(bin, "-f", path, "-db")
+	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -139,7 +133,7 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	// kvbench's shared-prefix workload through the load balancer.
 	const qps = 40
 	w := bench.WorkloadOptions{Kind: bench.WorkloadSharedPrefix, Duration: 5 * time.Second, Seed: 1}
-	w.SharedPrefix = bench.SharedPrefixConfig{Groups: 8, PromptsPerGroup: 25, SystemTokens: 1024, QuestionTokens: 128, OutputTokens: 16}
+	w.SharedPrefix = bench.SharedPrefixConfig{Groups: 8, PromptsPerGroup: 25, SystemTokens: 1024, QuestionTokens: 128, OutputTokens: 64}
 	schedule, _, err := w.Build([]float64{qps})
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +147,10 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	// before answering on another replica. A stream already flowing
 	// through the killed replica would be cut, as behind any proxy.
 	go func() { loadDone <- bench.RunLoad(ctx, lb, reqs, qps, "mock-model", true, 30*time.Second) }()
+	// Route-only clients at the same time: /route with their own
+	// request_id, then /free, both through the load balancer.
+	routesDone := make(chan routeLoadResult, 1)
+	go func() { routesDone <- routeOnlyLoad(lb, 5*time.Second, 20*time.Millisecond) }()
 
 	time.Sleep(1500 * time.Millisecond)
 	killed := time.Now()
@@ -170,6 +168,27 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	})
 	dropped := time.Since(killed)
 	res := <-loadDone
+	routes := <-routesDone
+	t.Logf("route-only calls through the LB: %d routed and freed, %d failed, %d frees found the request gone with the dead replica",
+		routes.calls, routes.failed, routes.gone)
+	if routes.failed != 0 || routes.calls < 100 {
+		t.Fatalf("route-only calls: %d of %d failed (first: %s)", routes.failed, routes.calls, routes.firstErr)
+	}
+	// A free of a survivor's request that the victim acknowledged in its
+	// last gossip batch interval (5 ms) before the kill never reached the
+	// survivor (the victim answered, so nobody replays it): the request
+	// stays until the stale expiry. The client's frees are sent again
+	// through each survivor (404 when gone) so that the check below sees
+	// only what the victim's death itself left behind.
+	lost := 0
+	for _, b := range survivors {
+		for i := 0; i < routes.calls; i++ {
+			if code, _, _ := send(t, "POST", b+"/free", "", fmt.Sprintf(`{"request_id":"route-only-%d"}`, i)); code == http.StatusOK {
+				lost++
+			}
+		}
+	}
+	t.Logf("frees the victim acknowledged but never gossiped: %d", lost)
 	t.Logf("kvbench through the LB: %d requests, %d failed, hit rate %.3f, TTFT p90 %.0f ms; victim's requests dropped by both peers %v after kill -9 (bound %v)",
 		res.Requests, res.Errors, res.HitRate, res.TTFTP90, dropped.Round(time.Millisecond), bound)
 	if res.Errors != 0 {
@@ -204,4 +223,75 @@ func originsDropped(t *testing.T, base string) int {
 		}
 	}
 	return 0
+}
+
+type routeLoadResult struct {
+	calls, failed int
+	// gone: frees answered 404 (the request was the dead replica's and
+	// its peers had dropped it already: nothing holds it).
+	gone     int
+	firstErr string
+}
+
+// routeOnlyLoad routes one request every interval for d, each with its
+// own request_id (a replay of a call the dead replica recorded reaches a
+// survivor under the same id), and frees each 200 ms later, as a client
+// does once its engine answered (a free through another replica within
+// the gossip delay would not find the request yet).
+func routeOnlyLoad(lb string, d, interval time.Duration) routeLoadResult {
+	var out routeLoadResult
+	client := &http.Client{Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	post := func(path string, body any) (int, error) {
+		b, _ := json.Marshal(body)
+		resp, err := client.Post(lb+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return resp.StatusCode, fmt.Errorf("%s: %d %s", path, resp.StatusCode, msg)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, err
+	}
+	fail := func(err error) {
+		out.failed++
+		if out.firstErr == "" {
+			out.firstErr = err.Error()
+		}
+	}
+	type routed struct {
+		id string
+		at time.Time
+	}
+	var toFree []routed
+	free := func(all bool) {
+		for len(toFree) > 0 && (all || time.Since(toFree[0].at) > 200*time.Millisecond) {
+			code, err := post("/free", map[string]any{"request_id": toFree[0].id})
+			switch {
+			case code == http.StatusNotFound:
+				out.gone++
+			case err != nil:
+				fail(err)
+			}
+			toFree = toFree[1:]
+		}
+	}
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end); i++ {
+		id := fmt.Sprintf("route-only-%d", i)
+		out.calls++
+		if _, err := post("/route", map[string]any{"request_id": id, "token_ids": tokens(256, uint32(i%16))}); err != nil {
+			fail(err)
+		} else {
+			toFree = append(toFree, routed{id, time.Now()})
+		}
+		free(false)
+		time.Sleep(interval)
+	}
+	time.Sleep(200 * time.Millisecond)
+	free(true)
+	return out
 }

@@ -111,6 +111,7 @@ func touch(m *metrics.Router) {
 	m.HTTPRequests.WithLabelValues("x", "200").Inc()
 	m.GRPCRequests.WithLabelValues("x", "OK").Inc()
 	m.ProxyRequests.WithLabelValues("x").Inc()
+	m.Migrations.WithLabelValues("x", "y").Inc()
 	m.ProxyTTFT.Observe(1)
 	m.PromptsRefused.WithLabelValues("x").Inc()
 	m.BodiesRefused.WithLabelValues("x", "x").Inc()
