@@ -95,7 +95,7 @@ func startModelRig(t *testing.T, models *Models, maxPrompt int, workerURLs ...st
 		reg, err := r.Registry(context.Background())
 		return err == nil && len(reg.Workers) == n
 	})
-	s := New(Options{Router: r, Metrics: metrics.New(), BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20, Proxy: true,
+	s := New(Options{Router: r, Metrics: metrics.New(), MigrationLimit: 3, BlockSize: cfg.BlockSize, MaxBodyBytes: 1 << 20, Proxy: true,
 		Models: models, Log: slog.New(slog.DiscardHandler), Client: http.DefaultClient, TrustRequestChatTemplate: true})
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
