@@ -22,6 +22,9 @@ chmod 700 "$keydir"
 head -c 32 /dev/urandom | base64 >"$keydir/cluster.key"
 export KVROUTER_CLUSTER_KEY_FILE=$keydir/cluster.key
 export KVROUTER_CLUSTER_LABEL=${KVROUTER_CLUSTER_LABEL:-kvrouter-local}
+# HAProxy reaches every replica from 127.0.0.1 with every client's
+# connections: the per-client connection cap is for clients, not for it.
+export KVROUTER_CONN_LIMIT_EXEMPT=${KVROUTER_CONN_LIMIT_EXEMPT:-127.0.0.1/32}
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$keydir"; }
 trap cleanup EXIT INT TERM
