@@ -11,7 +11,7 @@ import (
 // tableLegend explains the rows and columns of WriteTable, printed right
 // under it so a reader does not have to look them up.
 var tableLegend = []string{
-	"rows:    kvrouter = this router with its default cost (--router-cost ttft); kvrouter_dynamo = --router-cost dynamo (Dynamo's cost, bit for bit);",
+	"rows:    kvrouter = this router with its default cost (--router-cost " + string(scheduling.DefaultRouterCost) + "); kvrouter_dynamo = --router-cost dynamo (Dynamo's cost, bit for bit);",
 	"         kvrouter_approx = approximate mode (--use-kv-events=false, Dynamo's cost);",
 	"         round_robin, random, least_loaded = baselines that pick an engine without looking at caches; oracle = hit-rate upper bounds",
 	"columns: hit_rate = share of prompt tokens served from cache; vs_timed = hit_rate / oracle_timed (1.0 = as good as hindsight);",
