@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The cost comparison (`make cost-table`): four workloads, two seeds each,
-# the router's two costs and approximate mode against round-robin, every
+# the router's default cost (kvrouter: ttft), Dynamo's cost (kvrouter_dynamo)
+# and approximate mode (with Dynamo's cost) against round-robin, every
 # point measured REPEATS times (the policy order rotated between runs),
 # then one table of medians and [min-max] ranges. Each workload runs at
 # the one load where the policies part ways on this machine:
@@ -18,7 +19,7 @@ GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 OUT=${OUT:-out/cost-table}
 SEEDS=${SEEDS:-1 2}
 REPEATS=${REPEATS:-3}
-POLICIES=kvrouter,kvrouter_ttft,kvrouter_approx,round_robin,oracle
+POLICIES=kvrouter,kvrouter_dynamo,kvrouter_approx,round_robin,oracle
 # requests and warm-up per workload: demo, multi-turn, mooncake, b2b
 DEMO="--requests 300 --warmup 100"
 MT="--requests 300 --warmup 75"

@@ -312,7 +312,7 @@ func TestOfflineReplay(t *testing.T) {
 		for _, p := range []struct {
 			name string
 			sc   scheduling.Config
-		}{{PolicyRoundRobin, dynamo}, {PolicyLeastLoaded, dynamo}, {PolicyKVRouter, dynamo}, {PolicyKVRouterTTFT, ttft}} {
+		}{{PolicyRoundRobin, dynamo}, {PolicyLeastLoaded, dynamo}, {PolicyKVRouterDynamo, dynamo}, {PolicyKVRouter, ttft}} {
 			r := offlineReplay(t, cfg, ranks, reqs, warmup, p.name, p.sc, seqCfg)
 			fmt.Printf("  %-14s hit %.3f (%.2f of timed)  TTFT p50 %6.0f  p90 %6.0f  p99 %6.0f ms\n",
 				p.name, r.hit, r.hit/b.Timed, r.p50, r.p90, r.p99)

@@ -6,43 +6,51 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+
+	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // Policy names: the contract of report.json.
 const (
-	// PolicyKVRouter is kvrouter with Dynamo's cost (--router-cost dynamo,
-	// the router's default).
+	// PolicyKVRouter is kvrouter with the router's default cost
+	// (scheduling.DefaultRouterCost: --router-cost ttft).
 	PolicyKVRouter = "kvrouter"
-	// PolicyKVRouterTTFT is kvrouter with the predicted-TTFT cost
-	// (--router-cost ttft).
-	PolicyKVRouterTTFT = "kvrouter_ttft"
+	// PolicyKVRouterDynamo is kvrouter with Dynamo's cost (--router-cost
+	// dynamo: Dynamo's decisions, bit for bit).
+	PolicyKVRouterDynamo = "kvrouter_dynamo"
 	// PolicyKVRouterApprox is kvrouter in approximate mode
 	// (--use-kv-events=false: the cache is predicted from the router's own
-	// decisions, engine events are dropped) with Dynamo's cost.
+	// decisions, engine events are dropped) with Dynamo's cost, set
+	// explicitly: approximate mode is Dynamo's, and the cost table
+	// measured it with Dynamo's cost.
 	PolicyKVRouterApprox = "kvrouter_approx"
 	PolicyRoundRobin     = "round_robin"
 	PolicyRandom         = "random"
 	PolicyLeastLoaded    = "least_loaded"
 	PolicyOracle         = "oracle"
+
+	// policyKVRouterTTFT names the ttft cost as a policy of its own; it
+	// is refused, since kvrouter runs that cost now.
+	policyKVRouterTTFT = "kvrouter_ttft"
 )
 
 // AllPolicies lists every policy in report order.
-var AllPolicies = []string{PolicyKVRouter, PolicyKVRouterTTFT, PolicyKVRouterApprox, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyOracle}
+var AllPolicies = []string{PolicyKVRouter, PolicyKVRouterDynamo, PolicyKVRouterApprox, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyOracle}
 
 // IsRouterPolicy reports whether the policy sends requests through a
 // kvrouter (whose fleet then needs a router and KV events).
 func IsRouterPolicy(policy string) bool {
-	return policy == PolicyKVRouter || policy == PolicyKVRouterTTFT || policy == PolicyKVRouterApprox
+	return policy == PolicyKVRouter || policy == PolicyKVRouterDynamo || policy == PolicyKVRouterApprox
 }
 
 // RouterCost is the --router-cost a router policy runs with ("" for the
 // client-side policies).
 func RouterCost(policy string) string {
 	switch policy {
-	case PolicyKVRouter, PolicyKVRouterApprox:
-		return "dynamo"
-	case PolicyKVRouterTTFT:
-		return "ttft"
+	case PolicyKVRouter:
+		return string(scheduling.DefaultRouterCost)
+	case PolicyKVRouterDynamo, PolicyKVRouterApprox:
+		return string(scheduling.CostDynamo)
 	}
 	return ""
 }
@@ -67,6 +75,10 @@ func ParsePolicies(list string) ([]string, error) {
 		known := false
 		for _, k := range AllPolicies {
 			known = known || k == p
+		}
+		if p == policyKVRouterTTFT {
+			return nil, fmt.Errorf("%w %q: the ttft cost is the router's default now, so use %s (the default cost, ttft) or %s (Dynamo's cost)",
+				ErrUnknownPolicy, p, PolicyKVRouter, PolicyKVRouterDynamo)
 		}
 		if !known {
 			return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownPolicy, p, strings.Join(AllPolicies, ", "))

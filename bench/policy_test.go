@@ -3,7 +3,10 @@ package bench
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/config"
 )
 
 func TestParsePolicies(t *testing.T) {
@@ -18,6 +21,12 @@ func TestParsePolicies(t *testing.T) {
 		if _, err := ParsePolicies(bad); !errors.Is(err, ErrUnknownPolicy) {
 			t.Errorf("%q: got %v, want ErrUnknownPolicy", bad, err)
 		}
+	}
+	// The ttft cost is kvrouter's now: the old name is refused with
+	// the two names to use instead.
+	_, err = ParsePolicies("kvrouter_ttft,round_robin")
+	if !errors.Is(err, ErrUnknownPolicy) || !strings.Contains(err.Error(), "use kvrouter") || !strings.Contains(err.Error(), "kvrouter_dynamo") {
+		t.Errorf("kvrouter_ttft: got %v", err)
 	}
 }
 
@@ -89,8 +98,8 @@ func TestRouterPolicyConfigs(t *testing.T) {
 		policy, cost string
 		events       bool
 	}{
-		{PolicyKVRouter, "dynamo", true},
-		{PolicyKVRouterTTFT, "ttft", true},
+		{PolicyKVRouter, "ttft", true},
+		{PolicyKVRouterDynamo, "dynamo", true},
 		{PolicyKVRouterApprox, "dynamo", false},
 	} {
 		if !IsRouterPolicy(c.policy) || RouterCost(c.policy) != c.cost || RouterUsesKVEvents(c.policy) != c.events {
@@ -99,5 +108,9 @@ func TestRouterPolicyConfigs(t *testing.T) {
 	}
 	if IsRouterPolicy(PolicyRoundRobin) || RouterCost(PolicyRoundRobin) != "" {
 		t.Error("round_robin treated as a router policy")
+	}
+	// kvrouter is what `kvrouter serve` runs without flags.
+	if d := config.Default().RouterCost; RouterCost(PolicyKVRouter) != d {
+		t.Errorf("kvrouter runs cost %q, kvrouter serve's default is %q", RouterCost(PolicyKVRouter), d)
 	}
 }

@@ -158,9 +158,9 @@ func (r *Report) sorted() []Point {
 	return out
 }
 
-// Ratio compares one KV-aware policy (kvrouter or kvrouter_ttft) with
-// the baselines at one QPS. A field is NaN-free: it is 0 when its
-// denominator is missing or zero.
+// Ratio compares one KV-aware policy (kvrouter, kvrouter_dynamo or
+// kvrouter_approx) with the baselines at one QPS. A field is NaN-free:
+// it is 0 when its denominator is missing or zero.
 type Ratio struct {
 	Policy string
 	QPS    float64
@@ -174,8 +174,8 @@ type Ratio struct {
 	HitRateNA    bool
 	// TTFTP90VsLeastLoaded is policy / least_loaded TTFT p90.
 	TTFTP90VsLeastLoaded float64
-	// TTFTP90VsDynamo is policy / kvrouter (Dynamo's cost) TTFT p90, for
-	// the other cost models.
+	// TTFTP90VsDynamo is policy / kvrouter_dynamo (Dynamo's cost) TTFT
+	// p90, for the other KV-aware policies.
 	TTFTP90VsDynamo float64
 	// HitVsOracle is the hit rate over oracle_unbounded, HitVsTimed over
 	// oracle_timed (the routing goal's yardstick).
@@ -207,7 +207,7 @@ func (r *Report) Ratios() []Ratio {
 		if ll, ok := byKey[PolicyLeastLoaded][kvp.QPS]; ok {
 			ra.TTFTP90VsLeastLoaded = ratio(kvp.TTFTP90, ll.TTFTP90)
 		}
-		if dy, ok := byKey[PolicyKVRouter][kvp.QPS]; ok && kvp.Name != PolicyKVRouter {
+		if dy, ok := byKey[PolicyKVRouterDynamo][kvp.QPS]; ok && kvp.Name != PolicyKVRouterDynamo {
 			ra.TTFTP90VsDynamo = ratio(kvp.TTFTP90, dy.TTFTP90)
 		}
 		if ra.HitVsOracle == 0 {
@@ -244,7 +244,7 @@ func (r *Report) WriteRatios(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("/least_loaded TTFT p90 %.2fx", ra.TTFTP90VsLeastLoaded))
 		}
 		if ra.TTFTP90VsDynamo != 0 {
-			parts = append(parts, fmt.Sprintf("/kvrouter TTFT p90 %.2fx", ra.TTFTP90VsDynamo))
+			parts = append(parts, fmt.Sprintf("/kvrouter_dynamo TTFT p90 %.2fx", ra.TTFTP90VsDynamo))
 		}
 		if ra.HitVsTimed != 0 {
 			parts = append(parts, fmt.Sprintf("hit rate %.3f of oracle_timed", ra.HitVsTimed))

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // tableLegend explains the rows and columns of WriteTable, printed right
 // under it so a reader does not have to look them up.
 var tableLegend = []string{
-	"rows:    kvrouter = this router with its default cost (--router-cost dynamo); kvrouter_ttft = the opt-in --router-cost ttft;",
+	"rows:    kvrouter = this router with its default cost (--router-cost " + string(scheduling.DefaultRouterCost) + "); kvrouter_dynamo = --router-cost dynamo (Dynamo's cost, bit for bit);",
 	"         kvrouter_approx = approximate mode (--use-kv-events=false, Dynamo's cost);",
 	"         round_robin, random, least_loaded = baselines that pick an engine without looking at caches; oracle = hit-rate upper bounds",
 	"columns: hit_rate = share of prompt tokens served from cache; vs_timed = hit_rate / oracle_timed (1.0 = as good as hindsight);",
@@ -29,8 +31,8 @@ func WriteLegend(w io.Writer) {
 
 // Summary returns up to three plain sentences on the report: the
 // default cost against round-robin at the highest load both ran, the
-// opt-in ttft cost against the default at that load, and how close each
-// cost came to the oracle over every load. A sentence whose policies
+// default cost against Dynamo's (kvrouter_dynamo) at the highest load
+// both ran, and how close each cost came to the oracle over every load. A sentence whose policies
 // were not measured is left out.
 func (r *Report) Summary() []string {
 	at := map[string]map[float64]Point{}
@@ -53,12 +55,12 @@ func (r *Report) Summary() []string {
 	}
 	var out []string
 	if kv, rr, ok := top(PolicyKVRouter, PolicyRoundRobin); ok {
-		if s := compare("kvrouter's default cost", "round-robin", kv, rr); s != "" {
+		if s := compare(fmt.Sprintf("kvrouter's default cost (%s)", scheduling.DefaultRouterCost), "round-robin", kv, rr); s != "" {
 			out = append(out, s)
 		}
 	}
-	if ttft, kv, ok := top(PolicyKVRouterTTFT, PolicyKVRouter); ok {
-		if s := compare("the opt-in ttft cost (kvrouter_ttft)", "the default cost", ttft, kv); s != "" {
+	if kv, dy, ok := top(PolicyKVRouter, PolicyKVRouterDynamo); ok {
+		if s := compare("the default cost", "Dynamo's cost", kv, dy); s != "" {
 			out = append(out, s)
 		}
 	}
@@ -139,8 +141,8 @@ func (r *Report) oracleSentence() string {
 		}
 	}
 	var parts []string
-	labels := map[string]string{PolicyKVRouter: "the default cost", PolicyKVRouterTTFT: "the ttft cost", PolicyKVRouterApprox: "approximate mode"}
-	for _, name := range []string{PolicyKVRouter, PolicyKVRouterTTFT, PolicyKVRouterApprox} {
+	labels := map[string]string{PolicyKVRouter: "the default cost", PolicyKVRouterDynamo: "Dynamo's cost", PolicyKVRouterApprox: "approximate mode"}
+	for _, name := range []string{PolicyKVRouter, PolicyKVRouterDynamo, PolicyKVRouterApprox} {
 		s := shares[name]
 		if s == nil {
 			continue

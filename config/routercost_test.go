@@ -12,8 +12,32 @@ func TestRouterCostFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc := d.Scheduling(); sc.RouterCost != scheduling.CostDynamo || sc.TTFT != scheduling.DefaultTTFTConfig() {
+	// The router's default is the ttft cost (scheduling.DefaultConfig
+	// keeps Dynamo's); the replica's actors get it too.
+	if sc := d.Scheduling(); sc.RouterCost != scheduling.CostTTFT || sc.TTFT != scheduling.DefaultTTFTConfig() {
 		t.Fatalf("defaults: %+v", sc)
+	}
+	if a := d.Actors(); a.Scheduling.RouterCost != scheduling.CostTTFT {
+		t.Fatalf("actors' default cost %q", a.Scheduling.RouterCost)
+	}
+	if scheduling.DefaultConfig().RouterCost != scheduling.CostDynamo {
+		t.Fatal("scheduling.DefaultConfig is no longer Dynamo's defaults")
+	}
+	dy, err := Load([]string{"--router-cost", "dynamo"}, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := dy.Actors().Scheduling; sc.RouterCost != scheduling.CostDynamo {
+		t.Fatalf("--router-cost dynamo gave %q", sc.RouterCost)
+	}
+	envDy, err := Load(nil, func(k string) string {
+		if k == "KVROUTER_ROUTER_COST" {
+			return "dynamo"
+		}
+		return ""
+	})
+	if err != nil || envDy.Scheduling().RouterCost != scheduling.CostDynamo {
+		t.Fatalf("KVROUTER_ROUTER_COST=dynamo: %v %v", envDy, err)
 	}
 	env := map[string]string{"KVROUTER_ROUTER_TTFT_UNCACHED_WEIGHT": "1.5"}
 	c, err := Load([]string{"--router-cost", "ttft", "--router-ttft-kv-headroom", "0.8", "--router-prefill-tokens-per-sec", "30000"},

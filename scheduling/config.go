@@ -115,9 +115,10 @@ type Config struct {
 	// blocks, for engines whose decode step time grows with batch size.
 	DecodeActiveRequestWeight float64
 
-	// RouterCost (--router-cost, default dynamo) is the cost decisions
-	// minimise: Dynamo's formula, or the predicted-TTFT cost (TTFTCost)
-	// with the knobs in TTFT.
+	// RouterCost is the cost decisions minimise: Dynamo's formula (the
+	// value in DefaultConfig, and what "" means), or the predicted-TTFT
+	// cost (TTFTCost) with the knobs in TTFT. The router's flag
+	// --router-cost defaults to DefaultRouterCost.
 	RouterCost CostModel
 	TTFT       TTFTConfig
 

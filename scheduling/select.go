@@ -29,8 +29,8 @@ type Decision struct {
 	Candidates int
 }
 
-// Select scores cands with the configured cost (Dynamo's by default,
-// TTFTCost with RouterCost ttft) and picks one. At temperature 0
+// Select scores cands with the configured cost (Dynamo's with RouterCost
+// dynamo or "", TTFTCost with RouterCost ttft) and picks one. At temperature 0
 // it takes the minimum, breaking exact ties uniformly at random (reservoir
 // sampling, one draw per tie). Above 0 it samples
 // p_i ∝ exp(−(c_i − c_min) / ((c_max − c_min)·T)), uniform when all costs

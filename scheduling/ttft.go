@@ -15,11 +15,18 @@ type CostModel string
 const (
 	// CostDynamo is Dynamo's worker_logit (logit in cost.go), kept bit
 	// for bit: prefill blocks left after cache credit plus decode blocks.
-	// The default.
+	// DefaultConfig (Dynamo's defaults) uses it, and so does an empty
+	// RouterCost.
 	CostDynamo CostModel = "dynamo"
 	// CostTTFT predicts the request's time to first token on each rank
 	// and what its uncached work costs the requests behind it (TTFTCost).
 	CostTTFT CostModel = "ttft"
+
+	// DefaultRouterCost is the router's --router-cost default: the ttft
+	// cost, which had the highest hit rate of the costs compared in every
+	// point of the cost table (README, "Choosing a cost"). DefaultConfig
+	// keeps CostDynamo, so that it stays Dynamo's defaults.
+	DefaultRouterCost = CostTTFT
 )
 
 // ParseCostModel accepts the cost model names.

@@ -18,6 +18,10 @@ func TestOverloadAnswers429AndRecovers(t *testing.T) {
 		c.StaticWorkers = []string{"1=http://127.0.0.1:9", "2=http://127.0.0.1:9"}
 		c.MaxNumBatchedTokens = 64 // threshold 16 x 64 = 1,024 prefill tokens per worker
 		c.RouterMaxQueueWait = 500 * time.Millisecond
+		// Dynamo's cost spreads the two identical giants below over both
+		// workers; the ttft cost would queue the second behind the first's
+		// prefix on one worker, leaving the other free.
+		c.RouterCost = "dynamo"
 	})
 	base := BaseURL(rep)
 	route := func(id string, n int) (int, map[string]any) {

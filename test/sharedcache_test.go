@@ -42,6 +42,7 @@ func TestSharedCacheTierChangesRoute(t *testing.T) {
 	rep := StartReplica(t, func(c *config.Config) {
 		c.SharedCacheWorkers = []string{"900"}
 		c.SharedCacheMultiplier = 0.5
+		c.RouterCost = "dynamo" // the costs below are Dynamo's formula
 	})
 	base := BaseURL(rep)
 	nc := connect(t, rep)

@@ -42,7 +42,7 @@ func demoPreset(f *sweepFlags) error {
 	w.Seed = 1
 	f.warmup = 120
 	f.qps = "16,40,64"
-	f.policies = "kvrouter,kvrouter_ttft,round_robin,least_loaded,oracle"
+	f.policies = "kvrouter,kvrouter_dynamo,round_robin,least_loaded,oracle"
 	f.out = "out/demo"
 	f.fleet.Workers = 8
 	f.fleet.BlockSize = 16
@@ -79,7 +79,7 @@ func b2bPreset(f *sweepFlags) error {
 	w.Seed = 1
 	f.warmup = 120
 	f.qps = "15,30,60"
-	f.policies = "kvrouter,kvrouter_ttft,kvrouter_approx,round_robin,oracle"
+	f.policies = "kvrouter,kvrouter_dynamo,kvrouter_approx,round_robin,oracle"
 	f.out = "out/b2b"
 	f.fleet.Workers = 8
 	f.fleet.BlockSize = 16

@@ -51,6 +51,7 @@ func TestSubcommandsRejectBadArguments(t *testing.T) {
 		{[]string{"run", "--qps", "abc"}, `qps "abc" is not a positive number`},
 		{[]string{"run", "--qps", "-2"}, `qps "-2" is not a positive number`},
 		{[]string{"run", "--policies", "kvrouter,magic"}, `"magic"`},
+		{[]string{"run", "--policies", "kvrouter_ttft"}, "use kvrouter (the default cost, ttft) or kvrouter_dynamo"},
 		{[]string{"run", "--workload", "nope"}, `unknown workload "nope"`},
 		{[]string{"run", "--workers", "0"}, "at least one worker"},
 		{[]string{"run", "--log-level", "loud"}, `log level "loud"`},

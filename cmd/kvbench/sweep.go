@@ -48,7 +48,7 @@ func (f *sweepFlags) registerPreset(fs *flag.FlagSet, args []string, fallback st
 func (f *sweepFlags) registerRest(fs *flag.FlagSet) {
 	registerWorkload(fs, &f.workload)
 	fs.StringVar(&f.qps, "qps", defaultQPS, "comma-separated offered loads (requests/s); mooncake defaults to none: the trace's own rate times --time-scale")
-	fs.StringVar(&f.policies, "policies", "kvrouter,kvrouter_ttft,round_robin,random,least_loaded,oracle", "comma-separated policies: kvrouter (Dynamo's cost), kvrouter_ttft (--router-cost ttft), kvrouter_approx (approximate mode: --use-kv-events=false, Dynamo's cost), round_robin, random, least_loaded, oracle (the hit-rate bounds only)")
+	fs.StringVar(&f.policies, "policies", "kvrouter,kvrouter_dynamo,round_robin,random,least_loaded,oracle", "comma-separated policies: kvrouter (the router's default cost, --router-cost ttft), kvrouter_dynamo (--router-cost dynamo: Dynamo's cost), kvrouter_approx (approximate mode: --use-kv-events=false, with Dynamo's cost), round_robin, random, least_loaded, oracle (the hit-rate bounds only)")
 	fs.IntVar(&f.repeats, "repeats", 3, "runs of each (policy, QPS) point, each on a fresh fleet with the policy order rotated between runs; the report gives each figure's median and range (one run on a shared machine is not evidence)")
 	fs.StringVar(&f.out, "out", "out/run", "directory for report.json and the plots")
 	fs.DurationVar(&f.timeout, "request-timeout", 2*time.Minute, "longest a single request may take")

@@ -9,9 +9,10 @@ import (
 	"testing"
 )
 
-// Words that look like metric names but are not: the name of a routing
-// cost (--router-cost kvrouter_ttft) or approximate mode (kvrouter_approx), and fields of GET /v1/models.
-var notMetrics = map[string]bool{"kvrouter_ttft": true, "kvrouter_approx": true, "kvrouter_tokenization": true, "kvrouter_parity": true}
+// Words that look like metric names but are not: kvbench policies
+// (kvrouter_dynamo, kvrouter_approx, and kvrouter_ttft, the refused old
+// name of the ttft cost's policy), and fields of GET /v1/models.
+var notMetrics = map[string]bool{"kvrouter_dynamo": true, "kvrouter_ttft": true, "kvrouter_approx": true, "kvrouter_tokenization": true, "kvrouter_parity": true}
 
 var metricWord = regexp.MustCompile(`kvrouter_[a-z0-9_]+`)
 var tableName = regexp.MustCompile("(?m)^\\| `(kvrouter_[a-z0-9_]+)` \\| (\\w+) \\|")
