@@ -36,7 +36,11 @@ type stream struct {
 	ctx   context.Context
 	modes modes
 	head  requestHead
-	body  []byte
+	// pieces are the request body's pieces as they arrived (each its own
+	// copy, made when the message was decoded: no copy is made here);
+	// size is their length.
+	pieces [][]byte
+	size   int
 	// decided: the request was answered (picked or refused).
 	decided bool
 	// addr is the picked endpoint; workers the address book the pick
@@ -121,10 +125,13 @@ func (st *stream) handle(req *extproc.ProcessingRequest) ([]*extproc.ProcessingR
 			return nil, false
 		}
 		chunk := v.RequestBody.GetBody()
-		if len(st.body)+len(chunk) > st.s.opts.MaxBodyBytes {
+		if st.size+len(chunk) > st.s.opts.MaxBodyBytes {
 			return st.refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", st.s.opts.MaxBodyBytes), "too_large")
 		}
-		st.body = append(st.body, chunk...)
+		if len(chunk) > 0 {
+			st.pieces = append(st.pieces, chunk)
+			st.size += len(chunk)
+		}
 		if !v.RequestBody.GetEndOfStream() {
 			return nil, false
 		}
@@ -245,7 +252,8 @@ func (st *stream) pick(req *extproc.ProcessingRequest, eos bool) ([]*extproc.Pro
 	if f != nil {
 		return st.refuseWith(f, "subset")
 	}
-	inf, f := st.s.opts.API.NewInference(st.ctx, st.head.path, st.head.header, st.body)
+	body := st.body()
+	inf, f := st.s.opts.API.NewInference(st.ctx, st.head.path, st.head.header, body)
 	if f != nil {
 		return st.refuseWith(f, "input")
 	}
@@ -266,7 +274,7 @@ func (st *stream) pick(req *extproc.ProcessingRequest, eos bool) ([]*extproc.Pro
 		st.s.countEnd("cut")
 		return st.refuse(http.StatusServiceUnavailable, fmt.Sprintf("worker %d has no address", d.WorkerID), "no_endpoint")
 	}
-	p := pick{dest: destination(addr, st.fallbacks(d.WorkerID, allowed)), rank: d.DpRank, bodyLen: len(st.body)}
+	p := pick{dest: destination(addr, st.fallbacks(d.WorkerID, allowed)), rank: d.DpRank, bodyLen: len(body)}
 	if d.HasPrefill {
 		p.prefiller = st.workers[d.PrefillWorkerID]
 	}
@@ -276,8 +284,29 @@ func (st *stream) pick(req *extproc.ProcessingRequest, eos bool) ([]*extproc.Pro
 		return []*extproc.ProcessingResponse{bodyPick(p)}, false
 	}
 	// Full duplex: the held headers go on with the pick, then the body
-	// as it came.
-	return append([]*extproc.ProcessingResponse{headersPick(p)}, streamedBody(st.body, eos, requestBody)...), false
+	// as it came. Envoy forwards nothing of the body the picker has not
+	// sent back, and takes no body piece before the headers' answer,
+	// which needs the whole prompt: the pieces are held until the pick
+	// and sent back then, as the Inference Extension's reference picker
+	// does (BUFFERED mode needs no echo).
+	return append([]*extproc.ProcessingResponse{headersPick(p)}, streamedBody(body, eos, requestBody)...), false
+}
+
+// body is the request body: its one piece as it arrived (the usual
+// case: Envoy sends a small body in one message), or the pieces joined.
+func (st *stream) body() []byte {
+	switch len(st.pieces) {
+	case 0:
+		return nil
+	case 1:
+		return st.pieces[0]
+	}
+	b := make([]byte, 0, st.size)
+	for _, p := range st.pieces {
+		b = append(b, p...)
+	}
+	st.pieces = [][]byte{b}
+	return b
 }
 
 // fallbacks are the endpoints after the chosen one: other workers the

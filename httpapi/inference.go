@@ -62,14 +62,14 @@ func failure(status int, format string, args ...any) *Failure {
 // tokenized as the served model's engine does, its LoRA adapter, max
 // tokens, sticky session (header or body) and parity fields.
 func (s *Server) prepare(ctx context.Context, path string, header http.Header, body []byte) (*proxied, *Failure) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+	b, err := readOpenAIBody(body)
+	if err != nil {
 		return nil, failure(http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
 	}
-	if fields == nil {
+	if b.fields == nil {
 		return nil, failure(http.StatusBadRequest, "malformed JSON: the body must be an object")
 	}
-	if _, ok := fields["kv_transfer_params"]; ok {
+	if _, ok := b.fields["kv_transfer_params"]; ok {
 		// A client's transfer parameters would point an engine's KV
 		// connector at any host it names; only the router sets them.
 		f := failure(http.StatusBadRequest, "kv_transfer_params is set by the router in a disaggregated fleet, not by clients")
@@ -78,9 +78,9 @@ func (s *Server) prepare(ctx context.Context, path string, header http.Header, b
 	}
 	switch path {
 	case PathCompletions:
-		return s.prepareCompletion(ctx, header, body, fields)
+		return s.prepareCompletion(ctx, header, b)
 	case PathChat:
-		return s.prepareChat(ctx, header, body, fields)
+		return s.prepareChat(ctx, header, b)
 	}
 	return nil, failure(http.StatusNotFound, "%s is not routed: the router routes %s and %s", path, PathCompletions, PathChat)
 }

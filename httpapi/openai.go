@@ -337,22 +337,27 @@ func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) {
 // before, or text tokenized with the model's tokenizer; with models
 // configured, "model" must name one of them (a LoRA adapter salts the
 // hashes).
-func (s *Server) completionTokens(ctx context.Context, body []byte, fields map[string]json.RawMessage) ([]uint32, string, error) {
-	var in textInput
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, "", badInput("malformed JSON: %s", describeJSONError(err))
+func (s *Server) completionTokens(ctx context.Context, b *openAIBody) ([]uint32, string, error) {
+	in, err := b.textInput()
+	if err != nil {
+		return nil, "", err
 	}
 	if _, isText, err := textPrompt(in.Prompt); err != nil {
 		return nil, "", err
 	} else if isText {
-		ids, m, err := s.tokenizeInput(ctx, &in)
+		ids, m, err := s.tokenizeInput(ctx, in)
 		if err != nil {
 			return nil, "", err
 		}
 		return ids, m.lora, nil
 	}
-	ids, err := completionPrompt(fields["prompt"])
-	if err != nil {
+	var ids []uint32
+	if b.promptIDs != nil {
+		// Parsed while the body was read.
+		if ids = *b.promptIDs; len(ids) == 0 {
+			return nil, "", badInput("prompt must not be empty")
+		}
+	} else if ids, err = completionPrompt(b.fields["prompt"]); err != nil {
 		return nil, "", badInput("%v", err)
 	}
 	lora := ""
@@ -366,17 +371,18 @@ func (s *Server) completionTokens(ctx context.Context, body []byte, fields map[s
 	return ids, lora, nil
 }
 
-// prepareChat reads a /v1/chat/completions body (fields: its top-level
-// members) into the request to route.
-func (s *Server) prepareChat(ctx context.Context, header http.Header, body []byte, fields map[string]json.RawMessage) (*proxied, *Failure) {
-	var in textInput
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, failure(http.StatusBadRequest, "malformed JSON: %s", describeJSONError(err))
+// prepareChat reads a /v1/chat/completions body into the request to
+// route.
+func (s *Server) prepareChat(ctx context.Context, header http.Header, b *openAIBody) (*proxied, *Failure) {
+	in, err := b.textInput()
+	if err != nil {
+		return nil, failure(http.StatusBadRequest, "%v", err)
 	}
+	fields := b.fields
 	if !in.isChat() {
 		return nil, failure(http.StatusBadRequest, "messages is required")
 	}
-	tokens, m, err := s.tokenizeInput(ctx, &in)
+	tokens, m, err := s.tokenizeInput(ctx, in)
 	if err != nil {
 		f := s.inputFailure(err)
 		f.Outcome = "bad_input"
@@ -390,8 +396,8 @@ func (s *Server) prepareChat(ctx context.Context, header http.Header, body []byt
 	if err != nil {
 		return nil, failure(http.StatusBadRequest, "%v", err)
 	}
-	return &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: PathChat, body: body, lora: m.lora, session: session,
-		model: m, source: s.paritySource(m), in: &in}, nil
+	return &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: PathChat, body: b.raw, lora: m.lora, session: session,
+		model: m, source: s.paritySource(m), in: in}, nil
 }
 
 // maxTokensOf reads the first of the given fields that is present.

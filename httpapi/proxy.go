@@ -100,10 +100,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string) {
 	p.serve(w, r)
 }
 
-// prepareCompletion reads a /v1/completions body (fields: its top-level
-// members) into the request to route.
-func (s *Server) prepareCompletion(ctx context.Context, header http.Header, body []byte, fields map[string]json.RawMessage) (*proxied, *Failure) {
-	tokens, lora, err := s.completionTokens(ctx, body, fields)
+// prepareCompletion reads a /v1/completions body into the request to
+// route.
+func (s *Server) prepareCompletion(ctx context.Context, header http.Header, b *openAIBody) (*proxied, *Failure) {
+	fields := b.fields
+	tokens, lora, err := s.completionTokens(ctx, b)
 	if err != nil {
 		f := s.inputFailure(err)
 		f.Outcome = "bad_input"
@@ -119,8 +120,8 @@ func (s *Server) prepareCompletion(ctx context.Context, header http.Header, body
 	if err != nil {
 		return nil, failure(http.StatusBadRequest, "%v", err)
 	}
-	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: PathCompletions, body: body, lora: lora, session: session}
-	p.completionParity(body)
+	p := &proxied{s: s, tokens: tokens, fields: fields, maxTokens: maxTokens, path: PathCompletions, body: b.raw, lora: lora, session: session}
+	p.completionParity(b)
 	return p, nil
 }
 
@@ -166,9 +167,9 @@ type proxied struct {
 
 // completionParity fills a completion's parity fields: its model, and
 // whether its prompt was text (tokenized by the router or the engine) or
-// token ids. The body is decoded again only for a switched model's text
-// (its background check needs the input).
-func (p *proxied) completionParity(body []byte) {
+// token ids. The text input is decoded only for a switched model's text
+// (its background check needs it).
+func (p *proxied) completionParity(b *openAIBody) {
 	s := p.s
 	if s.parity == nil {
 		return
@@ -185,9 +186,8 @@ func (p *proxied) completionParity(body []byte) {
 		return
 	}
 	if p.source = s.paritySource(p.model); p.source == parity.SourceEngine {
-		var in textInput
-		if json.Unmarshal(body, &in) == nil {
-			p.in = &in
+		if in, err := b.textInput(); err == nil {
+			p.in = in
 		}
 	}
 }
