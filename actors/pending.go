@@ -33,7 +33,7 @@ type pending struct {
 	// shards asked, no shard reads local any more (recycleLocal).
 	shardsAnswered int
 	ranksLeft      int
-	overlaps       overlapSet
+	overlaps       decide.OverlapSet
 	// shared is the prompt's longest shared-tier prefix: the max of the
 	// shards' answers (each sees the stores it owns).
 	shared   uint32
@@ -75,7 +75,7 @@ func (s *schedulerActor) register(ctx actor.Context, p *pending) *pending {
 // askShards fans a score request out to every shard.
 func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
 	hashes := kv.LocalHashesAsUint64(p.local) // p.local is never modified
-	p.overlaps.reset(len(s.shards))
+	p.overlaps.Reset(len(s.shards))
 	p.shared = 0
 	p.shardsLeft = len(s.shards)
 	q := &messages.ScoreRequest{QueryId: p.id, LocalHashes: hashes}
@@ -123,7 +123,7 @@ func (s *schedulerActor) onOverlap(ctx actor.Context, m *messages.OverlapReply) 
 	if !ok || p.shardsLeft == 0 {
 		return // late reply of a decision already made
 	}
-	p.overlaps.add(m.Ranks)
+	p.overlaps.Add(m.Ranks)
 	p.shared = max(p.shared, m.SharedBlocks)
 	p.shardsLeft--
 	p.shardsAnswered++
@@ -185,7 +185,7 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 	case kindOverlaps:
 		s.release(p)
 		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local)), SharedBlocks: p.shared}
-		reply.Ranks = p.overlaps.every(s.ranks.List)
+		reply.Ranks = p.overlaps.Every(s.ranks.List)
 		ctx.Send(p.replyTo, reply)
 	case kindLoads:
 		s.release(p)

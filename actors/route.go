@@ -77,43 +77,9 @@ func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeRe
 	s.obs.DecisionPhase("hash", p.hashed.Sub(p.started))
 }
 
-// candidates joins overlaps and loads for the eligible ranks: the reply
-// of a rank asked (it shares the prompt's prefix), else its published load.
-// (decide folds in the decisions the loads do not show and zeroes
-// untracked blocks.) The slice is the scheduler's scratch, valid until the next call: every
-// caller uses it within the message it handles (64 candidates were a
-// quarter of the bytes a decision allocated).
+// candidates joins a decision's overlaps and loads (decide.Decider.Join).
 func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Candidate {
-	cands := s.candScratch[:0]
-	defer func() { s.candScratch = cands[:0] }()
-	promptBlocks := uint64(p.blocks)
-	nowUnixNano := now.UnixNano()
-	entry := s.dec.Board().Entries(p.eligible())
-	for i, w := range p.eligible() {
-		// Filled in place: a candidate is ~150 bytes, and building it on
-		// the stack and appending copied it once more per rank.
-		cands = append(cands, scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: p.shared})
-		c := &cands[len(cands)-1]
-		if o, ok := p.overlaps.next(w); ok {
-			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.device, o.host, o.disk
-		}
-		l := p.loads[w]
-		if l == nil {
-			entry.At(i, w).Fill(c, promptBlocks, nowUnixNano)
-		} else {
-			c.HasLoad = true
-			c.ActivePrefillTokens = l.ActivePrefillTokens
-			c.ActiveBlocks = l.ActiveBlocks
-			c.NewBlocks = l.NewBlocks
-			c.ActiveRequests = int(l.ActiveRequests)
-			c.ActivePrefixBlocks = uint32(promptBlocks - min(l.NewBlocks, promptBlocks))
-			c.HeadPrefillTokens = l.HeadPrefillTokens
-			c.HeadPrefillElapsed = time.Duration(l.HeadPrefillElapsedNanos)
-			c.PrefillTokensPerSec = l.PrefillTokensPerSec
-		}
-		c.CapacityBlocks = s.ranks.Capacity[w]
-	}
-	return cands
+	return s.dec.Join(p.eligible(), &s.ranks.Ranks, &p.overlaps, p.loads, p.blocks, p.shared, now)
 }
 
 // decide steps a route request whose replies are in (decide.Decide) and

@@ -13,7 +13,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
-	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sessions"
 	"github.com/kvrouter/kvrouter/tracking"
 )
@@ -45,8 +44,6 @@ type schedulerActor struct {
 
 	ranks *rankView
 	local *tracking.Table // requests this replica routed
-	// candScratch backs candidates' result (see there).
-	candScratch []scheduling.Candidate
 
 	registry *actor.PID
 	restarts *restartNotice

@@ -58,7 +58,8 @@ type Decider struct {
 	base  scheduling.Config // cfg.Scheduling normalised
 	rng   *rand.Rand
 	pipe  Pipeline
-	costs []float64 // scoring scratch
+	costs []float64              // scoring scratch
+	cands []scheduling.Candidate // Join's scratch
 	// A step's effects live in the Decider until the next step (a
 	// decision allocates none of them).
 	out     []Effect
