@@ -1,22 +1,20 @@
 package actors
 
 import (
-	"strings"
-
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/messages"
-	"github.com/kvrouter/kvrouter/scheduling"
 )
 
 // freeCompanion frees the prefill hop of a request that was freed (a
 // client that frees a disaggregated request, or leaves, frees both), and
 // gossips it. A hop freed already (its answer arrived) is not tracked.
 func (s *schedulerActor) freeCompanion(ctx actor.Context, requestID string) {
-	if strings.HasSuffix(requestID, scheduling.PrefillRequestSuffix) {
+	id, ok := decide.PrefillHop(requestID)
+	if !ok {
 		return
 	}
-	id := scheduling.PrefillRequestID(requestID)
 	e, ok := s.local.Lookup(id)
 	if !ok {
 		return

@@ -27,13 +27,7 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	now := time.Now()
 	p := &pending{kind: kindRoute} // registered once accepted
 	in := decide.Start{Req: m, Ranks: &s.ranks.Ranks, Tracked: s.local, Active: s.local.Len(), Plan: &p.plan}
-	if m.SessionId != "" {
-		if in.Session.IDError = s.sessions.CheckID(m.SessionId); in.Session.IDError == nil {
-			if e, ok := s.sessions.Lookup(m.SessionId, now); ok {
-				in.Session = decide.SessionAnswer{Bound: true, Worker: e.Worker, LastUsed: e.LastUsed}
-			}
-		}
-	}
+	in.Session = decide.SessionOf(s.sessions, m.SessionId, now)
 	// Start's one effect: Ask (fan out) or Answer (refused). The fan-out
 	// may step the Decider again, which reuses its effects.
 	if e, refused := s.dec.Step(now, &in)[0].(*decide.Answer); refused {
