@@ -23,10 +23,11 @@ func (s *schedulerActor) recordSession(r *decide.Session, now time.Time) {
 	if !changed {
 		return
 	}
-	if out == sessions.Moved {
-		s.obs.SessionMoved(string(reason))
-	} else {
+	switch out {
+	case sessions.Bound:
 		s.obs.SessionEvent("bound", 1)
+	case sessions.Moved:
+		s.obs.SessionMoved(string(reason))
 	}
 	s.gossip.send(decide.SessionEvent(e))
 }

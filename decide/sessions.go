@@ -30,7 +30,8 @@ func SessionOf(t *sessions.Table, id string, now time.Time) SessionAnswer {
 
 // BindSession carries out a Session effect on the table: it binds, keeps
 // or moves the session and returns the entry to gossip (changed false:
-// nothing to gossip) with the outcome and, for a move, its reason. A
+// nothing to gossip; a refresh of a kept binding is gossiped) with the
+// outcome and, for a move, its reason. A
 // session that had no binding when its decision started but has one now
 // was bound by a concurrent request: that first binding stays.
 func BindSession(t *sessions.Table, s *Session, now time.Time) (e sessions.Entry, out sessions.Outcome, reason sessions.MoveReason, changed bool) {
