@@ -6,11 +6,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvrouter/kvrouter/decide"
-	"github.com/kvrouter/kvrouter/hashing"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
-	"github.com/kvrouter/kvrouter/sequence"
 	"github.com/kvrouter/kvrouter/tracking"
 	"github.com/kvrouter/kvrouter/trust"
 )
@@ -45,35 +43,18 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	s.maybeFinish(ctx, p) // no shards and no workers cannot happen, but stay safe
 }
 
-// hash computes a request's block hashes and its sampled sequence hashes,
-// as the sequence actors and peers take them: one per
-// router-active-sequence-stride blocks, in a slice of its own (messages are
-// never shared with later mutation).
+// hash computes a request's block hashes and sampled sequence hashes
+// (decide.Decider.Hash).
 func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeReuse bool) {
-	p.local = hashing.AppendBlockHashes(s.takeLocal(), tokens, s.cfg.BlockSize, hashing.Options{LoraName: lora})
+	p.local, p.sampled = s.dec.Hash(s.takeLocal(), tokens, lora, assumeReuse)
 	p.blocks = len(p.local)
-	stride := s.cfg.Sequence.EffectiveStride()
-	p.sampled = make([]uint64, 0, sequence.SampledCount(p.blocks, stride))
-	if assumeReuse {
-		// Only the sampled hashes outlive the decision (the load queries,
-		// the add and its gossip carry them): the whole chain is computed
-		// in the scheduler's scratch.
-		s.seqScratch = hashing.AppendSequenceHashes(s.seqScratch[:0], p.local)
-		p.sampled = sequence.AppendSample(p.sampled, s.seqScratch, stride)
-	} else {
-		// Dynamo's router_assume_kv_reuse=false: every block is unique,
-		// so nothing is deduplicated in the active-block count.
-		for range cap(p.sampled) {
-			p.sampled = append(p.sampled, s.dec.Rand().Uint64())
-		}
-	}
 	p.hashed = time.Now()
 	s.obs.DecisionPhase("hash", p.hashed.Sub(p.started))
 }
 
 // candidates joins a decision's overlaps and loads (decide.Decider.Join).
 func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Candidate {
-	return s.dec.Join(p.eligible(), &s.ranks.Ranks, &p.overlaps, p.loads, p.blocks, p.shared, now)
+	return s.dec.Join(p.eligible(), &s.ranks.Ranks, &p.fan.Overlaps, p.fan.Loads, p.blocks, p.fan.Shared, now)
 }
 
 // decide steps a route request whose replies are in (decide.Decide) and
@@ -86,7 +67,7 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		s.obs.DecisionPhase("score", now.Sub(p.hashed))
 	}
 	in := decide.Decide{ID: p.id, Req: p.req, Plan: &p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
-		Loads: p.loads, Sampled: p.sampled, Blocks: p.blocks, Shared: p.shared, Overlaps: &p.overlaps,
+		Loads: p.fan.Loads, Sampled: p.sampled, Blocks: p.blocks, Shared: p.fan.Shared, Overlaps: &p.fan.Overlaps,
 		Explain: s.explain}
 	if s.explain {
 		in.Signals = signals{p: p, b: s.dec.Board()}
@@ -200,7 +181,7 @@ func (s *schedulerActor) tryDequeue(ctx actor.Context) {
 		return
 	}
 	s.recheck = p
-	p.deadline = now.Add(s.cfg.DecisionTimeout)
+	p.fan.Deadline = now.Add(s.cfg.DecisionTimeout)
 	s.askLoads(ctx, p)
 	s.maybeFinish(ctx, p)
 }
@@ -244,29 +225,15 @@ func (s *schedulerActor) startRequestsQuery(ctx actor.Context, m *messages.Activ
 	q := &messages.ActiveRequestsQuery{Origin: m.Origin, QueryId: p.id}
 	for _, w := range s.ranks.List {
 		ctx.Request(s.ranks.pids[w], q)
-		p.ranksLeft++
+		p.fan.AskedRank()
 	}
 	s.maybeFinish(ctx, p)
 }
 
-// potentialLoads is Dynamo's get_potential_loads: what each worker's
-// prefill tokens and decode blocks would be with the prospective prompt.
+// potentialLoads is Dynamo's get_potential_loads
+// (decide.Decider.PotentialLoads).
 func (s *schedulerActor) potentialLoads(p *pending) *messages.PotentialLoadsReply {
-	reply := &messages.PotentialLoadsReply{}
-	isl := uint64(len(p.req.TokenIds))
-	cands := s.candidates(p, time.Now())
-	s.dec.ZeroUntracked(cands)
-	for _, c := range cands {
-		_, cached := scheduling.CacheHitEstimate(s.cfg.Scheduling, s.cfg.BlockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
-		reply.Loads = append(reply.Loads, &messages.PotentialLoad{
-			Worker:                 rankMsg(c.Worker),
-			PotentialPrefillTokens: c.ActivePrefillTokens + isl - min(cached, isl),
-			PotentialDecodeBlocks:  c.ActiveBlocks + float64(c.NewBlocks),
-			PrefillTokensPerSec:    c.PrefillTokensPerSec,
-			ActiveRequests:         uint32(c.ActiveRequests),
-		})
-	}
-	return reply
+	return s.dec.PotentialLoads(s.candidates(p, time.Now()), uint64(len(p.req.TokenIds)))
 }
 
 // signals are a decision's signal sources and times for its route
@@ -277,7 +244,7 @@ type signals struct {
 }
 
 func (g signals) Load(w kv.WorkerWithDpRank) (string, int64) {
-	return g.b.LoadAt(w, g.p.loads, g.p.scored.UnixNano())
+	return g.b.LoadAt(w, g.p.fan.Loads, g.p.scored.UnixNano())
 }
 
 // OverlapAt is when the overlaps were asked for: the shards answered

@@ -30,12 +30,11 @@ import (
 // are the replication edge's, and reach the scheduler only through the
 // ranks' published loads.
 type schedulerActor struct {
-	cfg        Config
-	log        *slog.Logger
-	obs        Observer
-	gossip     *gossiper
-	gate       *tickGate         // tells the ticker whether deadlines are pending
-	seqScratch []kv.SequenceHash // a decision's whole sequence-hash chain (hash)
+	cfg    Config
+	log    *slog.Logger
+	obs    Observer
+	gossip *gossiper
+	gate   *tickGate // tells the ticker whether deadlines are pending
 	// localFree are block-hash slices of finished decisions, reused by the
 	// next ones (recycleLocal).
 	localFree   [][]kv.LocalBlockHash
@@ -253,9 +252,7 @@ func (s *schedulerActor) noteDeadlines() {
 
 func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
 	for _, p := range s.pending {
-		if p.waitingForReplies() && now.After(p.deadline) {
-			s.timeout(ctx, p)
-		}
+		s.timeout(ctx, p, now)
 	}
 	s.expireQueue(ctx, now)
 	s.tryDequeue(ctx)

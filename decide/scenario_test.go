@@ -518,52 +518,42 @@ func (w *world) route(l *scenario.Line) {
 	w.nextQID++
 	r.qid = w.nextQID
 	w.byQID[r.qid] = r
-	r.local = hashing.BlockHashes(req.TokenIds, blockSize, hashing.Options{LoraName: req.LoraName})
+	r.local, r.sampled = w.dec.Hash(nil, req.TokenIds, req.LoraName, r.plan.Config.AssumeKVReuse)
 	r.blocks = len(r.local)
-	stride := w.cfg.seq.EffectiveStride()
-	if r.plan.Config.AssumeKVReuse {
-		r.sampled = sequence.AppendSample([]uint64(nil), hashing.SequenceHashes(r.local), stride)
-	} else {
-		for range sequence.SampledCount(r.blocks, stride) {
-			r.sampled = append(r.sampled, w.dec.Rand().Uint64())
-		}
-	}
 	w.decide(r)
 }
 
 // decide gathers a decision's overlaps and loads as the fan-out would
-// (the index's matches; the replies of the ranks sharing the prompt's
-// prefix) and steps the Decider with them.
+// (one shard: the index's matches; the replies of the ranks sharing the
+// prompt's prefix) and steps the Decider with them.
 func (w *world) decide(r *route) {
-	var set decide.OverlapSet
-	set.Reset(1)
+	var fan decide.Fanout
+	fan.AskShards(1)
 	packed, _ := decide.PackOverlaps(w.idx.FindMatches(r.local), nil, nil)
-	set.Add(packed)
-	var loads map[kv.WorkerWithDpRank]*messages.LoadReply
-	board := w.dec.Board()
-	if len(r.sampled) > 0 && board.Held(r.sampled[0]) {
-		entry := board.Entries(r.plan.Eligible)
-		for i, rw := range r.plan.Eligible {
-			rk := w.ranks[rw]
-			if rk == nil || !entry.At(i, rw).SharesPrefix(r.sampled[0]) {
-				continue
-			}
-			if loads == nil {
-				loads = map[kv.WorkerWithDpRank]*messages.LoadReply{}
-			}
-			l := rk.seqs.Load()
-			reply := &messages.LoadReply{Worker: decide.RankMsg(rw), ActivePrefillTokens: l.ActivePrefillTokens,
-				ActiveBlocks: l.ActiveBlocks, ActiveRequests: uint32(l.ActiveRequests), PrefillTokensPerSec: rk.rate.TokensPerSec(),
-				NewBlocks: sequence.CountNewBlocks(rk.seqs, r.sampled, uint64(r.blocks)), AddsApplied: rk.applied}
-			if tokens, started, ok := rk.seqs.HeadPrefill(); ok {
-				reply.HeadPrefillTokens, reply.HeadPrefillElapsedNanos = tokens, int64(rk.rate.HeadElapsed(started, w.now))
-			}
-			loads[rw] = reply
-		}
+	fan.OnOverlap(&messages.OverlapReply{Ranks: packed})
+	fan.AskLoads()
+	targets := w.dec.LoadTargets(r.plan.Eligible, r.sampled)
+	for range targets {
+		fan.AskedRank()
 	}
-	cands := w.dec.Join(r.plan.Eligible, w.view, &set, loads, r.blocks, 0, w.now)
+	for _, rw := range targets {
+		rk := w.ranks[rw]
+		l := rk.seqs.Load()
+		reply := &messages.LoadReply{Worker: decide.RankMsg(rw), ActivePrefillTokens: l.ActivePrefillTokens,
+			ActiveBlocks: l.ActiveBlocks, ActiveRequests: uint32(l.ActiveRequests), PrefillTokensPerSec: rk.rate.TokensPerSec(),
+			NewBlocks: sequence.CountNewBlocks(rk.seqs, r.sampled, uint64(r.blocks)), AddsApplied: rk.applied}
+		if tokens, started, ok := rk.seqs.HeadPrefill(); ok {
+			reply.HeadPrefillTokens, reply.HeadPrefillElapsedNanos = tokens, int64(rk.rate.HeadElapsed(started, w.now))
+		}
+		fan.OnLoad(reply)
+	}
+	if fan.Waiting() {
+		w.fail("fan-out still waiting after every reply")
+	}
+	loads, set := fan.Loads, &fan.Overlaps
+	cands := w.dec.Join(r.plan.Eligible, w.view, set, loads, r.blocks, fan.Shared, w.now)
 	effects := w.dec.Step(w.now, &decide.Decide{ID: r.qid, Req: r.req, Plan: &r.plan, Ranks: w.view, Candidates: cands,
-		Loads: loads, Sampled: r.sampled, Blocks: r.blocks, Overlaps: &set})
+		Loads: loads, Sampled: r.sampled, Blocks: r.blocks, Shared: fan.Shared, Overlaps: set})
 	for _, eff := range effects {
 		switch e := eff.(type) {
 		case *decide.Queue:
