@@ -76,9 +76,6 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	if q, ok := effects[0].(*decide.Queue); ok {
 		// Parked until some worker drops under the threshold (a re-check
 		// leaves it in its place).
-		if s.recheck == p {
-			s.recheck = nil
-		}
 		if q.Parked {
 			s.obs.Decision("queued", 0, len(p.local))
 		}
@@ -152,19 +149,14 @@ func (s *schedulerActor) release(p *pending) {
 	if p.req != nil && p.req.CancelToken != 0 {
 		delete(s.cancels, p.req.CancelToken)
 	}
-	if s.recheck == p {
-		s.recheck = nil
-	}
 	s.dec.Forget(&p.plan, p.id)
 }
 
 // tryDequeue re-reads the loads for the head of the queue (which stays
-// queued meanwhile); decide() then routes it or leaves it waiting.
+// queued meanwhile; decide.Decider.Recheck); decide() then routes it or
+// leaves it waiting.
 func (s *schedulerActor) tryDequeue(ctx actor.Context) {
-	if s.recheck != nil {
-		return
-	}
-	id, ok := s.dec.Head()
+	id, ok := s.dec.Recheck()
 	if !ok {
 		return
 	}
@@ -180,7 +172,6 @@ func (s *schedulerActor) tryDequeue(ctx actor.Context) {
 		ctx.Send(p.replyTo, e.Err)
 		return
 	}
-	s.recheck = p
 	p.fan.Deadline = now.Add(s.cfg.DecisionTimeout)
 	s.askLoads(ctx, p)
 	s.maybeFinish(ctx, p)

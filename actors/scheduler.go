@@ -51,9 +51,6 @@ type schedulerActor struct {
 	// cancels maps a route call's cancel token to its pending decision.
 	cancels map[uint64]uint64
 	nextID  uint64
-	// recheck is the queued request whose loads are being re-read; one
-	// at a time so a burst of frees does not re-query the fleet N times.
-	recheck *pending
 	// dec makes the decisions (package decide); this actor feeds it and
 	// carries out its effects.
 	dec *decide.Decider

@@ -76,6 +76,9 @@ type Decider struct {
 	// that the loads may not show yet.
 	board *Board
 	queue *scheduling.Queue[uint64] // payload: the owner's request id
+	// rechecking: the queued request recheckID is being re-checked.
+	rechecking bool
+	recheckID  uint64
 	// adapters remembers which ranks served which LoRA adapter
 	// (the lora-affinity scorer reads it).
 	adapters Adapters

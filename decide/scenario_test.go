@@ -596,7 +596,7 @@ func (w *world) finish(r *route, reply *messages.RouteReply, err *messages.Route
 // is empty (the actor re-checks on every change of a load).
 func (w *world) dequeue() {
 	for {
-		id, ok := w.dec.Head()
+		id, ok := w.dec.Recheck()
 		if !ok {
 			return
 		}
