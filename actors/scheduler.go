@@ -181,8 +181,7 @@ func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecyc
 	}
 	if gossiped := s.gossip.step(ctx, pid, m); gossiped {
 		if _, ok := m.Step.(*messages.RequestLifecycle_Free); ok {
-			s.local.Untrack(m.RequestId)
-			s.freeCompanion(ctx, m.RequestId)
+			s.freed(ctx, m.RequestId)
 		}
 		s.tryDequeue(ctx)
 	}
@@ -210,8 +209,7 @@ func (s *schedulerActor) cancel(ctx actor.Context, m *messages.CancelRoute) {
 	s.obs.Decision("cancelled", 0, 0)
 	s.gossip.step(ctx, s.ranks.pids[e.Rank], &messages.RequestLifecycle{RequestId: m.RequestId,
 		Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: m.RequestId}}})
-	s.local.Untrack(m.RequestId)
-	s.freeCompanion(ctx, m.RequestId)
+	s.freed(ctx, m.RequestId)
 	s.tryDequeue(ctx)
 }
 
@@ -224,15 +222,11 @@ func (s *schedulerActor) peerStep(ctx actor.Context, ev *messages.SequenceEvent)
 	if !ok || ev.Origin == s.cfg.ReplicaID {
 		return // nobody here holds it (already freed, or never seen)
 	}
-	pid := s.ranks.pids[e.Rank]
-	if c.Step == tracking.StepFree {
-		s.local.Untrack(c.RequestID)
-	}
-	if pid != nil {
+	if pid := s.ranks.pids[e.Rank]; pid != nil {
 		ctx.Send(pid, ev)
 	}
 	if c.Step == tracking.StepFree {
-		s.freeCompanion(ctx, c.RequestID)
+		s.freed(ctx, c.RequestID)
 	}
 	s.tryDequeue(ctx)
 }

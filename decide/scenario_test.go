@@ -641,19 +641,16 @@ func (w *world) lifecycle(id string, free bool) bool {
 	}
 	w.apply(rk, id, free, true)
 	if free {
-		w.local.Untrack(id)
-		w.freeHop(id)
+		w.freed(id)
 	}
 	return true
 }
 
-func (w *world) freeHop(id string) {
-	hop, ok := decide.PrefillHop(id)
-	if !ok {
-		return
-	}
-	if e, ok := w.local.Untrack(hop); ok {
-		w.apply(w.ranks[e.Rank], hop, true, w.ranks[e.Rank] != nil)
+// freed untracks a request that ended and its prefill hop, and frees
+// the hop on its rank if it was still tracked.
+func (w *world) freed(id string) {
+	if hop, e, ok := decide.Freed(w.local, id); ok && w.ranks[e.Rank] != nil {
+		w.apply(w.ranks[e.Rank], hop, true, true)
 	}
 }
 
@@ -675,9 +672,9 @@ func (w *world) peer(ev *messages.SequenceEvent) {
 	case out == tracking.NotTracked && c.Step == tracking.StepFree && ev.Origin != w.cfg.replica:
 		// A peer freed one of ours (its client finished it there): the
 		// peer gossiped it already.
-		if e, ok := w.local.Untrack(c.RequestID); ok {
+		if e, ok := w.local.Lookup(c.RequestID); ok {
 			w.apply(w.ranks[e.Rank], c.RequestID, true, false)
-			w.freeHop(c.RequestID)
+			w.freed(c.RequestID)
 		}
 	}
 }

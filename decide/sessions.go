@@ -7,10 +7,12 @@ import (
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sessions"
+	"github.com/kvrouter/kvrouter/tracking"
 )
 
-// The session table (package sessions) is its owner's; these are the
-// decision's rules over it and the table's entries as gossip carries them.
+// The session table (package sessions) and the table of routed requests
+// (package tracking) are their owner's; these are the decision's rules
+// over them, and the session entries as gossip carries them.
 
 // SessionOf is the table's answer for a request's session as a decision
 // starts (Start.Session): the id's verdict and its live binding.
@@ -51,14 +53,19 @@ func BindSession(t *sessions.Table, s *Session, now time.Time) (e sessions.Entry
 	return e, out, reason, true
 }
 
-// PrefillHop is the id of the prefill hop that goes with a request when
-// it is freed (a client that frees a disaggregated request, or leaves,
-// frees both); false for a hop itself.
-func PrefillHop(requestID string) (string, bool) {
+// Freed untracks a request this replica routed that ended (its client
+// freed it or left, or a peer freed it) and its prefill hop: a client that
+// frees a disaggregated request, or leaves, frees both. It returns the
+// hop's id and entry when the hop was still tracked (its own answer had
+// not freed it): the owner frees it on its rank and gossips it.
+func Freed(t *tracking.Table, requestID string) (hop string, e tracking.Entry, ok bool) {
+	t.Untrack(requestID)
 	if strings.HasSuffix(requestID, scheduling.PrefillRequestSuffix) {
-		return "", false
+		return "", tracking.Entry{}, false
 	}
-	return scheduling.PrefillRequestID(requestID), true
+	hop = scheduling.PrefillRequestID(requestID)
+	e, ok = t.Untrack(hop)
+	return hop, e, ok
 }
 
 // SessionEvent is a table entry as gossip carries it.
