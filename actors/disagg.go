@@ -1,29 +1,21 @@
 package actors
 
 import (
-	"strings"
-
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/messages"
-	"github.com/kvrouter/kvrouter/scheduling"
 )
 
-// freeCompanion frees the prefill hop of a request that was freed (a
-// client that frees a disaggregated request, or leaves, frees both), and
-// gossips it. A hop freed already (its answer arrived) is not tracked.
-func (s *schedulerActor) freeCompanion(ctx actor.Context, requestID string) {
-	if strings.HasSuffix(requestID, scheduling.PrefillRequestSuffix) {
-		return
-	}
-	id := scheduling.PrefillRequestID(requestID)
-	e, ok := s.local.Lookup(id)
+// freed untracks a request that ended and its prefill hop
+// (decide.Freed), and frees and gossips the hop if it was still tracked.
+func (s *schedulerActor) freed(ctx actor.Context, requestID string) {
+	hop, e, ok := decide.Freed(s.local, requestID)
 	if !ok {
 		return
 	}
-	s.local.Untrack(id)
 	if pid := s.ranks.pids[e.Rank]; pid != nil {
-		s.gossip.step(ctx, pid, &messages.RequestLifecycle{RequestId: id,
-			Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: id}}})
+		s.gossip.step(ctx, pid, &messages.RequestLifecycle{RequestId: hop,
+			Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: hop}}})
 	}
 }

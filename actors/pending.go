@@ -22,22 +22,12 @@ const (
 // pending is one fan-out in flight: the replies gathered so far and what
 // to do once they are all in (or the deadline passes).
 type pending struct {
-	id       uint64
-	kind     pendingKind
-	replyTo  *actor.PID
-	started  time.Time
-	deadline time.Time
-
-	shardsLeft int
-	// shardsAnswered counts the shards' replies: when it reaches the
-	// shards asked, no shard reads local any more (recycleLocal).
-	shardsAnswered int
-	ranksLeft      int
-	overlaps       overlapSet
-	// shared is the prompt's longest shared-tier prefix: the max of the
-	// shards' answers (each sees the stores it owns).
-	shared   uint32
-	loads    map[kv.WorkerWithDpRank]*messages.LoadReply
+	id      uint64
+	kind    pendingKind
+	replyTo *actor.PID
+	started time.Time
+	// fan is what the fan-out gathered (decide.Fanout).
+	fan      decide.Fanout
 	requests []*messages.SequenceEvent
 	seq      uint64 // own gossip seq when a requests query started
 
@@ -67,7 +57,7 @@ func (s *schedulerActor) newPending(ctx actor.Context, kind pendingKind) *pendin
 func (s *schedulerActor) register(ctx actor.Context, p *pending) *pending {
 	s.nextID++
 	now := time.Now()
-	p.id, p.replyTo, p.started, p.deadline = s.nextID, ctx.Sender(), now, now.Add(s.cfg.DecisionTimeout)
+	p.id, p.replyTo, p.started, p.fan.Deadline = s.nextID, ctx.Sender(), now, now.Add(s.cfg.DecisionTimeout)
 	s.pending[p.id] = p
 	return p
 }
@@ -75,104 +65,69 @@ func (s *schedulerActor) register(ctx actor.Context, p *pending) *pending {
 // askShards fans a score request out to every shard.
 func (s *schedulerActor) askShards(ctx actor.Context, p *pending) {
 	hashes := kv.LocalHashesAsUint64(p.local) // p.local is never modified
-	p.overlaps.reset(len(s.shards))
-	p.shared = 0
-	p.shardsLeft = len(s.shards)
+	p.fan.AskShards(len(s.shards))
 	q := &messages.ScoreRequest{QueryId: p.id, LocalHashes: hashes}
 	for _, sh := range s.shards {
 		ctx.Request(sh, q)
 	}
 }
 
-// askLoads asks for the loads a decision cannot read from the board:
-// those of the eligible ranks sharing the prompt's prefix (the first
-// sampled hash is one of their roots), whose NewBlocks only they can
-// count. Every other rank's load is its publication.
+// askLoads asks the ranks sharing the prompt's prefix for their load
+// (decide.Decider.LoadTargets).
 func (s *schedulerActor) askLoads(ctx actor.Context, p *pending) {
-	p.loads = nil
-	p.ranksLeft = 0
-	if len(p.sampled) == 0 {
-		return // shorter than a stride: nothing can be shared
-	}
-	root := p.sampled[0]
-	board := s.dec.Board()
-	if !board.Held(root) {
-		return // no rank has a request with this prefix in flight
-	}
+	p.fan.AskLoads()
 	var q *messages.LoadQuery
-	entry := board.Entries(p.eligible())
-	for i, w := range p.eligible() {
-		if !entry.At(i, w).SharesPrefix(root) {
-			continue
+	for _, w := range s.dec.LoadTargets(p.eligible(), p.sampled) {
+		if pid, ok := s.ranks.pids[w]; ok {
+			if q == nil {
+				q = &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(p.blocks)}
+			}
+			ctx.Request(pid, q)
+			p.fan.AskedRank()
 		}
-		pid, ok := s.ranks.pids[w]
-		if !ok {
-			continue
-		}
-		if q == nil {
-			q = &messages.LoadQuery{QueryId: p.id, SequenceHashes: p.sampled, PromptBlocks: uint32(p.blocks)}
-			p.loads = make(map[kv.WorkerWithDpRank]*messages.LoadReply)
-		}
-		ctx.Request(pid, q)
-		p.ranksLeft++
 	}
 }
 
 func (s *schedulerActor) onOverlap(ctx actor.Context, m *messages.OverlapReply) {
-	p, ok := s.pending[m.QueryId]
-	if !ok || p.shardsLeft == 0 {
-		return // late reply of a decision already made
+	if p, ok := s.pending[m.QueryId]; ok && p.fan.OnOverlap(m) {
+		s.maybeFinish(ctx, p)
 	}
-	p.overlaps.add(m.Ranks)
-	p.shared = max(p.shared, m.SharedBlocks)
-	p.shardsLeft--
-	p.shardsAnswered++
-	s.maybeFinish(ctx, p)
 }
 
 func (s *schedulerActor) onLoad(ctx actor.Context, m *messages.LoadReply) {
-	p, ok := s.pending[m.QueryId]
-	if !ok || p.ranksLeft == 0 {
-		return
+	if p, ok := s.pending[m.QueryId]; ok && p.fan.OnLoad(m) {
+		s.maybeFinish(ctx, p)
 	}
-	p.loads[rankOf(m.Worker)] = m
-	p.ranksLeft--
-	s.maybeFinish(ctx, p)
 }
 
 func (s *schedulerActor) onRequests(ctx actor.Context, m *messages.ActiveRequestsReply) {
-	p, ok := s.pending[m.QueryId]
-	if !ok || p.ranksLeft == 0 {
-		return
+	if p, ok := s.pending[m.QueryId]; ok && p.fan.OnRankReply() {
+		p.requests = append(p.requests, m.Events...)
+		s.maybeFinish(ctx, p)
 	}
-	p.requests = append(p.requests, m.Events...)
-	p.ranksLeft--
-	s.maybeFinish(ctx, p)
 }
-
-// waitingForReplies: a fan-out (first, or a queued request's re-check) is
-// under way. A request parked in the queue is not.
-func (p *pending) waitingForReplies() bool { return p.shardsLeft > 0 || p.ranksLeft > 0 }
 
 func (s *schedulerActor) maybeFinish(ctx actor.Context, p *pending) {
-	if p.waitingForReplies() {
-		return
+	if !p.fan.Waiting() {
+		s.finish(ctx, p)
 	}
-	s.finish(ctx, p)
 }
 
-// timeout decides with the replies that arrived; what is missing counts
-// as no overlap (shard) or an idle worker (load), and is reported.
-func (s *schedulerActor) timeout(ctx actor.Context, p *pending) {
-	if p.shardsLeft > 0 {
+// timeout decides with the replies that arrived once the fan-out's
+// deadline passed (decide.Fanout.Expire), and reports what was missing.
+func (s *schedulerActor) timeout(ctx actor.Context, p *pending, now time.Time) {
+	shards, ranks, expired := p.fan.Expire(now)
+	if !expired {
+		return
+	}
+	if shards > 0 {
 		s.obs.DecisionDegraded("shard_timeout")
-		s.log.Warn("decision made without all shards", "missing", p.shardsLeft, "timeout", s.cfg.DecisionTimeout)
+		s.log.Warn("decision made without all shards", "missing", shards, "timeout", s.cfg.DecisionTimeout)
 	}
-	if p.ranksLeft > 0 {
+	if ranks > 0 {
 		s.obs.DecisionDegraded("load_timeout")
-		s.log.Warn("decision made without all load replies", "missing", p.ranksLeft, "timeout", s.cfg.DecisionTimeout)
+		s.log.Warn("decision made without all load replies", "missing", ranks, "timeout", s.cfg.DecisionTimeout)
 	}
-	p.shardsLeft, p.ranksLeft = 0, 0
 	s.finish(ctx, p)
 }
 
@@ -184,8 +139,8 @@ func (s *schedulerActor) finish(ctx actor.Context, p *pending) {
 		return
 	case kindOverlaps:
 		s.release(p)
-		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local)), SharedBlocks: p.shared}
-		reply.Ranks = p.overlaps.every(s.ranks.List)
+		reply := &messages.OverlapScoresReply{RequestBlocks: uint32(len(p.local)), SharedBlocks: p.fan.Shared}
+		reply.Ranks = p.fan.Overlaps.Every(s.ranks.List)
 		ctx.Send(p.replyTo, reply)
 	case kindLoads:
 		s.release(p)
@@ -210,7 +165,7 @@ const (
 // its slice back: a shard that has not answered (timeout, cancel) may
 // still read it (TestTimedOutDecisionKeepsItsHashes).
 func (s *schedulerActor) recycleLocal(p *pending) {
-	if p.local == nil || p.shardsAnswered < len(s.shards) || len(s.localFree) >= localFreeMax ||
+	if p.local == nil || !p.fan.AllShardsAnswered(len(s.shards)) || len(s.localFree) >= localFreeMax ||
 		cap(p.local) > localReuseMaxBlocks {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/tracking"
@@ -103,7 +104,7 @@ func (a *replicationActor) remoteBatch(ctx actor.Context, evs []*messages.Sequen
 	registered := a.ranks.has // one method value per batch, not per event
 	var sessionWrites []*messages.SequenceEvent
 	for _, ev := range evs {
-		if isSessionEvent(ev) {
+		if decide.IsSessionEvent(ev) {
 			sessionWrites = append(sessionWrites, ev)
 			continue
 		}

@@ -6,11 +6,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvrouter/kvrouter/decide"
-	"github.com/kvrouter/kvrouter/hashing"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
-	"github.com/kvrouter/kvrouter/sequence"
 	"github.com/kvrouter/kvrouter/tracking"
 	"github.com/kvrouter/kvrouter/trust"
 )
@@ -27,13 +25,7 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	now := time.Now()
 	p := &pending{kind: kindRoute} // registered once accepted
 	in := decide.Start{Req: m, Ranks: &s.ranks.Ranks, Tracked: s.local, Active: s.local.Len(), Plan: &p.plan}
-	if m.SessionId != "" {
-		if in.Session.IDError = s.sessions.CheckID(m.SessionId); in.Session.IDError == nil {
-			if e, ok := s.sessions.Lookup(m.SessionId, now); ok {
-				in.Session = decide.SessionAnswer{Bound: true, Worker: e.Worker, LastUsed: e.LastUsed}
-			}
-		}
-	}
+	in.Session = decide.SessionOf(s.sessions, m.SessionId, now)
 	// Start's one effect: Ask (fan out) or Answer (refused). The fan-out
 	// may step the Decider again, which reuses its effects.
 	if e, refused := s.dec.Step(now, &in)[0].(*decide.Answer); refused {
@@ -51,69 +43,18 @@ func (s *schedulerActor) startRoute(ctx actor.Context, m *messages.RouteRequest)
 	s.maybeFinish(ctx, p) // no shards and no workers cannot happen, but stay safe
 }
 
-// hash computes a request's block hashes and its sampled sequence hashes,
-// as the sequence actors and peers take them: one per
-// router-active-sequence-stride blocks, in a slice of its own (messages are
-// never shared with later mutation).
+// hash computes a request's block hashes and sampled sequence hashes
+// (decide.Decider.Hash).
 func (s *schedulerActor) hash(p *pending, tokens []uint32, lora string, assumeReuse bool) {
-	p.local = hashing.AppendBlockHashes(s.takeLocal(), tokens, s.cfg.BlockSize, hashing.Options{LoraName: lora})
+	p.local, p.sampled = s.dec.Hash(s.takeLocal(), tokens, lora, assumeReuse)
 	p.blocks = len(p.local)
-	stride := s.cfg.Sequence.EffectiveStride()
-	p.sampled = make([]uint64, 0, sequence.SampledCount(p.blocks, stride))
-	if assumeReuse {
-		// Only the sampled hashes outlive the decision (the load queries,
-		// the add and its gossip carry them): the whole chain is computed
-		// in the scheduler's scratch.
-		s.seqScratch = hashing.AppendSequenceHashes(s.seqScratch[:0], p.local)
-		p.sampled = sequence.AppendSample(p.sampled, s.seqScratch, stride)
-	} else {
-		// Dynamo's router_assume_kv_reuse=false: every block is unique,
-		// so nothing is deduplicated in the active-block count.
-		for range cap(p.sampled) {
-			p.sampled = append(p.sampled, s.dec.Rand().Uint64())
-		}
-	}
 	p.hashed = time.Now()
 	s.obs.DecisionPhase("hash", p.hashed.Sub(p.started))
 }
 
-// candidates joins overlaps and loads for the eligible ranks: the reply
-// of a rank asked (it shares the prompt's prefix), else its published load.
-// (decide folds in the decisions the loads do not show and zeroes
-// untracked blocks.) The slice is the scheduler's scratch, valid until the next call: every
-// caller uses it within the message it handles (64 candidates were a
-// quarter of the bytes a decision allocated).
+// candidates joins a decision's overlaps and loads (decide.Decider.Join).
 func (s *schedulerActor) candidates(p *pending, now time.Time) []scheduling.Candidate {
-	cands := s.candScratch[:0]
-	defer func() { s.candScratch = cands[:0] }()
-	promptBlocks := uint64(p.blocks)
-	nowUnixNano := now.UnixNano()
-	entry := s.dec.Board().Entries(p.eligible())
-	for i, w := range p.eligible() {
-		// Filled in place: a candidate is ~150 bytes, and building it on
-		// the stack and appending copied it once more per rank.
-		cands = append(cands, scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: p.shared})
-		c := &cands[len(cands)-1]
-		if o, ok := p.overlaps.next(w); ok {
-			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = o.device, o.host, o.disk
-		}
-		l := p.loads[w]
-		if l == nil {
-			entry.At(i, w).Fill(c, promptBlocks, nowUnixNano)
-		} else {
-			c.HasLoad = true
-			c.ActivePrefillTokens = l.ActivePrefillTokens
-			c.ActiveBlocks = l.ActiveBlocks
-			c.NewBlocks = l.NewBlocks
-			c.ActiveRequests = int(l.ActiveRequests)
-			c.ActivePrefixBlocks = uint32(promptBlocks - min(l.NewBlocks, promptBlocks))
-			c.HeadPrefillTokens = l.HeadPrefillTokens
-			c.HeadPrefillElapsed = time.Duration(l.HeadPrefillElapsedNanos)
-			c.PrefillTokensPerSec = l.PrefillTokensPerSec
-		}
-		c.CapacityBlocks = s.ranks.Capacity[w]
-	}
-	return cands
+	return s.dec.Join(p.eligible(), &s.ranks.Ranks, &p.fan.Overlaps, p.fan.Loads, p.blocks, p.fan.Shared, now)
 }
 
 // decide steps a route request whose replies are in (decide.Decide) and
@@ -126,7 +67,7 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		s.obs.DecisionPhase("score", now.Sub(p.hashed))
 	}
 	in := decide.Decide{ID: p.id, Req: p.req, Plan: &p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
-		Loads: p.loads, Sampled: p.sampled, Blocks: p.blocks, Shared: p.shared, Overlaps: &p.overlaps,
+		Loads: p.fan.Loads, Sampled: p.sampled, Blocks: p.blocks, Shared: p.fan.Shared, Overlaps: &p.fan.Overlaps,
 		Explain: s.explain}
 	if s.explain {
 		in.Signals = signals{p: p, b: s.dec.Board()}
@@ -135,9 +76,6 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 	if q, ok := effects[0].(*decide.Queue); ok {
 		// Parked until some worker drops under the threshold (a re-check
 		// leaves it in its place).
-		if s.recheck == p {
-			s.recheck = nil
-		}
 		if q.Parked {
 			s.obs.Decision("queued", 0, len(p.local))
 		}
@@ -211,19 +149,14 @@ func (s *schedulerActor) release(p *pending) {
 	if p.req != nil && p.req.CancelToken != 0 {
 		delete(s.cancels, p.req.CancelToken)
 	}
-	if s.recheck == p {
-		s.recheck = nil
-	}
 	s.dec.Forget(&p.plan, p.id)
 }
 
 // tryDequeue re-reads the loads for the head of the queue (which stays
-// queued meanwhile); decide() then routes it or leaves it waiting.
+// queued meanwhile; decide.Decider.Recheck); decide() then routes it or
+// leaves it waiting.
 func (s *schedulerActor) tryDequeue(ctx actor.Context) {
-	if s.recheck != nil {
-		return
-	}
-	id, ok := s.dec.Head()
+	id, ok := s.dec.Recheck()
 	if !ok {
 		return
 	}
@@ -239,8 +172,7 @@ func (s *schedulerActor) tryDequeue(ctx actor.Context) {
 		ctx.Send(p.replyTo, e.Err)
 		return
 	}
-	s.recheck = p
-	p.deadline = now.Add(s.cfg.DecisionTimeout)
+	p.fan.Deadline = now.Add(s.cfg.DecisionTimeout)
 	s.askLoads(ctx, p)
 	s.maybeFinish(ctx, p)
 }
@@ -284,29 +216,15 @@ func (s *schedulerActor) startRequestsQuery(ctx actor.Context, m *messages.Activ
 	q := &messages.ActiveRequestsQuery{Origin: m.Origin, QueryId: p.id}
 	for _, w := range s.ranks.List {
 		ctx.Request(s.ranks.pids[w], q)
-		p.ranksLeft++
+		p.fan.AskedRank()
 	}
 	s.maybeFinish(ctx, p)
 }
 
-// potentialLoads is Dynamo's get_potential_loads: what each worker's
-// prefill tokens and decode blocks would be with the prospective prompt.
+// potentialLoads is Dynamo's get_potential_loads
+// (decide.Decider.PotentialLoads).
 func (s *schedulerActor) potentialLoads(p *pending) *messages.PotentialLoadsReply {
-	reply := &messages.PotentialLoadsReply{}
-	isl := uint64(len(p.req.TokenIds))
-	cands := s.candidates(p, time.Now())
-	s.dec.ZeroUntracked(cands)
-	for _, c := range cands {
-		_, cached := scheduling.CacheHitEstimate(s.cfg.Scheduling, s.cfg.BlockSize, c.DeviceOverlap, c.HostOverlap, c.DiskOverlap)
-		reply.Loads = append(reply.Loads, &messages.PotentialLoad{
-			Worker:                 rankMsg(c.Worker),
-			PotentialPrefillTokens: c.ActivePrefillTokens + isl - min(cached, isl),
-			PotentialDecodeBlocks:  c.ActiveBlocks + float64(c.NewBlocks),
-			PrefillTokensPerSec:    c.PrefillTokensPerSec,
-			ActiveRequests:         uint32(c.ActiveRequests),
-		})
-	}
-	return reply
+	return s.dec.PotentialLoads(s.candidates(p, time.Now()), uint64(len(p.req.TokenIds)))
 }
 
 // signals are a decision's signal sources and times for its route
@@ -317,7 +235,7 @@ type signals struct {
 }
 
 func (g signals) Load(w kv.WorkerWithDpRank) (string, int64) {
-	return g.b.LoadAt(w, g.p.loads, g.p.scored.UnixNano())
+	return g.b.LoadAt(w, g.p.fan.Loads, g.p.scored.UnixNano())
 }
 
 // OverlapAt is when the overlaps were asked for: the shards answered

@@ -13,7 +13,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
-	"github.com/kvrouter/kvrouter/scheduling"
 	"github.com/kvrouter/kvrouter/sessions"
 	"github.com/kvrouter/kvrouter/tracking"
 )
@@ -31,12 +30,11 @@ import (
 // are the replication edge's, and reach the scheduler only through the
 // ranks' published loads.
 type schedulerActor struct {
-	cfg        Config
-	log        *slog.Logger
-	obs        Observer
-	gossip     *gossiper
-	gate       *tickGate         // tells the ticker whether deadlines are pending
-	seqScratch []kv.SequenceHash // a decision's whole sequence-hash chain (hash)
+	cfg    Config
+	log    *slog.Logger
+	obs    Observer
+	gossip *gossiper
+	gate   *tickGate // tells the ticker whether deadlines are pending
 	// localFree are block-hash slices of finished decisions, reused by the
 	// next ones (recycleLocal).
 	localFree   [][]kv.LocalBlockHash
@@ -45,8 +43,6 @@ type schedulerActor struct {
 
 	ranks *rankView
 	local *tracking.Table // requests this replica routed
-	// candScratch backs candidates' result (see there).
-	candScratch []scheduling.Candidate
 
 	registry *actor.PID
 	restarts *restartNotice
@@ -55,9 +51,6 @@ type schedulerActor struct {
 	// cancels maps a route call's cancel token to its pending decision.
 	cancels map[uint64]uint64
 	nextID  uint64
-	// recheck is the queued request whose loads are being re-read; one
-	// at a time so a burst of frees does not re-query the fleet N times.
-	recheck *pending
 	// dec makes the decisions (package decide); this actor feeds it and
 	// carries out its effects.
 	dec *decide.Decider
@@ -188,8 +181,7 @@ func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecyc
 	}
 	if gossiped := s.gossip.step(ctx, pid, m); gossiped {
 		if _, ok := m.Step.(*messages.RequestLifecycle_Free); ok {
-			s.local.Untrack(m.RequestId)
-			s.freeCompanion(ctx, m.RequestId)
+			s.freed(ctx, m.RequestId)
 		}
 		s.tryDequeue(ctx)
 	}
@@ -217,8 +209,7 @@ func (s *schedulerActor) cancel(ctx actor.Context, m *messages.CancelRoute) {
 	s.obs.Decision("cancelled", 0, 0)
 	s.gossip.step(ctx, s.ranks.pids[e.Rank], &messages.RequestLifecycle{RequestId: m.RequestId,
 		Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: m.RequestId}}})
-	s.local.Untrack(m.RequestId)
-	s.freeCompanion(ctx, m.RequestId)
+	s.freed(ctx, m.RequestId)
 	s.tryDequeue(ctx)
 }
 
@@ -231,15 +222,11 @@ func (s *schedulerActor) peerStep(ctx actor.Context, ev *messages.SequenceEvent)
 	if !ok || ev.Origin == s.cfg.ReplicaID {
 		return // nobody here holds it (already freed, or never seen)
 	}
-	pid := s.ranks.pids[e.Rank]
-	if c.Step == tracking.StepFree {
-		s.local.Untrack(c.RequestID)
-	}
-	if pid != nil {
+	if pid := s.ranks.pids[e.Rank]; pid != nil {
 		ctx.Send(pid, ev)
 	}
 	if c.Step == tracking.StepFree {
-		s.freeCompanion(ctx, c.RequestID)
+		s.freed(ctx, c.RequestID)
 	}
 	s.tryDequeue(ctx)
 }
@@ -256,9 +243,7 @@ func (s *schedulerActor) noteDeadlines() {
 
 func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
 	for _, p := range s.pending {
-		if p.waitingForReplies() && now.After(p.deadline) {
-			s.timeout(ctx, p)
-		}
+		s.timeout(ctx, p, now)
 	}
 	s.expireQueue(ctx, now)
 	s.tryDequeue(ctx)

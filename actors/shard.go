@@ -277,7 +277,7 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 		// The common case: the engines' index alone, answered in rank
 		// order with no map and no sort.
 		a.st.packed = a.st.idx.AppendMatches(a.st.packed[:0], local)
-		reply.Ranks = packSorted(a.st.packed, nil)
+		reply.Ranks = decide.PackSorted(a.st.packed, nil)
 		return reply
 	}
 	var matches index.TieredMatches
@@ -310,7 +310,7 @@ func (a *shardActor) score(m *messages.ScoreRequest) *messages.OverlapReply {
 			}
 		}
 	}
-	reply.Ranks, a.st.packed = packOverlaps(matches, predicted, a.st.packed)
+	reply.Ranks, a.st.packed = decide.PackOverlaps(matches, predicted, a.st.packed)
 	return reply
 }
 

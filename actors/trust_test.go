@@ -29,7 +29,7 @@ func deviceOverlap(t *testing.T, r *Router, tokens []uint32, w kv.WorkerWithDpRa
 	}
 	ranks := reply.GetRanks()
 	for i := range ranks.GetWorkerIds() {
-		if rankAt(ranks, i) == w {
+		if ranks.WorkerIds[i] == uint64(w.WorkerID) && ranks.DpRanks[i] == w.DpRank {
 			return ranks.DeviceBlocks[i]
 		}
 	}

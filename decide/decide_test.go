@@ -268,8 +268,17 @@ func TestQueueThresholdAdmits(t *testing.T) {
 		if q, ok := effs[0].(*Queue); !ok || q.Parked || d.QueueLen() != 1 {
 			t.Fatalf("re-check: %+v, queue %d", effs, d.QueueLen())
 		}
-		if id, ok := d.Head(); !ok || id != 7 {
-			t.Fatalf("head %d %v", id, ok)
+		// The head is re-checked one at a time: not again until its
+		// re-check parks it again or it is forgotten.
+		if id, ok := d.Recheck(); !ok || id != 7 {
+			t.Fatalf("recheck %d %v", id, ok)
+		}
+		if id, ok := d.Recheck(); ok {
+			t.Fatalf("a second re-check of %d while one is under way", id)
+		}
+		d.Step(now, &Decide{ID: 7, Req: req, Plan: p, Ranks: ranks, Candidates: cands, Blocks: 4})
+		if id, ok := d.Recheck(); !ok || id != 7 {
+			t.Fatalf("recheck after parking again: %d %v", id, ok)
 		}
 		if ids := d.Expire(now.Add(time.Second)); len(ids) != 0 {
 			t.Fatalf("expired %v before the wait bound", ids)

@@ -54,11 +54,14 @@ type Config struct {
 // Decider makes routing decisions. It is not safe for concurrent use: one
 // owner (the scheduler actor) steps it.
 type Decider struct {
-	cfg   Config
-	base  scheduling.Config // cfg.Scheduling normalised
-	rng   *rand.Rand
-	pipe  Pipeline
-	costs []float64 // scoring scratch
+	cfg        Config
+	base       scheduling.Config // cfg.Scheduling normalised
+	rng        *rand.Rand
+	pipe       Pipeline
+	costs      []float64              // scoring scratch
+	cands      []scheduling.Candidate // Join's scratch
+	targets    []kv.WorkerWithDpRank  // LoadTargets' scratch
+	seqScratch []kv.SequenceHash      // Hash's whole sequence-hash chain
 	// A step's effects live in the Decider until the next step (a
 	// decision allocates none of them).
 	out     []Effect
@@ -73,6 +76,9 @@ type Decider struct {
 	// that the loads may not show yet.
 	board *Board
 	queue *scheduling.Queue[uint64] // payload: the owner's request id
+	// rechecking: the queued request recheckID is being re-checked.
+	rechecking bool
+	recheckID  uint64
 	// adapters remembers which ranks served which LoRA adapter
 	// (the lora-affinity scorer reads it).
 	adapters Adapters

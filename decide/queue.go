@@ -23,6 +23,7 @@ func queueID(id uint64) string { return strconv.FormatUint(id, 10) }
 func (d *Decider) park(now time.Time, in *Decide) []Effect {
 	p := in.Plan
 	if p.Queued {
+		d.recheckDone(in.ID)
 		return d.emitQueue(Queue{BestCached: p.BestCached})
 	}
 	err := d.queue.Push(scheduling.Waiting[uint64]{
@@ -44,21 +45,41 @@ func (d *Decider) park(now time.Time, in *Decide) []Effect {
 // Forget takes a request out of the queue if it waits there (it is being
 // answered, or its client left).
 func (d *Decider) Forget(p *Plan, id uint64) {
+	d.recheckDone(id)
 	if p.Queued {
 		d.queue.Remove(queueID(id))
 		p.Queued = false
 	}
 }
 
-// Head is the owner's id of the request to re-check next.
-func (d *Decider) Head() (uint64, bool) {
+// Recheck is the owner's id of the queued request to re-check next (a
+// Start with Recheck, then a Decide): the queue's head, unless a re-check
+// is under way. One at a time, so a burst of frees does not re-query the
+// fleet once per free; the re-check is over when its request is parked
+// again or forgotten.
+func (d *Decider) Recheck() (uint64, bool) {
+	if d.rechecking {
+		return 0, false
+	}
 	w, ok := d.queue.Peek()
+	if ok {
+		d.rechecking, d.recheckID = true, w.Payload
+	}
 	return w.Payload, ok
+}
+
+func (d *Decider) recheckDone(id uint64) {
+	if d.rechecking && d.recheckID == id {
+		d.rechecking = false
+	}
 }
 
 // Drop takes id out of the queue whatever its plan says (its owner no
 // longer holds it).
-func (d *Decider) Drop(id uint64) { d.queue.Remove(queueID(id)) }
+func (d *Decider) Drop(id uint64) {
+	d.recheckDone(id)
+	d.queue.Remove(queueID(id))
+}
 
 // QueueLen is how many requests wait.
 func (d *Decider) QueueLen() int { return d.queue.Len() }

@@ -1,4 +1,4 @@
-package actors
+package decide
 
 import (
 	"math/rand/v2"
@@ -15,15 +15,15 @@ import (
 func TestOverlapSetMatchesAMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const shards = 3
-	want := map[kv.WorkerWithDpRank]overlapRow{}
-	var set overlapSet
-	set.reset(shards)
+	want := map[kv.WorkerWithDpRank]OverlapRow{}
+	var set OverlapSet
+	set.Reset(shards)
 	var all []kv.WorkerWithDpRank
 	for sh := range shards {
 		matches := map[kv.WorkerWithDpRank]index.TierMatch{}
 		predicted := map[kv.WorkerWithDpRank]uint32{}
 		for id := uint64(1); id <= 300; id++ {
-			if shardOf(kv.WorkerID(id), shards) != sh {
+			if int(id%shards) != sh { // a worker lives on one shard
 				continue
 			}
 			for dp := range uint32(1 + id%3) {
@@ -34,18 +34,18 @@ func TestOverlapSetMatchesAMap(t *testing.T) {
 				}
 				m := index.TierMatch{Device: rng.Uint32N(100), Host: rng.Uint32N(9), Disk: rng.Uint32N(9), TreeSize: rng.Uint64N(1e6)}
 				matches[w] = m
-				row := overlapRow{device: m.Device, host: m.Host, disk: m.Disk, tree: m.TreeSize}
+				row := OverlapRow{Device: m.Device, Host: m.Host, Disk: m.Disk, Tree: m.TreeSize}
 				if rng.IntN(5) == 0 {
 					predicted[w] = m.Device / 2
-					row.predicted, row.confirmed = true, m.Device/2
+					row.Predicted, row.Confirmed = true, m.Device/2
 				}
 				want[w] = row
 			}
 		}
-		packed, _ := packOverlaps(matches, predicted, nil)
-		set.add(packed)
+		packed, _ := PackOverlaps(matches, predicted, nil)
+		set.Add(packed)
 	}
-	check := func(how string, ranks []kv.WorkerWithDpRank, get func(kv.WorkerWithDpRank) (overlapRow, bool)) {
+	check := func(how string, ranks []kv.WorkerWithDpRank, get func(kv.WorkerWithDpRank) (OverlapRow, bool)) {
 		t.Helper()
 		for _, w := range ranks {
 			got, ok := get(w)
@@ -56,41 +56,41 @@ func TestOverlapSetMatchesAMap(t *testing.T) {
 		}
 	}
 	slices.SortFunc(all, kv.CompareRanks)
-	check("in rank order", all, set.next)
-	check("again (the walk restarts)", all, set.next)
-	check("every third", everyThird(all), set.next)
+	check("in rank order", all, set.Next)
+	check("again (the walk restarts)", all, set.Next)
+	check("every third", everyThird(all), set.Next)
 	shuffled := append([]kv.WorkerWithDpRank(nil), all...)
 	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	check("shuffled", shuffled, set.next)
-	check("by lookup", shuffled, set.find)
-	check("unknown ranks", []kv.WorkerWithDpRank{{WorkerID: 999}, {WorkerID: 5, DpRank: 9}}, set.find)
+	check("shuffled", shuffled, set.Next)
+	check("by lookup", shuffled, set.Find)
+	check("unknown ranks", []kv.WorkerWithDpRank{{WorkerID: 999}, {WorkerID: 5, DpRank: 9}}, set.Find)
 
 	// The overlap-scores answer: every rank in order, zeros where nothing.
-	every := set.every(all)
+	every := set.Every(all)
 	if len(every.WorkerIds) != len(all) {
 		t.Fatalf("every: %d rows for %d ranks", len(every.WorkerIds), len(all))
 	}
-	var fromEvery overlapSet
-	fromEvery.reset(1)
-	fromEvery.add(every)
-	check("every", all, func(w kv.WorkerWithDpRank) (overlapRow, bool) {
-		row, ok := fromEvery.next(w)
+	var fromEvery OverlapSet
+	fromEvery.Reset(1)
+	fromEvery.Add(every)
+	check("every", all, func(w kv.WorkerWithDpRank) (OverlapRow, bool) {
+		row, ok := fromEvery.Next(w)
 		if !ok {
 			return row, false
 		}
 		_, held := want[w]
-		return row, held || row != (overlapRow{tree: row.tree}) // a zero row stands for no match
+		return row, held || row != (OverlapRow{Tree: row.Tree}) // a zero row stands for no match
 	})
 }
 
 // A reply whose arrays do not line up is ignored, not indexed past.
 func TestOverlapSetIgnoresMisshapenReplies(t *testing.T) {
-	var set overlapSet
-	set.reset(1)
-	r, _ := packOverlaps(map[kv.WorkerWithDpRank]index.TierMatch{{WorkerID: 1}: {Device: 3}}, nil, nil)
+	var set OverlapSet
+	set.Reset(1)
+	r, _ := PackOverlaps(map[kv.WorkerWithDpRank]index.TierMatch{{WorkerID: 1}: {Device: 3}}, nil, nil)
 	r.DiskBlocks = nil
-	set.add(r)
-	if _, ok := set.next(kv.WorkerWithDpRank{WorkerID: 1}); ok {
+	set.Add(r)
+	if _, ok := set.Next(kv.WorkerWithDpRank{WorkerID: 1}); ok {
 		t.Fatal("a misshapen reply was read")
 	}
 }

@@ -1,40 +1,42 @@
-package actors
+package decide
 
 import (
 	"slices"
+	"time"
 
 	"github.com/kvrouter/kvrouter/index"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
+	"github.com/kvrouter/kvrouter/scheduling"
 )
 
-// overlapRow is one rank's overlap as a decision reads it.
-type overlapRow struct {
-	device, host, disk uint32
-	tree               uint64
-	// predicted: device comes from this replica's routing predictions;
-	// confirmed is the engine-confirmed part.
-	predicted bool
-	confirmed uint32
+// OverlapRow is one rank's overlap as a decision reads it.
+type OverlapRow struct {
+	Device, Host, Disk uint32
+	Tree               uint64
+	// Predicted: Device comes from this replica's routing predictions;
+	// Confirmed is the engine-confirmed part.
+	Predicted bool
+	Confirmed uint32
 }
 
-// packOverlaps turns a shard's matches into the reply's arrays, sorted by
+// PackOverlaps turns a shard's matches into the reply's arrays, sorted by
 // rank. predicted holds the confirmed depth of the rows whose device
 // depth is predicted (nil when none is). scratch is reused for the sort
 // and returned for the next call. A shard without predictions gets its
-// matches in rank order from the index and calls packSorted directly.
-func packOverlaps(matches map[kv.WorkerWithDpRank]index.TierMatch, predicted map[kv.WorkerWithDpRank]uint32,
+// matches in rank order from the index and calls PackSorted directly.
+func PackOverlaps(matches map[kv.WorkerWithDpRank]index.TierMatch, predicted map[kv.WorkerWithDpRank]uint32,
 	scratch []index.RankMatch) (*messages.RankOverlaps, []index.RankMatch) {
 	entries := scratch[:0]
 	for w, t := range matches {
 		entries = append(entries, index.RankMatch{Rank: w, TierMatch: t})
 	}
 	slices.SortFunc(entries, func(a, b index.RankMatch) int { return kv.CompareRanks(a.Rank, b.Rank) })
-	return packSorted(entries, predicted), entries[:0]
+	return PackSorted(entries, predicted), entries[:0]
 }
 
-// packSorted builds the reply's arrays from matches already in rank order.
-func packSorted(entries []index.RankMatch, predicted map[kv.WorkerWithDpRank]uint32) *messages.RankOverlaps {
+// PackSorted builds the reply's arrays from matches already in rank order.
+func PackSorted(entries []index.RankMatch, predicted map[kv.WorkerWithDpRank]uint32) *messages.RankOverlaps {
 	r := newRankOverlaps(len(entries))
 	for i, e := range entries {
 		w, t := e.Rank, e.TierMatch
@@ -48,17 +50,17 @@ func packSorted(entries []index.RankMatch, predicted map[kv.WorkerWithDpRank]uin
 	return r
 }
 
-// overlapSet is a decision's shard replies. Every worker lives on one
+// OverlapSet is a decision's shard replies. Every worker lives on one
 // shard, so a rank is in at most one run, and each run is sorted: a walk
 // over ranks in order reads every run once, with no map built per
 // decision (at 7,000 workers that map was most of a lookup's cost).
-type overlapSet struct {
+type OverlapSet struct {
 	runs []*messages.RankOverlaps
 	pos  []int // the cursor of each run, for a walk in rank order
 	last kv.WorkerWithDpRank
 }
 
-func (s *overlapSet) reset(shards int) {
+func (s *OverlapSet) Reset(shards int) {
 	s.runs = s.runs[:0]
 	s.pos = s.pos[:0]
 	if cap(s.runs) < shards {
@@ -69,7 +71,7 @@ func (s *overlapSet) reset(shards int) {
 }
 
 // add takes one shard's reply (nil or empty when it holds nothing).
-func (s *overlapSet) add(r *messages.RankOverlaps) {
+func (s *OverlapSet) Add(r *messages.RankOverlaps) {
 	if r == nil || len(r.WorkerIds) == 0 || !wellFormed(r) {
 		return
 	}
@@ -77,7 +79,7 @@ func (s *overlapSet) add(r *messages.RankOverlaps) {
 	s.pos = append(s.pos, 0)
 }
 
-// wellFormed checks the arrays line up (a reply is built by packOverlaps,
+// wellFormed checks the arrays line up (a reply is built by PackOverlaps,
 // but the walk must not index past an array whatever it is handed).
 func wellFormed(r *messages.RankOverlaps) bool {
 	n := len(r.WorkerIds)
@@ -89,11 +91,11 @@ func rankAt(r *messages.RankOverlaps, i int) kv.WorkerWithDpRank {
 	return kv.WorkerWithDpRank{WorkerID: kv.WorkerID(r.WorkerIds[i]), DpRank: r.DpRanks[i]}
 }
 
-func rowAt(r *messages.RankOverlaps, i int) overlapRow {
-	row := overlapRow{device: r.DeviceBlocks[i], host: r.HostBlocks[i], disk: r.DiskBlocks[i], tree: r.TreeSizes[i]}
+func rowAt(r *messages.RankOverlaps, i int) OverlapRow {
+	row := OverlapRow{Device: r.DeviceBlocks[i], Host: r.HostBlocks[i], Disk: r.DiskBlocks[i], Tree: r.TreeSizes[i]}
 	if len(r.PredictedRows) > 0 {
 		if k, ok := slices.BinarySearch(r.PredictedRows, uint32(i)); ok {
-			row.predicted, row.confirmed = true, r.ConfirmedDeviceBlocks[k]
+			row.Predicted, row.Confirmed = true, r.ConfirmedDeviceBlocks[k]
 		}
 	}
 	return row
@@ -102,7 +104,7 @@ func rowAt(r *messages.RankOverlaps, i int) overlapRow {
 // next returns w's overlap; calls with ascending ranks (a sorted
 // candidate list) walk each run once. A rank below the last one asked
 // restarts the walk, so any order is answered correctly.
-func (s *overlapSet) next(w kv.WorkerWithDpRank) (overlapRow, bool) {
+func (s *OverlapSet) Next(w kv.WorkerWithDpRank) (OverlapRow, bool) {
 	if kv.CompareRanks(w, s.last) < 0 {
 		clear(s.pos)
 	}
@@ -117,11 +119,11 @@ func (s *overlapSet) next(w kv.WorkerWithDpRank) (overlapRow, bool) {
 			return rowAt(r, i), true
 		}
 	}
-	return overlapRow{}, false
+	return OverlapRow{}, false
 }
 
 // find returns w's overlap by binary search (one rank, any time).
-func (s *overlapSet) find(w kv.WorkerWithDpRank) (overlapRow, bool) {
+func (s *OverlapSet) Find(w kv.WorkerWithDpRank) (OverlapRow, bool) {
 	for _, r := range s.runs {
 		// The first row of w's worker (one row per dp rank, ranks ascending).
 		i, ok := slices.BinarySearch(r.WorkerIds, uint64(w.WorkerID))
@@ -131,24 +133,24 @@ func (s *overlapSet) find(w kv.WorkerWithDpRank) (overlapRow, bool) {
 			}
 		}
 	}
-	return overlapRow{}, false
+	return OverlapRow{}, false
 }
 
 // every is the overlap of each rank of list (sorted), zeros for a rank
 // holding nothing: the overlap-scores answer, as arrays.
-func (s *overlapSet) every(list []kv.WorkerWithDpRank) *messages.RankOverlaps {
+func (s *OverlapSet) Every(list []kv.WorkerWithDpRank) *messages.RankOverlaps {
 	n := len(list)
 	r := newRankOverlaps(n)
 	for i, w := range list {
 		r.WorkerIds[i], r.DpRanks[i] = uint64(w.WorkerID), w.DpRank
-		row, ok := s.next(w)
+		row, ok := s.Next(w)
 		if !ok {
 			continue
 		}
-		r.DeviceBlocks[i], r.HostBlocks[i], r.DiskBlocks[i], r.TreeSizes[i] = row.device, row.host, row.disk, row.tree
-		if row.predicted {
+		r.DeviceBlocks[i], r.HostBlocks[i], r.DiskBlocks[i], r.TreeSizes[i] = row.Device, row.Host, row.Disk, row.Tree
+		if row.Predicted {
 			r.PredictedRows = append(r.PredictedRows, uint32(i))
-			r.ConfirmedDeviceBlocks = append(r.ConfirmedDeviceBlocks, row.confirmed)
+			r.ConfirmedDeviceBlocks = append(r.ConfirmedDeviceBlocks, row.Confirmed)
 		}
 	}
 	return r
@@ -167,7 +169,49 @@ func newRankOverlaps(n int) *messages.RankOverlaps {
 
 // Predicted reports whether w's device overlap is this replica's routing
 // prediction, and its engine-confirmed part (decide.Overlaps).
-func (s *overlapSet) Predicted(w kv.WorkerWithDpRank) (uint32, bool) {
-	o, ok := s.find(w)
-	return o.confirmed, ok && o.predicted
+func (s *OverlapSet) Predicted(w kv.WorkerWithDpRank) (uint32, bool) {
+	o, ok := s.Find(w)
+	return o.Confirmed, ok && o.Predicted
+}
+
+// Join builds the candidates of a decision over eligible: each rank's
+// overlap from the shards' replies (o), and its load from its reply when
+// it was asked (loads: it shares the prompt's prefix), else from its
+// publication on the Board. (Decide folds in the decisions the loads do
+// not show yet and zeroes untracked blocks.) The slice is the Decider's
+// scratch, valid until the next Join: its owner uses it within the
+// message it handles (64 candidates were a quarter of the bytes a
+// decision allocated).
+func (d *Decider) Join(eligible []kv.WorkerWithDpRank, r *Ranks, o *OverlapSet, loads map[kv.WorkerWithDpRank]*messages.LoadReply,
+	blocks int, shared uint32, now time.Time) []scheduling.Candidate {
+	cands := d.cands[:0]
+	defer func() { d.cands = cands[:0] }()
+	promptBlocks := uint64(blocks)
+	nowUnixNano := now.UnixNano()
+	entry := d.board.Entries(eligible)
+	for i, w := range eligible {
+		// Filled in place: a candidate is ~150 bytes, and building it on
+		// the stack and appending copied it once more per rank.
+		cands = append(cands, scheduling.Candidate{Worker: w, NewBlocks: promptBlocks, SharedOverlap: shared})
+		c := &cands[len(cands)-1]
+		if row, ok := o.Next(w); ok {
+			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = row.Device, row.Host, row.Disk
+		}
+		l := loads[w]
+		if l == nil {
+			entry.At(i, w).Fill(c, promptBlocks, nowUnixNano)
+		} else {
+			c.HasLoad = true
+			c.ActivePrefillTokens = l.ActivePrefillTokens
+			c.ActiveBlocks = l.ActiveBlocks
+			c.NewBlocks = l.NewBlocks
+			c.ActiveRequests = int(l.ActiveRequests)
+			c.ActivePrefixBlocks = uint32(promptBlocks - min(l.NewBlocks, promptBlocks))
+			c.HeadPrefillTokens = l.HeadPrefillTokens
+			c.HeadPrefillElapsed = time.Duration(l.HeadPrefillElapsedNanos)
+			c.PrefillTokensPerSec = l.PrefillTokensPerSec
+		}
+		c.CapacityBlocks = r.Capacity[w]
+	}
+	return cands
 }
