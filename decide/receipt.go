@@ -27,6 +27,9 @@ type Receipt struct {
 	// candidate or a tie; negative when a temperature draw took a dearer
 	// rank).
 	Margin float64 `json:"margin"`
+	// Close: the runner-up's cost was within noise of the best
+	// (IsClose: within CloseMargin of the runner-up's cost, or a tie).
+	Close bool `json:"close"`
 	// Ties is how many candidates shared the lowest cost; Draws are the
 	// random source's raw outputs this decision consumed (tie-breaks,
 	// the temperature sample).
