@@ -58,14 +58,14 @@ type Config struct {
 // Decider makes routing decisions. It is not safe for concurrent use: one
 // owner (the scheduler actor) steps it.
 type Decider struct {
-	cfg   Config
-	base  scheduling.Config // cfg.Scheduling normalised
-	rng   *rand.Rand
-	pipe  Pipeline
+	cfg  Config
+	base scheduling.Config // cfg.Scheduling normalised
+	rng  *rand.Rand
+	pipe Pipeline
 	// models are the served models' pipelines (Config.Models, each
 	// completed from pipe).
 	models map[string]*Pipeline
-	costs []float64 // scoring scratch
+	costs  []float64 // scoring scratch
 	// A step's effects live in the Decider until the next step (a
 	// decision allocates none of them).
 	out     []Effect
