@@ -190,11 +190,13 @@ func DefaultConfig() Config {
 }
 
 // Route receipts kept per replica: a sample of the decisions nobody
-// asked to explain (building and encoding a receipt costs about as much
-// as the decision itself: docs/receipts.md), in a ring of at most this
-// many receipts and bytes.
+// asked to explain, in a ring of at most this many receipts and bytes.
+// Building and encoding a 64-candidate receipt costs the scheduler 20 to
+// 50 times the decision itself (decide's BenchmarkDecide64ExplainJSON
+// against BenchmarkDecide64), so one decision in a thousand adds a few
+// percent on average (docs/receipts.md).
 const (
-	DefaultDecisionSample      = 0.01
+	DefaultDecisionSample      = 0.001
 	DefaultDecisionRingEntries = 1024
 	DefaultDecisionRingBytes   = 4 << 20
 )
