@@ -3,6 +3,7 @@ package decide
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,8 +60,15 @@ func TestPolicyModelPipelines(t *testing.T) {
 		}
 	}
 	_, rc := route(model, false, true)
-	if !slices.Contains(rc.Pipeline, "score:lora-affinity") || !slices.Contains(rc.Pipeline, "score:cost-ttft") || rc.Margin != 0.05 {
-		t.Fatalf("%s's receipt: pipeline %v margin %v, want lora-affinity deciding by its weight", model, rc.Pipeline, rc.Margin)
+	if !slices.Contains(rc.Pipeline, "score:lora-affinity*0.05") || !slices.Contains(rc.Pipeline, "score:cost-ttft") || rc.Margin != 0.05 ||
+		rc.Cost != "ttft" {
+		t.Fatalf("%s's receipt: pipeline %v margin %v cost %s, want lora-affinity deciding by its weight", model, rc.Pipeline, rc.Margin, rc.Cost)
+	}
+	for _, c := range rc.Candidates {
+		warm := c.Worker == first.String()
+		if got := c.Scores["lora-affinity"]; (got == 0) != warm || c.Scores["cost-ttft"]+0.05*got != c.Cost {
+			t.Fatalf("candidate %s: scores %v, cost %v", c.Worker, c.Scores, c.Cost)
+		}
 	}
 	for _, other := range []string{"", "another-model"} {
 		seen := map[kv.WorkerWithDpRank]bool{}
@@ -72,7 +80,7 @@ func TestPolicyModelPipelines(t *testing.T) {
 			t.Fatalf("model %q: every tie went to %v; the default pipeline has no adapter affinity", other, seen)
 		}
 		_, rc := route(other, false, true)
-		if slices.Contains(rc.Pipeline, "score:lora-affinity") || !rc.Close || rc.Ties != len(ranks.List) {
+		if slices.ContainsFunc(rc.Pipeline, func(s string) bool { return strings.Contains(s, "lora") }) || !rc.Close || rc.Ties != len(ranks.List) {
 			t.Fatalf("model %q's receipt: pipeline %v close %v ties %d, want the default's four-way tie", other, rc.Pipeline, rc.Close, rc.Ties)
 		}
 	}
