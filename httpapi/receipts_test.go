@@ -75,3 +75,22 @@ func TestRouteReceipts(t *testing.T) {
 		t.Fatalf("an unexplained completion: %d, decision header %q", rec.Code, rec.Header().Get(DecisionHeader))
 	}
 }
+
+// The proxy and the endpoint picker (both prepare) route with the body's
+// model, which selects the policy file's pipeline, and the explain header.
+func TestPrepareCarriesModelAndExplain(t *testing.T) {
+	s := specServer(t)
+	h := http.Header{}
+	h.Set(ExplainHeader, "1")
+	p, f := s.prepare(t.Context(), PathCompletions, h, []byte(`{"model":"llama-lora","prompt":[1,2,3],"max_tokens":1}`))
+	if f != nil {
+		t.Fatalf("prepare: %+v", f)
+	}
+	if p.modelName != "llama-lora" || !p.explain {
+		t.Fatalf("model %q explain %v, want llama-lora and true", p.modelName, p.explain)
+	}
+	p, f = s.prepare(t.Context(), PathCompletions, http.Header{}, []byte(`{"prompt":[1,2,3]}`))
+	if f != nil || p.modelName != "" || p.explain {
+		t.Fatalf("no model, no header: %+v %q %v", f, p.modelName, p.explain)
+	}
+}
