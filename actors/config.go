@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"github.com/kvrouter/kvrouter/decide"
 	"log/slog"
 	"runtime"
 	"time"
@@ -103,6 +104,19 @@ type Config struct {
 	// requests (Dynamo's CHECK_EXPIRY_FREQUENCY, 30 s).
 	StaleCheckInterval time.Duration
 
+	// Pipeline is the decision's default pipeline and Models the served
+	// models' own (a policy file's; the zero value and nil: the flags'
+	// DefaultPipeline for every model).
+	Pipeline decide.Pipeline
+	Models   map[string]decide.Pipeline
+	// DecisionSample is the fraction of decisions not asked to explain
+	// themselves whose route receipt is kept anyway; DecisionRingEntries
+	// and DecisionRingBytes bound the replica's ring of recent receipts
+	// (GET /decisions/{request_id}).
+	DecisionSample      float64
+	DecisionRingEntries int
+	DecisionRingBytes   int
+
 	Logger   *slog.Logger
 	Observer Observer
 	// Publish, when set, receives every local active-sequence change for
@@ -168,8 +182,24 @@ func DefaultConfig() Config {
 		DrainGrace:         DefaultDrainGrace,
 		TickInterval:       20 * time.Millisecond,
 		StaleCheckInterval: 30 * time.Second,
+
+		DecisionSample:      DefaultDecisionSample,
+		DecisionRingEntries: DefaultDecisionRingEntries,
+		DecisionRingBytes:   DefaultDecisionRingBytes,
 	}
 }
+
+// Route receipts kept per replica: a sample of the decisions nobody
+// asked to explain, in a ring of at most this many receipts and bytes.
+// Building and encoding a 64-candidate receipt costs the scheduler 20 to
+// 50 times the decision itself (decide's BenchmarkDecide64ExplainJSON
+// against BenchmarkDecide64), so one decision in a thousand adds a few
+// percent on average (docs/receipts.md).
+const (
+	DefaultDecisionSample      = 0.001
+	DefaultDecisionRingEntries = 1024
+	DefaultDecisionRingBytes   = 4 << 20
+)
 
 // Validate rejects settings the router cannot run with.
 func (c *Config) Validate() error {
@@ -189,6 +219,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Shards < 0 {
 		errs = append(errs, fmt.Errorf("shards must be >= 0, got %d", c.Shards))
+	}
+	if !(c.DecisionSample >= 0 && c.DecisionSample <= 1) {
+		errs = append(errs, fmt.Errorf("decision sample must be in [0, 1], got %v", c.DecisionSample))
+	}
+	if c.DecisionRingEntries < 0 || c.DecisionRingBytes < 0 {
+		errs = append(errs, fmt.Errorf("decision ring entries and bytes must be >= 0 (0: keep none), got %d and %d",
+			c.DecisionRingEntries, c.DecisionRingBytes))
 	}
 	if c.DrainGrace < 0 {
 		errs = append(errs, fmt.Errorf("drain grace must be >= 0, got %v", c.DrainGrace))

@@ -31,6 +31,9 @@ type goldenCase struct {
 	// recorded transcript).
 	explain bool
 	file    string
+	// policy names a policy file (decide/testdata/policies) whose
+	// pipelines the Decider runs instead of the flags' default.
+	policy string
 }
 
 var goldenCases = []goldenCase{
@@ -40,6 +43,11 @@ var goldenCases = []goldenCase{
 	{name: "ttft_t03", cost: scheduling.CostTTFT, temp: 0.3},
 	{name: "disagg", cost: scheduling.CostDynamo, disagg: true},
 	{name: "ttft_t03_explained", cost: scheduling.CostTTFT, temp: 0.3, explain: true, file: "ttft_t03"},
+	// The default pipeline written out as a policy file decides the same,
+	// bit for bit.
+	{name: "dynamo_policy_file", cost: scheduling.CostDynamo, policy: "default.yaml", file: "dynamo"},
+	{name: "ttft_t03_policy_file", cost: scheduling.CostTTFT, temp: 0.3, policy: "default.yaml", file: "ttft_t03"},
+	{name: "disagg_policy_file", cost: scheduling.CostDynamo, disagg: true, policy: "default.yaml", file: "disagg"},
 }
 
 // TestGoldenDecisions routes a seeded workload (several workers and dp
@@ -102,6 +110,9 @@ func runGolden(t *testing.T, gc goldenCase) string {
 			c.Logger = slog.New(slog.NewJSONHandler(&lockedWriter{w: &receipts}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 		c.rngSeed = &[2]uint64{7, 11}
+		if gc.policy != "" {
+			c.Pipeline, c.Models = policyPipelines(t, gc.policy)
+		}
 		c.Scheduling.RouterCost = gc.cost
 		c.Scheduling.RouterTemperature = gc.temp
 		c.Scheduling.TTFT.PrefillTokensPerSec = 1e12

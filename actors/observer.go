@@ -18,6 +18,12 @@ type Observer interface {
 	// prefilled: "remote", or locally because of "short_prompt",
 	// "no_prefill_worker" or "same_rank" (scheduling.DisaggDecision.Why).
 	Disaggregation(path string)
+	// DecisionClose counts a decision whose runner-up scored within
+	// noise of the winner (decide.IsClose).
+	DecisionClose()
+	// DecisionExplained counts a decision whose route receipt was built
+	// (asked for, sampled, or debug logging).
+	DecisionExplained()
 	EventApplied(kind string)
 	EventDropped(reason string)
 	ShardRestarted(shard uint32, intact bool)
@@ -58,6 +64,8 @@ func (NopObserver) DecisionPhase(string, time.Duration) {}
 func (NopObserver) Decision(string, uint32, int)        {}
 func (NopObserver) DecisionDegraded(string)             {}
 func (NopObserver) Disaggregation(string)               {}
+func (NopObserver) DecisionClose()                      {}
+func (NopObserver) DecisionExplained()                  {}
 func (NopObserver) EventApplied(string)                 {}
 func (NopObserver) EventDropped(string)                 {}
 func (NopObserver) ShardRestarted(uint32, bool)         {}

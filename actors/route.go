@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"encoding/json"
+	"math/rand/v2"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -66,10 +68,11 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 		p.scored = now
 		s.obs.DecisionPhase("score", now.Sub(p.hashed))
 	}
+	explain := s.explain || p.req.Explain || (s.cfg.DecisionSample > 0 && rand.Float64() < s.cfg.DecisionSample)
 	in := decide.Decide{ID: p.id, Req: p.req, Plan: &p.plan, Ranks: &s.ranks.Ranks, Candidates: s.candidates(p, now),
 		Loads: p.fan.Loads, Sampled: p.sampled, Blocks: p.blocks, Shared: p.fan.Shared, Overlaps: &p.fan.Overlaps,
-		Explain: s.explain}
-	if s.explain {
+		Explain: explain}
+	if explain {
 		in.Signals = signals{p: p, b: s.dec.Board()}
 	}
 	effects := s.dec.Step(now, &in)
@@ -98,8 +101,11 @@ func (s *schedulerActor) decide(ctx actor.Context, p *pending) {
 // answer reports a decision and replies to its caller.
 func (s *schedulerActor) answer(ctx actor.Context, p *pending, e *decide.Answer) {
 	s.obs.Decision(e.Outcome, e.OverlapBlocks, len(p.local))
+	if e.Close {
+		s.obs.DecisionClose()
+	}
 	if e.Receipt != nil {
-		s.log.Debug("route receipt", "receipt", e.Receipt)
+		s.keepReceipt(p, e)
 	}
 	if e.Err != nil {
 		ctx.Send(p.replyTo, e.Err)
@@ -113,6 +119,24 @@ func (s *schedulerActor) answer(ctx actor.Context, p *pending, e *decide.Answer)
 	}
 	s.obs.DecisionPhase("total", time.Since(p.started))
 	ctx.Send(p.replyTo, e.Reply)
+}
+
+// keepReceipt keeps a decision's route receipt in the ring and, when the
+// request asked for it, on its reply. (The sampling draw above is the
+// process's random source, never the Decider's: a receipt changes no
+// decision.)
+func (s *schedulerActor) keepReceipt(p *pending, e *decide.Answer) {
+	s.log.Debug("route receipt", "receipt", e.Receipt)
+	data, err := json.Marshal(e.Receipt)
+	if err != nil { // a cost that is not finite
+		s.log.Warn("route receipt not encoded", "request_id", p.req.RequestId, "err", err)
+		return
+	}
+	s.obs.DecisionExplained()
+	s.ring.Put(p.req.RequestId, data)
+	if p.req.Explain && e.Reply != nil {
+		e.Reply.ReceiptJson = data
+	}
 }
 
 // record adds a routed hop to its rank's active sequences (and, in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvrouter/kvrouter/receipts"
 	"log/slog"
 	"slices"
 	"sync"
@@ -28,6 +29,9 @@ type Router struct {
 	system      *actor.ActorSystem
 	shards      []*actor.PID
 	scheduler   *actor.PID
+	// decisions is the ring of recent route receipts (the scheduler
+	// writes it; Decision reads it).
+	decisions   *receipts.Ring
 	registry    *actor.PID
 	replication *actor.PID
 	log         *slog.Logger
@@ -93,7 +97,7 @@ func Start(cfg Config) (*Router, error) {
 		return cfg.Logger.With("component", "protoactor")
 	}))
 	r := &Router{cfg: cfg, system: sys, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), inboxes: newInboxes(sys),
-		digests: newDigestGate()}
+		digests: newDigestGate(), decisions: receipts.New(cfg.DecisionRingEntries, cfg.DecisionRingBytes)}
 	guardian := sys.Root.WithGuardian(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider))
 	// The decision path's actors keep their goroutines (pinnedDispatcher):
 	// one for the scheduler, one for the replication edge, one per shard,
@@ -135,7 +139,7 @@ func Start(cfg Config) (*Router, error) {
 	replicationPID := actor.NewPID(sys.Address(), "replication")
 	registryPID := actor.NewPID(sys.Address(), "registry")
 	var err error
-	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, g, r.gate, r.shards, replicationPID, registryPID, trustPID, schedDispatch), schedulerPID.Id); err != nil {
+	if r.scheduler, err = sys.Root.SpawnNamed(newSchedulerProps(cfg, r.decisions, g, r.gate, r.shards, replicationPID, registryPID, trustPID, schedDispatch), schedulerPID.Id); err != nil {
 		return nil, fmt.Errorf("spawn scheduler: %w", err)
 	}
 	r.replBacklog = newBacklog(cfg.ReplicationBacklog)
@@ -343,6 +347,10 @@ func toRouteError(e *messages.RouteError) *RouteError {
 	}
 	return &RouteError{Kind: kind, Message: e.Message, QueueDepth: int(e.QueueDepth), QueueLimit: int(e.QueueLimit)}
 }
+
+// Decision returns the route receipt of request id from the ring of
+// recent receipts (JSON), if it is still held.
+func (r *Router) Decision(id string) ([]byte, bool) { return r.decisions.Get(id) }
 
 // Route picks a (worker, dp rank) for a request. With UpdateStates the
 // decision is recorded as an active request (free it with Free).

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"github.com/kvrouter/kvrouter/receipts"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -56,6 +57,8 @@ type schedulerActor struct {
 	dec *decide.Decider
 	// explain: decisions carry route receipts, logged at debug level.
 	explain bool
+	// ring keeps recent receipts (the Router's: read by the admin API).
+	ring *receipts.Ring
 
 	// sessions is the sticky-session table (cluster state: peers' writes
 	// arrive as SessionUpdates); sessionStats its counters last reported.
@@ -72,7 +75,7 @@ type schedulerActor struct {
 	refusals loglimit.Keyed[string]
 }
 
-func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.PID, replication, registry, trustPID *actor.PID, d actor.Dispatcher) *actor.Props {
+func newSchedulerProps(cfg Config, ring *receipts.Ring, g *gossiper, gate *tickGate, shards []*actor.PID, replication, registry, trustPID *actor.PID, d actor.Dispatcher) *actor.Props {
 	restarts := &restartNotice{}
 	return actor.PropsFromProducer(func() actor.Actor {
 		table, err := sessions.New(cfg.sessionsConfig())
@@ -88,6 +91,7 @@ func newSchedulerProps(cfg Config, g *gossiper, gate *tickGate, shards []*actor.
 			ranks: emptyRankView(), local: tracking.New(),
 			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
 			dec:      newDecider(cfg),
+			ring:     ring,
 			registry: registry, restarts: restarts, gate: gate, trust: trustPID,
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
@@ -260,7 +264,8 @@ func newDecider(cfg Config) *decide.Decider {
 		seed = *cfg.rngSeed
 	}
 	d, err := decide.New(decide.Config{Scheduling: cfg.Scheduling, Limits: cfg.Limits, BlockSize: cfg.BlockSize,
-		Stride: cfg.Sequence.EffectiveStride(), TrackActiveBlocks: cfg.TrackActiveBlocks, MaxQueueWait: cfg.MaxQueueWait}, seed)
+		Stride: cfg.Sequence.EffectiveStride(), TrackActiveBlocks: cfg.TrackActiveBlocks, MaxQueueWait: cfg.MaxQueueWait,
+		Pipeline: cfg.Pipeline, Models: cfg.Models}, seed)
 	if err != nil {
 		panic(fmt.Sprintf("scheduler config passed validation but was refused: %v", err))
 	}

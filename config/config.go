@@ -177,6 +177,10 @@ type Config struct {
 	RouterQueuePolicy          string        `flag:"router-queue-policy" group:"routing" help:"fcfs or wspt"`
 	RouterMaxQueueLength       int           `flag:"router-max-queue-length" group:"routing" help:"requests that may wait; more are rejected with 429"`
 	RouterMaxQueueWait         time.Duration `flag:"router-max-queue-wait" group:"routing" help:"longest wait in the queue before 429"`
+	PolicyFile                 string        `flag:"policy-file" group:"routing" help:"YAML policy file composing the decision's pipeline (admitter, filters, weighted scorers, picker) for every model and per served model (docs/policy.md); read and checked at startup, an error names the line; empty = the default pipeline the routing flags configure"`
+	DecisionSample             float64       `flag:"decision-sample" group:"routing" help:"fraction of the decisions nobody asked to explain whose route receipt is kept in the ring anyway (GET /decisions/{request_id}); 0..1"`
+	DecisionRingEntries        int           `flag:"decision-ring-entries" group:"routing" help:"most route receipts a replica keeps (oldest dropped first); 0 = keep none"`
+	DecisionRingBytes          int           `flag:"decision-ring-bytes" group:"routing" help:"most bytes of route-receipt JSON a replica keeps (oldest dropped first); 0 = keep none"`
 	RouterCost                 string        `flag:"router-cost" group:"essentials" help:"cost a decision minimises: ttft (predicted time to first token from queued prefill, uncached tokens and each rank's measured prefill throughput, plus the delay a miss imposes on the rank and a KV-capacity wait; the default: it served more of the prompt tokens from cache than dynamo in every workload measured, README section Choosing a cost) or dynamo (Dynamo's formula, bit for bit: Dynamo's exact decisions)"`
 	RouterTTFTUncachedWeight   float64       `flag:"router-ttft-uncached-weight" group:"routing" help:"ttft cost: extra weight of the request's own uncached prefill time, for the requests queued behind it"`
 	RouterTTFTKVHeadroom       float64       `flag:"router-ttft-kv-headroom" group:"routing" help:"ttft cost: fraction of a rank's KV cache active requests may fill before a new request is charged for the wait (0..1]"`
@@ -229,6 +233,9 @@ type Config struct {
 	ClusterTLSKey   string `flag:"cluster-tls-key" group:"security" help:"PEM private key of --cluster-tls-cert"`
 	ClusterTLSCA    string `flag:"cluster-tls-ca" group:"security" help:"PEM CA bundle a peer's gossip-stream certificate must chain to (no host-name check: use a CA that signs only this fleet)"`
 	ClusterInsecure bool   `flag:"cluster-insecure" group:"security" help:"allow gossip without --cluster-key-file on a non-loopback --cluster-bind: anyone who reaches the gossip ports can then join, read in-flight requests and steer routing"`
+
+	// policy is --policy-file's pipelines, read once by Validate.
+	policy *policyPipelines
 }
 
 // DefaultProcsPerCPU is procs-per-cpu's default: two Go processors per
@@ -359,6 +366,9 @@ func Default() Config {
 		RouterQueuePolicy:          string(sc.RouterQueuePolicy),
 		RouterMaxQueueLength:       sc.MaxQueueLength,
 		RouterMaxQueueWait:         60 * time.Second,
+		DecisionSample:             actors.DefaultDecisionSample,
+		DecisionRingEntries:        actors.DefaultDecisionRingEntries,
+		DecisionRingBytes:          actors.DefaultDecisionRingBytes,
 		RouterCost:                 string(scheduling.DefaultRouterCost), // not sc's: DefaultConfig keeps Dynamo's cost
 		RouterTTFTUncachedWeight:   sc.TTFT.UncachedWeight,
 		RouterTTFTKVHeadroom:       sc.TTFT.KVHeadroom,
@@ -412,6 +422,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateGateway()...)
 	errs = append(errs, c.validateConns()...)
 	errs = append(errs, c.validateModels()...)
+	if err := c.loadPolicy(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Parity {
 		if err := c.ParityConfig().Validate(); err != nil {
 			errs = append(errs, err)
@@ -550,6 +563,10 @@ func (c *Config) Actors() actors.Config {
 	ac.DefaultMaxNumBatchedTokens = c.MaxNumBatchedTokens
 	ac.DecisionTimeout = c.DecisionTimeout
 	ac.MaxQueueWait = c.RouterMaxQueueWait
+	ac.DecisionSample, ac.DecisionRingEntries, ac.DecisionRingBytes = c.DecisionSample, c.DecisionRingEntries, c.DecisionRingBytes
+	if c.policy != nil {
+		ac.Pipeline, ac.Models = c.policy.def, c.policy.models
+	}
 	ac.HeartbeatTimeout = c.HeartbeatTimeout
 	ac.DrainGrace = c.DrainGrace
 	ac.MaxWorkers, ac.MaxRanks = c.MaxWorkers, c.MaxRanks

@@ -49,6 +49,10 @@ type Config struct {
 	MaxQueueWait time.Duration
 	// Pipeline composes the stages; the zero value is DefaultPipeline.
 	Pipeline Pipeline
+	// Models are the served models' own pipelines (a policy file's
+	// models): a request naming one (RouteRequest.model) runs it; any
+	// other runs Pipeline. Nil: every request runs Pipeline.
+	Models map[string]Pipeline
 }
 
 // Decider makes routing decisions. It is not safe for concurrent use: one
@@ -62,6 +66,9 @@ type Decider struct {
 	cands      []scheduling.Candidate // Join's scratch
 	targets    []kv.WorkerWithDpRank  // LoadTargets' scratch
 	seqScratch []kv.SequenceHash      // Hash's whole sequence-hash chain
+	// models are the served models' pipelines (Config.Models, each
+	// completed from pipe).
+	models map[string]*Pipeline
 	// A step's effects live in the Decider until the next step (a
 	// decision allocates none of them).
 	out     []Effect
@@ -95,8 +102,27 @@ func New(cfg Config, seed [2]uint64) (*Decider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decider: %w", err)
 	}
+	var models map[string]*Pipeline
+	for name, mp := range cfg.Models {
+		if models == nil {
+			models = make(map[string]*Pipeline, len(cfg.Models))
+		}
+		if mp.empty() {
+			mp = p
+		}
+		models[name] = &mp
+	}
 	return &Decider{cfg: cfg, base: cfg.Scheduling.Normalized(), rng: rand.New(rand.NewPCG(seed[0], seed[1])), pipe: p,
-		board: NewBoard(), queue: q}, nil
+		models: models, board: NewBoard(), queue: q}, nil
+}
+
+// pipeline is the pipeline of a request for model: the model's own, else
+// the default.
+func (d *Decider) pipeline(model string) *Pipeline {
+	if p, ok := d.models[model]; ok {
+		return p
+	}
+	return &d.pipe
 }
 
 // Board is the ranks' published loads the Decider reads; its owner
@@ -259,6 +285,9 @@ type Answer struct {
 	// Disaggregation is the path of a disaggregated decision ("" if none).
 	Disaggregation string
 	Receipt        *Receipt
+	// Close: the scored runner-up's cost was within noise of the best
+	// (CloseMargin), so the decision could have gone either way.
+	Close bool
 }
 
 // Queue: the request waits (every eligible rank is overloaded); Parked

@@ -3,6 +3,7 @@ package decide
 import (
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/kvrouter/kvrouter/messages"
@@ -27,6 +28,9 @@ type Receipt struct {
 	// candidate or a tie; negative when a temperature draw took a dearer
 	// rank).
 	Margin float64 `json:"margin"`
+	// Close: the runner-up's cost was within noise of the best
+	// (IsClose: within CloseMargin of the runner-up's cost, or a tie).
+	Close bool `json:"close"`
 	// Ties is how many candidates shared the lowest cost; Draws are the
 	// random source's raw outputs this decision consumed (tie-breaks,
 	// the temperature sample).
@@ -60,6 +64,10 @@ type CandidateReceipt struct {
 	Filtered bool             `json:"filtered,omitempty"`
 	Cost     float64          `json:"cost"`
 	Terms    scheduling.Terms `json:"terms"`
+	// Scores are each scorer's own score, before its weight, when the
+	// pipeline has several (cost is their weighted sum; terms explain
+	// the cost scorer's).
+	Scores map[string]float64 `json:"scores,omitempty"`
 	// LoadSource is where its load came from: "reply" (asked for this
 	// decision), "published" (the rank's last publication), "none".
 	LoadSource string        `json:"load_source,omitempty"`
@@ -93,7 +101,25 @@ func (r *Receipt) fill(c *Context, pipe Pipeline, all, chosen []scheduling.Candi
 	default:
 		r.Session = "move:" + string(p.MoveReason)
 	}
-	terms, _ := scheduling.ExplainPhase(scheduling.PhaseAggregated, *c.Config, c.BlockSize, c.ISL, c.Blocks, chosen)
+	// The terms are those of the pipeline's cost scorer (the configured
+	// cost, or the one a policy file names).
+	costCfg := *c.Config
+	for _, w := range pipe.Scorers {
+		if f, ok := w.Scorer.(FixedCost); ok {
+			costCfg.RouterCost = f.Model
+			break
+		}
+	}
+	r.Cost = string(costCfg.RouterCost)
+	terms, _ := scheduling.ExplainPhase(scheduling.PhaseAggregated, costCfg, c.BlockSize, c.ISL, c.Blocks, chosen)
+	// With several scorers, each one's own (unweighted) score.
+	var parts [][]float64
+	if len(pipe.Scorers) > 1 {
+		for _, w := range pipe.Scorers {
+			part, _ := w.Scorer.Score(c, chosen, nil)
+			parts = append(parts, part)
+		}
+	}
 	// chosen is all, or the ranks a filter kept in all's order.
 	kept := make(map[int]int, len(chosen)) // index in all → index in chosen
 	for i, j := 0, 0; i < len(all) && j < len(chosen); i++ {
@@ -124,6 +150,14 @@ func (r *Receipt) fill(c *Context, pipe Pipeline, all, chosen []scheduling.Candi
 		cr.Cost = costs[j]
 		if j < len(terms) {
 			cr.Terms = terms[j]
+		}
+		if parts != nil {
+			cr.Scores = make(map[string]float64, len(parts))
+			for k, w := range pipe.Scorers {
+				if j < len(parts[k]) {
+					cr.Scores[w.Scorer.Name()] = parts[k][j]
+				}
+			}
 		}
 	}
 	r.Winner = chosen[pick].Worker.String()
@@ -173,7 +207,11 @@ func (p Pipeline) names() []string {
 		out = append(out, "filter:"+f.Name())
 	}
 	for _, s := range p.Scorers {
-		out = append(out, "score:"+s.Scorer.Name())
+		name := "score:" + s.Scorer.Name()
+		if s.Weight != 1 {
+			name += "*" + strconv.FormatFloat(s.Weight, 'g', -1, 64)
+		}
+		out = append(out, name)
 	}
 	if p.Picker != nil {
 		out = append(out, "pick:"+p.Picker.Name())

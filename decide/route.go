@@ -109,7 +109,8 @@ func (d *Decider) decide(now time.Time, in *Decide) []Effect {
 	d.ctx = Context{Config: cfg, BlockSize: d.cfg.BlockSize, ISL: len(m.TokenIds), Blocks: in.Blocks, Ranks: in.Ranks, Plan: p,
 		Lora: m.LoraName, Now: now.UnixNano(), Adapters: &d.adapters}
 	c := &d.ctx
-	if m.UpdateStates && !d.pipe.Admitter.Admit(c, cands) {
+	pipe := d.pipeline(m.Model)
+	if m.UpdateStates && !pipe.Admitter.Admit(c, cands) {
 		return d.park(now, in)
 	}
 	d.Forget(p, in.ID)
@@ -122,16 +123,16 @@ func (d *Decider) decide(now time.Time, in *Decide) []Effect {
 		return d.decideDisaggregated(c, in, cands)
 	}
 	choose := cands
-	for _, f := range d.pipe.Filters {
+	for _, f := range pipe.Filters {
 		choose = f.Filter(c, choose)
 	}
-	dec, err := d.selectRank(c, cands, choose)
+	dec, closeCall, err := d.selectRank(c, pipe, cands, choose)
 	if err != nil {
 		return d.emitAnswer(Answer{Err: RouteErr(messages.RouteErrorCode_ROUTE_ERROR_NO_ELIGIBLE_WORKER, "%v", err),
 			Outcome: "no_worker", Receipt: rc})
 	}
 	ans := Answer{Reply: &messages.RouteReply{Worker: RankMsg(dec.Worker), OverlapBlocks: dec.OverlapBlocks, CachedTokens: dec.CachedTokens},
-		Outcome: "query", OverlapBlocks: dec.OverlapBlocks, Receipt: rc}
+		Outcome: "query", OverlapBlocks: dec.OverlapBlocks, Receipt: rc, Close: closeCall}
 	if !m.UpdateStates {
 		return d.emitAnswer(ans)
 	}
@@ -149,15 +150,16 @@ func (d *Decider) decide(now time.Time, in *Decide) []Effect {
 	return d.emitAnswer(ans)
 }
 
-// selectRank scores cands with the weighted scorers and picks one.
-func (d *Decider) selectRank(c *Context, all, cands []scheduling.Candidate) (scheduling.Decision, error) {
+// selectRank scores cands with pipe's weighted scorers and picks one;
+// closeCall reports whether the scores were within noise (IsClose).
+func (d *Decider) selectRank(c *Context, pipe *Pipeline, all, cands []scheduling.Candidate) (dec scheduling.Decision, closeCall bool, err error) {
 	if len(cands) == 0 {
-		return scheduling.Decision{}, fmt.Errorf("select: %w", scheduling.ErrNoEligibleWorker)
+		return scheduling.Decision{}, false, fmt.Errorf("select: %w", scheduling.ErrNoEligibleWorker)
 	}
-	costs, err := d.pipe.score(c, cands, d.costs)
+	costs, err := pipe.score(c, cands, d.costs)
 	d.costs = costs
 	if err != nil {
-		return scheduling.Decision{}, fmt.Errorf("select: %w", err)
+		return scheduling.Decision{}, false, fmt.Errorf("select: %w", err)
 	}
 	rng := d.rng
 	var draws *drawRecorder
@@ -165,12 +167,43 @@ func (d *Decider) selectRank(c *Context, all, cands []scheduling.Candidate) (sch
 		draws = &drawRecorder{src: d.rng}
 		rng = rand.New(draws)
 	}
-	i := d.pipe.Picker.Pick(c, costs, rng)
-	dec := scheduling.DecisionOf(*c.Config, c.BlockSize, &cands[i], costs[i], len(cands))
+	i := pipe.Picker.Pick(c, costs, rng)
+	dec = scheduling.DecisionOf(*c.Config, c.BlockSize, &cands[i], costs[i], len(cands))
+	closeCall = IsClose(costs)
 	if c.Receipt != nil {
-		c.Receipt.fill(c, d.pipe, all, cands, costs, i, draws)
+		c.Receipt.fill(c, *pipe, all, cands, costs, i, draws)
+		c.Receipt.Close = closeCall
 	}
-	return dec, nil
+	return dec, closeCall, nil
+}
+
+// CloseMargin is the noise of a cost: a decision is close when the
+// runner-up's cost is within this fraction of its own magnitude of the
+// best cost (or ties it). Costs come from loads and overlaps that are
+// themselves up to a publication interval old, so a 1% edge is not a
+// reason a rank won.
+const CloseMargin = 0.01
+
+// IsClose reports whether the two lowest of costs are within
+// CloseMargin: runner-up − best ≤ CloseMargin × |runner-up|. One cost is
+// never close (there was no choice).
+func IsClose(costs []float64) bool {
+	if len(costs) < 2 {
+		return false
+	}
+	best, second := math.Inf(1), math.Inf(1)
+	for _, v := range costs {
+		switch {
+		case v < best:
+			best, second = v, best
+		case v < second:
+			second = v
+		}
+	}
+	if math.IsInf(second, 1) {
+		return false
+	}
+	return second-best <= CloseMargin*math.Abs(second)
 }
 
 func newBlocksOf(cands []scheduling.Candidate, w kv.WorkerWithDpRank) uint64 {

@@ -105,7 +105,7 @@ func TestRouteCodecEncodesEveryRouteResponseField(t *testing.T) {
 	res := &pb.RouteResponse{
 		RequestId: "r", WorkerId: 3, DpRank: 1, OverlapBlocks: 4, CachedTokens: 64,
 		PrefillWorker: &pb.WorkerRef{WorkerId: 5, DpRank: 2}, PrefillOverlapBlocks: 2, PrefillCachedTokens: 32,
-		PrefillRequestId: "r-prefill", IndexTrust: "untrusted",
+		PrefillRequestId: "r-prefill", IndexTrust: "untrusted", ReceiptJson: `{"winner":"3/1"}`,
 	}
 	setsEveryField(t, res)
 	bufs, err := newRouteCodec().Marshal(res)

@@ -50,6 +50,7 @@ func routeMessage(r *pb.RouteRequest) (*messages.RouteRequest, error) {
 		RequestID: r.GetRequestId(), Tokens: r.GetTokenIds(), HasTokens: true, LoraName: r.GetLoraName(),
 		UpdateStates: r.UpdateStates, AllowedWorkerIDs: r.GetAllowedWorkerIds(),
 		ExpectedOutputTokens: r.GetExpectedOutputTokens(), PriorityJump: r.GetPriorityJump(),
+		Model: r.GetModel(), Explain: r.GetExplain(),
 	}
 	if p := r.GetPinnedWorker(); p != nil {
 		in.Pinned = &messages.WorkerRank{WorkerId: p.WorkerId, DpRank: p.DpRank}
@@ -88,7 +89,7 @@ func (s *Server) route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteRespon
 	res := &pb.RouteResponse{
 		WorkerId: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
 		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens,
-		IndexTrust: s.indexTrust(reply.Worker),
+		IndexTrust: s.indexTrust(reply.Worker), ReceiptJson: string(reply.ReceiptJson),
 	}
 	if pw := reply.PrefillWorker; pw != nil {
 		res.PrefillWorker = &pb.WorkerRef{WorkerId: pw.WorkerId, DpRank: pw.DpRank}

@@ -76,13 +76,26 @@ func (s *Server) prepare(ctx context.Context, path string, header http.Header, b
 		f.Outcome = "bad_input"
 		return nil, f
 	}
+	var p *proxied
+	var f *Failure
 	switch path {
 	case PathCompletions:
-		return s.prepareCompletion(ctx, header, b)
+		p, f = s.prepareCompletion(ctx, header, b)
 	case PathChat:
-		return s.prepareChat(ctx, header, b)
+		p, f = s.prepareChat(ctx, header, b)
+	default:
+		return nil, failure(http.StatusNotFound, "%s is not routed: the router routes %s and %s", path, PathCompletions, PathChat)
 	}
-	return nil, failure(http.StatusNotFound, "%s is not routed: the router routes %s and %s", path, PathCompletions, PathChat)
+	if f != nil {
+		return nil, f
+	}
+	// The served model selects the policy file's pipeline (a body
+	// without a string model routes with the default one).
+	if raw, ok := b.fields["model"]; ok {
+		_ = json.Unmarshal(raw, &p.modelName) // not a string: no model, as tokenization judged it
+	}
+	p.explain = explainAsked(header)
+	return p, nil
 }
 
 // answer is the lifecycle guard of one routed request's answer, shared

@@ -141,6 +141,10 @@ type proxied struct {
 	lora string
 	// session is the sticky-session id ("" = none).
 	session string
+	// modelName is the body's model (the decision's pipeline); explain:
+	// the client asked for the route receipt (x-kvrouter-explain).
+	modelName string
+	explain   bool
 
 	// Parity: the model (nil: none resolved), how the prompt was
 	// tokenized, the text input (for a background check), the rank the
@@ -330,7 +334,8 @@ func (p *proxied) route(ctx context.Context, allowed []uint64, pinned *messages.
 	s := p.s
 	p.requestID = routeapi.NewRequestID()
 	req, err := routeapi.RouteMessage(routeapi.Route{RequestID: p.requestID, Tokens: p.tokens, HasTokens: true,
-		ExpectedOutputTokens: p.maxTokens, LoraName: p.lora, SessionID: p.session, AllowedWorkerIDs: allowed, Pinned: pinned})
+		ExpectedOutputTokens: p.maxTokens, LoraName: p.lora, SessionID: p.session, AllowedWorkerIDs: allowed, Pinned: pinned,
+		Model: p.modelName, Explain: p.explain})
 	if err != nil {
 		return nil, &actors.RouteError{Kind: actors.ErrBadRequest, Message: err.Error()}
 	}
@@ -410,6 +415,11 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 		}
 		w.Header().Set("X-Request-Id", p.requestID)
 		w.Header().Set(IndexTrustHeader, p.trust)
+		if p.explain {
+			// The receipt is in the ring under the request id (admin:
+			// GET /decisions/{request_id}).
+			w.Header().Set(DecisionHeader, p.requestID)
+		}
 		w.WriteHeader(resp.StatusCode)
 		m.headerSent = true
 		if resp.StatusCode != http.StatusOK {

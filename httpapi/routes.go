@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 
@@ -39,6 +40,9 @@ type RouteBody struct {
 	ExpectedOutputTokens uint64          `json:"expected_output_tokens"`
 	PriorityJump         float64         `json:"priority_jump"`
 	RouterConfigOverride *ConfigOverride `json:"router_config_override"`
+	// Explain asks for the decision's route receipt (as the
+	// x-kvrouter-explain: 1 header does).
+	Explain bool `json:"explain"`
 	// In place of token_ids: a text prompt or chat messages, tokenized
 	// with the model's tokenizer (see textInput).
 	textInput
@@ -67,12 +71,16 @@ type RouteResult struct {
 	PrefillOverlapBlocks uint32  `json:"prefill_overlap_blocks,omitempty"`
 	PrefillCachedTokens  uint64  `json:"prefill_cached_tokens,omitempty"`
 	PrefillRequestID     string  `json:"prefill_request_id,omitempty"`
+	// Receipt is the decision's route receipt (docs/receipts.md), when
+	// the request asked for it.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 func (b *RouteBody) toMessage() (*messages.RouteRequest, error) {
 	r := routeapi.Route{
 		RequestID: b.RequestID, HasTokens: b.TokenIDs != nil, LoraName: b.LoraName, UpdateStates: b.UpdateStates,
 		AllowedWorkerIDs: b.AllowedWorkerIDs, ExpectedOutputTokens: b.ExpectedOutputTokens, PriorityJump: b.PriorityJump,
+		Model: b.Model, Explain: b.Explain,
 	}
 	if b.TokenIDs != nil {
 		r.Tokens = *b.TokenIDs
@@ -115,6 +123,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	body.Explain = body.Explain || explainAsked(r.Header)
 	msg, err := body.toMessage()
 	if err == nil {
 		msg.SessionId, err = s.sessionID(r.Header, sc.body)
@@ -138,7 +147,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	res := RouteResult{
 		WorkerID: reply.Worker.GetWorkerId(), DpRank: reply.Worker.GetDpRank(),
 		OverlapBlocks: reply.OverlapBlocks, CachedTokens: reply.CachedTokens, PromptTokens: promptTokens,
-		IndexTrust: s.indexTrust(reply.Worker),
+		IndexTrust: s.indexTrust(reply.Worker), Receipt: reply.ReceiptJson,
 	}
 	if pw := reply.PrefillWorker; pw != nil {
 		id, rank := pw.WorkerId, pw.DpRank
@@ -152,6 +161,40 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// ExplainHeader asks for a decision's route receipt: on /route's
+// answer, and kept in the replica's ring for a proxied request (whose
+// answer then names it in DecisionHeader).
+const (
+	ExplainHeader  = "x-kvrouter-explain"
+	DecisionHeader = "X-Kvrouter-Decision"
+)
+
+// explainAsked reports whether the request carries x-kvrouter-explain: 1
+// (or true).
+func explainAsked(h http.Header) bool {
+	v := h.Get(ExplainHeader)
+	return v == "1" || v == "true"
+}
+
+// decision answers GET /decisions/{request_id}: the route receipt the
+// replica kept for the request (docs/receipts.md), 404 when it is not
+// (or no longer) in the ring.
+func (s *Server) decision(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("request_id")
+	if err := routeapi.CheckRequestID(id); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	data, ok := s.opts.Router.Decision(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, "no route receipt kept for request %q (explained or sampled decisions only, while the ring holds them)", id)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
 }
 
 // writeRouterError answers a router error with routeapi's status and

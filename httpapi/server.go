@@ -195,6 +195,7 @@ func New(opts Options) *Server {
 		{"DELETE /sessions/{id}", "sessions", dataPlane, s.endSession},
 		{"POST /workers", "workers", adminOnly, s.addWorker},
 		{"DELETE /workers/{id}", "workers", adminOnly, s.deleteWorker},
+		{"GET /decisions/{request_id}", "decisions", adminOnly, s.decision},
 		{"GET /healthz", "healthz", open, s.healthz},
 		{"GET /readyz", "readyz", open, s.readyz},
 	}

@@ -1850,7 +1850,13 @@ type RouteRequest struct {
 	// client names who asked (set by the API edge from the bearer token or
 	// the peer address, never by the client itself): the per-client
 	// active-request cap counts requests by it.
-	Client        string `protobuf:"bytes,12,opt,name=client,proto3" json:"client,omitempty"`
+	Client string `protobuf:"bytes,12,opt,name=client,proto3" json:"client,omitempty"`
+	// model is the served model the request names (the OpenAI body's
+	// model, HTTP /route's model): it selects the policy file's pipeline
+	// (empty or unknown: the default pipeline).
+	Model string `protobuf:"bytes,13,opt,name=model,proto3" json:"model,omitempty"`
+	// explain asks for the decision's route receipt on the reply.
+	Explain       bool `protobuf:"varint,14,opt,name=explain,proto3" json:"explain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1969,6 +1975,20 @@ func (x *RouteRequest) GetClient() string {
 	return ""
 }
 
+func (x *RouteRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RouteRequest) GetExplain() bool {
+	if x != nil {
+		return x.Explain
+	}
+	return false
+}
+
 // CancelRoute says the client of a route call left before its answer: a
 // decision still in flight or queued is dropped, and one already routed
 // (whose answer nobody will receive, so nobody will free it) is freed.
@@ -2039,8 +2059,11 @@ type RouteReply struct {
 	PrefillOverlapBlocks uint32                 `protobuf:"varint,5,opt,name=prefill_overlap_blocks,json=prefillOverlapBlocks,proto3" json:"prefill_overlap_blocks,omitempty"`
 	PrefillCachedTokens  uint64                 `protobuf:"varint,6,opt,name=prefill_cached_tokens,json=prefillCachedTokens,proto3" json:"prefill_cached_tokens,omitempty"`
 	PrefillRequestId     string                 `protobuf:"bytes,7,opt,name=prefill_request_id,json=prefillRequestId,proto3" json:"prefill_request_id,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// receipt_json is the decision's route receipt (decide.Receipt as
+	// JSON), set when the request asked for one (explain).
+	ReceiptJson   []byte `protobuf:"bytes,8,opt,name=receipt_json,json=receiptJson,proto3" json:"receipt_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteReply) Reset() {
@@ -2120,6 +2143,13 @@ func (x *RouteReply) GetPrefillRequestId() string {
 		return x.PrefillRequestId
 	}
 	return ""
+}
+
+func (x *RouteReply) GetReceiptJson() []byte {
+	if x != nil {
+		return x.ReceiptJson
+	}
+	return nil
 }
 
 // SequenceEvent is an active-sequence change made by one replica, gossiped
@@ -5384,7 +5414,7 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
 	"\x10_assume_kv_reuseB\x1a\n" +
-	"\x18_shared_cache_multiplier\"\x92\x04\n" +
+	"\x18_shared_cache_multiplier\"\xc2\x04\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -5400,11 +5430,13 @@ const file_kvrouter_proto_rawDesc = "" +
 	" \x01(\x04R\vcancelToken\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\v \x01(\tR\tsessionId\x12\x16\n" +
-	"\x06client\x18\f \x01(\tR\x06client\"O\n" +
+	"\x06client\x18\f \x01(\tR\x06client\x12\x14\n" +
+	"\x05model\x18\r \x01(\tR\x05model\x12\x18\n" +
+	"\aexplain\x18\x0e \x01(\bR\aexplain\"O\n" +
 	"\vCancelRoute\x12!\n" +
 	"\fcancel_token\x18\x01 \x01(\x04R\vcancelToken\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xed\x02\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x90\x03\n" +
 	"\n" +
 	"RouteReply\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\x06worker\x12%\n" +
@@ -5413,7 +5445,8 @@ const file_kvrouter_proto_rawDesc = "" +
 	"\x0eprefill_worker\x18\x04 \x01(\v2\x1d.kvrouter.internal.WorkerRankR\rprefillWorker\x124\n" +
 	"\x16prefill_overlap_blocks\x18\x05 \x01(\rR\x14prefillOverlapBlocks\x122\n" +
 	"\x15prefill_cached_tokens\x18\x06 \x01(\x04R\x13prefillCachedTokens\x12,\n" +
-	"\x12prefill_request_id\x18\a \x01(\tR\x10prefillRequestId\"\x92\x03\n" +
+	"\x12prefill_request_id\x18\a \x01(\tR\x10prefillRequestId\x12!\n" +
+	"\freceipt_json\x18\b \x01(\fR\vreceiptJson\"\x92\x03\n" +
 	"\rSequenceEvent\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x121\n" +

@@ -22,6 +22,8 @@ type Router struct {
 	hitRate         prometheus.Histogram
 	degraded        *prometheus.CounterVec
 	disagg          *prometheus.CounterVec
+	closeCalls      prometheus.Counter
+	explained       prometheus.Counter
 	eventsApplied   *prometheus.CounterVec
 	eventsDropped   *prometheus.CounterVec
 	shardRestarts   *prometheus.CounterVec
@@ -86,6 +88,14 @@ func New() *Router {
 			Name: "kvrouter_disaggregation_decisions_total",
 			Help: "Decisions in a disaggregated fleet by prefill path: remote (prefill pool, KV transfer) or local (short_prompt: max_local_prefill_length; no_prefill_worker; same_rank).",
 		}, []string{"path"}),
+		closeCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_decisions_close_total",
+			Help: "Decisions whose runner-up's cost was within noise of the winner's: within 1% of the runner-up's cost, or tied (decide.CloseMargin). Counted for every scored decision, explained or not; a large share against kvrouter_decisions_total means the cost barely separates the ranks, so loads and overlaps a publication old can flip the choice (docs/receipts.md).",
+		}),
+		explained: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_decisions_explained_total",
+			Help: "Decisions that built a route receipt: asked for (x-kvrouter-explain, explain), sampled (--decision-sample) or debug logging. Each is kept in the replica's ring (GET /decisions/{request_id}).",
+		}),
 		eventsApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_kv_events_applied_total", Help: "KV events applied to the index, by kind (stored, removed, cleared). Flat while engines serve traffic means no events arrive: check the engines' KV-event flags and kvrouter_kv_event_messages_total or kvrouter_zmq_messages_total.",
 		}, []string{"kind"}),
@@ -171,7 +181,7 @@ func New() *Router {
 			Help: "Routed requests the endpoint picker freed, by how the answer ended: complete (end of stream or trailers), worker_error (a status other than 200), cut (the gateway closed the stream or it broke before the end), rerouted (the gateway served a fallback endpoint: the request was recorded there instead).",
 		}, []string{"end"}),
 	}
-	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg,
+	reg.MustRegister(m.decisionLatency, m.decisions, m.overlapBlocks, m.hitRate, m.degraded, m.disagg, m.closeCalls, m.explained,
 		m.eventsApplied, m.eventsDropped, m.shardRestarts, m.workerRejected, m.strideMismatch, m.backlogDropped, m.queueDepth,
 		m.sharedHitRate, m.sharedBeyond,
 		m.sessionEvents, m.sessionMoves, m.sessions, m.admission, m.expired,
@@ -223,6 +233,12 @@ func (m *Router) RequestsExpired(reason string, n int) {
 }
 
 func (m *Router) Disaggregation(path string) { m.disagg.WithLabelValues(path).Inc() }
+
+// DecisionClose counts a decision within noise.
+func (m *Router) DecisionClose() { m.closeCalls.Inc() }
+
+// DecisionExplained counts a decision that built a route receipt.
+func (m *Router) DecisionExplained() { m.explained.Inc() }
 
 func (m *Router) SharedCache(shared, beyond uint32, requestBlocks int) {
 	if requestBlocks > 0 {

@@ -27,6 +27,10 @@ type Route struct {
 	Override             *messages.RouterConfigOverride
 	// SessionID is the sticky-session id ("" = none).
 	SessionID string
+	// Model is the served model (selects the policy file's pipeline;
+	// "" = the default pipeline); Explain asks for the route receipt.
+	Model   string
+	Explain bool
 }
 
 // Messages of invalid requests, the same over both APIs.
@@ -37,7 +41,11 @@ const (
 	MsgTokensEmpty     = "token_ids must not be empty"
 	MsgQueryTokens     = "token_ids is required and must not be empty (or prompt or messages, with a tokenizer)"
 	MsgRequestIDNeeded = "request_id is required"
+	MsgModelTooLong    = "model is longer than 256 bytes"
 )
+
+// MaxModelBytes bounds a route request's model name.
+const MaxModelBytes = 256
 
 // RouteMessage checks a route request and builds the router's message:
 // a recorded decision without a request id gets a fresh one.
@@ -58,9 +66,13 @@ func RouteMessage(r Route) (*messages.RouteRequest, error) {
 		RequestId: r.RequestID, TokenIds: r.Tokens, LoraName: r.LoraName, UpdateStates: update,
 		AllowedWorkerIds: r.AllowedWorkerIDs, ExpectedOutputTokens: r.ExpectedOutputTokens,
 		PriorityJump: r.PriorityJump, PinnedWorker: r.Pinned, RouterConfigOverride: r.Override, SessionId: r.SessionID,
+		Model: r.Model, Explain: r.Explain,
 	}
 	if update && m.RequestId == "" {
 		m.RequestId = NewRequestID()
+	}
+	if len(r.Model) > MaxModelBytes {
+		return nil, errors.New(MsgModelTooLong)
 	}
 	if r.Override != nil {
 		if err := ValidateOverride(r.Override); err != nil {

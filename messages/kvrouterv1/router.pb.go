@@ -194,7 +194,12 @@ type RouteRequest struct {
 	// session_id makes the request part of a sticky session (HTTP's
 	// x-session-id / session_id): later requests of the session go to the
 	// rank the first one was routed to while it stays fit.
-	SessionId     string `protobuf:"bytes,10,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,10,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// model is the served model the request is for: it selects the policy
+	// file's pipeline for it (empty or not in the file: the default).
+	Model string `protobuf:"bytes,11,opt,name=model,proto3" json:"model,omitempty"`
+	// explain asks for the decision's route receipt (receipt_json).
+	Explain       bool `protobuf:"varint,12,opt,name=explain,proto3" json:"explain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,6 +304,20 @@ func (x *RouteRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *RouteRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RouteRequest) GetExplain() bool {
+	if x != nil {
+		return x.Explain
+	}
+	return false
+}
+
 type RouteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// request_id is set when the decision was recorded (update_states).
@@ -322,7 +341,11 @@ type RouteResponse struct {
 	// "exact", "degraded" or "untrusted" (docs/index-trust.md). For an
 	// untrusted rank, overlap_blocks and cached_tokens come from predicted
 	// blocks, not the event index.
-	IndexTrust    string `protobuf:"bytes,10,opt,name=index_trust,json=indexTrust,proto3" json:"index_trust,omitempty"`
+	IndexTrust string `protobuf:"bytes,10,opt,name=index_trust,json=indexTrust,proto3" json:"index_trust,omitempty"`
+	// receipt_json is the decision's route receipt when explain was set:
+	// the JSON object docs/receipts.md describes (candidates with their
+	// cost terms, margin, ties, draws, session rule, signal ages).
+	ReceiptJson   string `protobuf:"bytes,11,opt,name=receipt_json,json=receiptJson,proto3" json:"receipt_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +446,13 @@ func (x *RouteResponse) GetPrefillRequestId() string {
 func (x *RouteResponse) GetIndexTrust() string {
 	if x != nil {
 		return x.IndexTrust
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetReceiptJson() string {
+	if x != nil {
+		return x.ReceiptJson
 	}
 	return ""
 }
@@ -1689,7 +1719,7 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x13_prefill_load_scaleB\x17\n" +
 	"\x15_track_prefill_tokensB\x12\n" +
 	"\x10_assume_kv_reuseB\x1a\n" +
-	"\x18_shared_cache_multiplier\"\xdb\x03\n" +
+	"\x18_shared_cache_multiplier\"\x8b\x04\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1703,8 +1733,10 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x16router_config_override\x18\t \x01(\v2\x1b.kvrouter.v1.ConfigOverrideR\x14routerConfigOverride\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\n" +
-	" \x01(\tR\tsessionIdB\x10\n" +
-	"\x0e_update_states\"\xa8\x03\n" +
+	" \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05model\x18\v \x01(\tR\x05model\x12\x18\n" +
+	"\aexplain\x18\f \x01(\bR\aexplainB\x10\n" +
+	"\x0e_update_states\"\xcb\x03\n" +
 	"\rRouteResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1718,7 +1750,8 @@ const file_kvrouterv1_router_proto_rawDesc = "" +
 	"\x12prefill_request_id\x18\t \x01(\tR\x10prefillRequestId\x12\x1f\n" +
 	"\vindex_trust\x18\n" +
 	" \x01(\tR\n" +
-	"indexTrust\"+\n" +
+	"indexTrust\x12!\n" +
+	"\freceipt_json\x18\v \x01(\tR\vreceiptJson\"+\n" +
 	"\n" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
