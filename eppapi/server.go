@@ -20,23 +20,19 @@ package eppapi
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvrouter/kvrouter/grpcapi"
 	"github.com/kvrouter/kvrouter/httpapi"
+	"github.com/kvrouter/kvrouter/internal/grpcserve"
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/metrics"
 )
@@ -80,13 +76,11 @@ const (
 // Server is one replica's endpoint picker.
 type Server struct {
 	extproc.UnimplementedExternalProcessorServer
-	opts   Options
-	log    *slog.Logger
-	warn   loglimit.Limiter
-	grpc   *grpc.Server
-	health *health.Server
-	stop   chan struct{}
-	once   sync.Once
+	opts Options
+	log  *slog.Logger
+	warn loglimit.Limiter
+	grpc *grpc.Server
+	life *grpcserve.Lifecycle
 }
 
 // New builds the picker; Serve starts it.
@@ -106,8 +100,7 @@ func New(opts Options) *Server {
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 10 * time.Second
 	}
-	s := &Server{opts: opts, log: opts.Log.With("component", "eppapi"), health: health.NewServer(),
-		stop: make(chan struct{}), warn: loglimit.Limiter{Every: 10 * time.Second}}
+	s := &Server{opts: opts, log: opts.Log.With("component", "eppapi"), warn: loglimit.Limiter{Every: 10 * time.Second}}
 	so := []grpc.ServerOption{
 		// A body arrives in pieces Envoy cuts; one message is at most a
 		// piece, or a whole buffered body.
@@ -124,68 +117,19 @@ func New(opts Options) *Server {
 	}
 	s.grpc = grpc.NewServer(so...)
 	extproc.RegisterExternalProcessorServer(s.grpc, s)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.setHealth()
+	s.life = grpcserve.New("epp", s.grpc, opts.Ready, []string{"", HealthReadiness, ServiceName}, []string{HealthLiveness})
 	return s
 }
 
 // Serve serves on ln until Stop; it returns nil after Stop.
 func (s *Server) Serve(ln net.Listener) error {
-	go s.watchReady()
-	err := s.grpc.Serve(ln)
-	if errors.Is(err, grpc.ErrServerStopped) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("epp serve: %w", err)
-	}
-	return nil
+	return s.life.Serve(ln)
 }
 
 // Stop reports NOT_SERVING, lets requests in flight finish until ctx
 // ends, then closes every connection (each stream's request is freed as
 // its stream ends).
-func (s *Server) Stop(ctx context.Context) error {
-	s.once.Do(func() { close(s.stop) })
-	s.health.Shutdown()
-	finished := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(finished)
-	}()
-	select {
-	case <-finished:
-		return nil
-	case <-ctx.Done():
-		s.grpc.Stop()
-		<-finished
-		return fmt.Errorf("epp drain: %w", ctx.Err())
-	}
-}
-
-func (s *Server) watchReady() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.setHealth()
-		}
-	}
-}
-
-func (s *Server) setHealth() {
-	st := healthpb.HealthCheckResponse_SERVING
-	if s.opts.Ready != nil && s.opts.Ready() != nil {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-	}
-	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(HealthReadiness, st)
-	s.health.SetServingStatus(ServiceName, st)
-}
+func (s *Server) Stop(ctx context.Context) error { return s.life.Stop(ctx) }
 
 func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if !strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {

@@ -16,22 +16,18 @@ package grpcapi
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/connguard"
+	"github.com/kvrouter/kvrouter/internal/grpcserve"
 	pb "github.com/kvrouter/kvrouter/messages/kvrouterv1"
 	"github.com/kvrouter/kvrouter/metrics"
 )
@@ -73,12 +69,10 @@ const ServiceName = "kvrouter.v1.Router"
 
 // Server is the gRPC API of one replica.
 type Server struct {
-	opts   Options
-	log    *slog.Logger
-	grpc   *grpc.Server
-	health *health.Server
-	stop   chan struct{}
-	once   sync.Once
+	opts Options
+	log  *slog.Logger
+	grpc *grpc.Server
+	life *grpcserve.Lifecycle
 	// guard is the listener Serve was given when it is a
 	// connguard.Listener (tapAuth closes and marks its connections).
 	guard atomic.Pointer[connguard.Listener]
@@ -107,8 +101,7 @@ func New(opts Options) *Server {
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 10 * time.Second
 	}
-	s := &Server{opts: opts, log: opts.Log.With("component", "grpcapi"), health: health.NewServer(),
-		stop: make(chan struct{})}
+	s := &Server{opts: opts, log: opts.Log.With("component", "grpcapi")}
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(newRouteCodec()),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
@@ -130,7 +123,7 @@ func New(opts Options) *Server {
 		grpc.ChainStreamInterceptor(s.streamCount, s.streamRecover, streamDecodeStatus),
 	)
 	s.grpc.RegisterService(invalidArgumentOnDecode(&pb.Router_ServiceDesc), &service{s: s})
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.life = grpcserve.New("grpc", s.grpc, opts.Ready, []string{"", ServiceName}, nil)
 	reflection.Register(s.grpc)
 	s.methods = map[string]bool{}
 	for name, info := range s.grpc.GetServiceInfo() {
@@ -138,7 +131,6 @@ func New(opts Options) *Server {
 			s.methods["/"+name+"/"+m.Name] = true
 		}
 	}
-	s.setHealth()
 	return s
 }
 
@@ -147,57 +139,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	if gl, ok := ln.(*connguard.Listener); ok {
 		s.guard.Store(gl)
 	}
-	go s.watchReady()
-	err := s.grpc.Serve(ln)
-	if errors.Is(err, grpc.ErrServerStopped) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("grpc serve: %w", err)
-	}
-	return nil
+	return s.life.Serve(ln)
 }
 
 // Stop reports NOT_SERVING, lets calls in flight finish until ctx ends,
 // then closes every connection (a Lifecycle stream a client keeps open
 // would otherwise hold the shutdown forever).
-func (s *Server) Stop(ctx context.Context) error {
-	s.once.Do(func() { close(s.stop) })
-	s.health.Shutdown()
-	finished := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(finished)
-	}()
-	select {
-	case <-finished:
-		return nil
-	case <-ctx.Done():
-		s.grpc.Stop()
-		<-finished
-		return fmt.Errorf("grpc drain: %w", ctx.Err())
-	}
-}
-
-// watchReady keeps the health service's status in step with Ready.
-func (s *Server) watchReady() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.setHealth()
-		}
-	}
-}
-
-func (s *Server) setHealth() {
-	st := healthpb.HealthCheckResponse_SERVING
-	if s.opts.Ready != nil && s.opts.Ready() != nil {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-	}
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(ServiceName, st)
-}
+func (s *Server) Stop(ctx context.Context) error { return s.life.Stop(ctx) }
