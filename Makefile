@@ -58,6 +58,9 @@ fmt-check:
 # The test command of the README. Every test runs once: the concurrent
 # packages (RACE_PKGS) under the race detector, the others without it (a
 # second, plain run of the concurrent packages would only repeat them).
+# The race build leaves out Kubernetes discovery (-tags nokube: client-go
+# is half the packages a race build would compile); its tests, through
+# client-go's fake clientset, run in the plain phase.
 # Fuzz seed corpora run here as ordinary tests; the bounded fuzzing itself
 # is `make fuzz`, which CI (.ci/run) runs after this target.
 # Each phase prints the time it starts, so a slow run shows where it went.
@@ -65,8 +68,10 @@ test: deps system-deps node-deps fmt-check vet
 	@echo "== $$(date +%T) tests"
 	$(GO) test -count=1 $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
 	$(GO) test -count=1 -race -run '^TestConcurrentEncode$$' ./tokenizer/
+	$(GO) test -count=1 ./discovery/
+	$(GO) test -count=1 -run '^(TestKubernetesDiscovery|TestMeasureDiscoveryLatency)$$' ./test/
 	@echo "== $$(date +%T) tests under the race detector"
-	$(GO) test -count=1 -race $(RACE_PKGS)
+	$(GO) test -count=1 -race -tags nokube $(RACE_PKGS)
 	@echo "== $$(date +%T) done"
 
 # What CI runs: the test command, bounded fuzzing of every decoder, and
