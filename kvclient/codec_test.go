@@ -21,6 +21,8 @@ func fullRoute(t *testing.T, ids []uint32) *pb.RouteRequest {
 		ExpectedOutputTokens: 128, PriorityJump: 1.5,
 		RouterConfigOverride: &pb.ConfigOverride{OverlapScoreWeight: new(2.0), AssumeKvReuse: new(true)},
 		SessionId:            "s",
+		Model:                "m",
+		Explain:              true,
 	}
 	set := 0
 	r.ProtoReflect().Range(func(_ protoreflect.FieldDescriptor, _ protoreflect.Value) bool { set++; return true })
@@ -93,7 +95,7 @@ func TestClientCodecDecodesEveryRouteResponseField(t *testing.T) {
 	res := &pb.RouteResponse{
 		RequestId: "r", WorkerId: 3, DpRank: 1, OverlapBlocks: 4, CachedTokens: 64,
 		PrefillWorker: &pb.WorkerRef{WorkerId: 5, DpRank: 2}, PrefillOverlapBlocks: 2, PrefillCachedTokens: 32,
-		PrefillRequestId: "r-prefill", IndexTrust: "degraded",
+		PrefillRequestId: "r-prefill", IndexTrust: "degraded", ReceiptJson: `{"winner":"3/1"}`,
 	}
 	set := 0
 	res.ProtoReflect().Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool { set++; return true })
