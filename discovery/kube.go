@@ -67,6 +67,9 @@ func NewKubeClients(kubeconfig string) (*KubeClients, error) {
 }
 
 // Pod annotations that override a source's defaults for one engine.
+// kubeBuilt: this build has Kubernetes discovery (kube_off.go: without).
+const kubeBuilt = true
+
 const (
 	AnnotationPrefix = "kvrouter.io/"
 	// AnnotationKVEventsPort (default 5557, vLLM's), AnnotationReplayPort

@@ -3,7 +3,6 @@
 package discovery
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 )
@@ -16,7 +15,8 @@ import (
 // KubeClients holds no clients in a binary without Kubernetes discovery.
 type KubeClients struct{}
 
-var errNoKube = errors.New("this binary is built without Kubernetes discovery (-tags nokube): use the kvrouter binary")
+// kubeBuilt: this build has Kubernetes discovery.
+const kubeBuilt = false
 
 func newPodSource(uri string, _ *url.URL, _ Defaults, _ Options) (Source, error) {
 	return nil, fmt.Errorf("--discover %q: %w", uri, errNoKube)

@@ -102,7 +102,14 @@ func TestParse(t *testing.T) {
 		"k8s-inferencepool://default/pool?api=inference.networking.x-k8s.io/v1alpha2": "pool",
 	}
 	for uri := range good {
-		if _, err := Parse(uri, Options{Interval: 1}); err != nil {
+		_, err := Parse(uri, Options{Interval: 1})
+		if kubeScheme(uri) && !kubeBuilt {
+			if !errors.Is(err, errNoKube) {
+				t.Errorf("%s in a nokube build: err %v, want errNoKube", uri, err)
+			}
+			continue
+		}
+		if err != nil {
 			t.Errorf("%s: %v", uri, err)
 		}
 	}
@@ -124,6 +131,9 @@ func TestParse(t *testing.T) {
 		"k8s-inferencepool://ns/p?api=v1":    "want GROUP/VERSION",
 	}
 	for uri, want := range bad {
+		if kubeScheme(uri) && !kubeBuilt {
+			want = errNoKube.Error() // a nokube build refuses the scheme before reading it
+		}
 		if _, err := Parse(uri, Options{Interval: 1}); err == nil || !contains(err.Error(), want) {
 			t.Errorf("%s: err %v, want %q", uri, err, want)
 		}
@@ -149,4 +159,8 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 func sorted(ids ...kv.WorkerID) []kv.WorkerID {
 	slices.Sort(ids)
 	return ids
+}
+
+func kubeScheme(uri string) bool {
+	return strings.HasPrefix(uri, "k8s://") || strings.HasPrefix(uri, "k8s-inferencepool://")
 }
