@@ -5,7 +5,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./grpcapi/... ./kvclient/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/... ./parity/... ./enginepoll/... ./discovery/... ./internal/loglimit/... ./eppapi/... ./connguard/... ./internal/redial/... ./receipts/...
 
-.PHONY: ci cost-table docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
+.PHONY: ci test-setup cost-table docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
 
 deps:
 	$(GO) mod download
@@ -51,6 +51,12 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags nokube ./discovery/ ./cmd/kvbench/
 
+test-setup:
+	@echo "== $$(date +%T) setup: haproxy, npm packages, gofmt, go vet"
+	@$(MAKE) --no-print-directory system-deps node-deps & fetch=$$!; \
+	$(MAKE) --no-print-directory fmt-check vet; rc=$$?; \
+	wait $$fetch || rc=1; exit $$rc
+
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -64,7 +70,10 @@ fmt-check:
 # Fuzz seed corpora run here as ordinary tests; the bounded fuzzing itself
 # is `make fuzz`, which CI (.ci/run) runs after this target.
 # Each phase prints the time it starts, so a slow run shows where it went.
-test: deps system-deps node-deps fmt-check vet
+# Setup runs its parts side by side: apt-get then npm (one after the other:
+# both may use apt's lock) wait on the network while vet compiles, and go fetches only the modules the build needs
+# (no up-front `go mod download` of every module in go.mod).
+test: test-setup
 	@echo "== $$(date +%T) tests"
 	$(GO) test -count=1 $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
 	$(GO) test -count=1 -race -run '^TestConcurrentEncode$$' ./tokenizer/
