@@ -70,9 +70,10 @@ fmt-check:
 # Fuzz seed corpora run here as ordinary tests; the bounded fuzzing itself
 # is `make fuzz`, which CI (.ci/run) runs after this target.
 # Each phase prints the time it starts, so a slow run shows where it went.
-# Setup runs its parts side by side: apt-get then npm (one after the other:
-# both may use apt's lock) wait on the network while vet compiles, and go fetches only the modules the build needs
-# (no up-front `go mod download` of every module in go.mod).
+# Setup runs its parts side by side: apt-get then npm (one after the
+# other: both may take apt's lock) wait on the network while vet compiles,
+# and go fetches only the modules the build needs (no up-front
+# `go mod download` of every module in go.mod).
 test: test-setup
 	@echo "== $$(date +%T) tests"
 	$(GO) test -count=1 $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
