@@ -330,7 +330,7 @@ func (a *shardActor) stats(digest bool) *messages.ShardStatsReply {
 	}
 	reply.Counters["shard_resets"] = a.st.resets
 	reply.Counters["digests"] = a.st.digests
-	reply.Counters["held_blocks"] = uint64(a.st.gate.held.Blocks())
+	reply.Counters[HeldBlocksStat] = uint64(a.st.gate.held.Blocks())
 	for w, n := range t.WorkerBlockCounts() {
 		reply.Blocks = append(reply.Blocks, &messages.WorkerBlocks{Worker: rankMsg(w), Blocks: n})
 	}

@@ -11,6 +11,11 @@ import (
 	"github.com/kvrouter/kvrouter/registry"
 )
 
+// HeldBlocksStat is the one shard statistic in Status.IndexCounters that
+// is a current value, not a total: the blocks held for workers not yet
+// registered. Metrics export it as a gauge.
+const HeldBlocksStat = "held_blocks"
+
 // RankStatus is one worker rank as the replica sees it.
 type RankStatus struct {
 	DpRank uint32 `json:"dp_rank"`

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 
+	"github.com/kvrouter/kvrouter/actors"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/metrics"
 )
@@ -34,6 +35,10 @@ func (r *Replica) gatherState(ctx context.Context) (*metrics.State, error) {
 	}
 	out.Counters = append(out.Counters, indexTrustCounters(st.IndexTrustTransitions)...)
 	for name, v := range st.IndexCounters {
+		if name == actors.HeldBlocksStat {
+			out.Gauges["index_held_blocks"] = float64(v)
+			continue
+		}
 		out.Counters = append(out.Counters, metrics.Counter{Name: "index_" + name, Source: "index", Value: v})
 	}
 	out.Gauges["registered_workers"] = float64(len(st.Workers))

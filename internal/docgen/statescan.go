@@ -49,6 +49,7 @@ var dynamicCounterPrefixes = map[string]func() ([]string, error){
 		if err != nil {
 			return nil, fmt.Errorf("reading the actors' index counters: %w", err)
 		}
+		delete(st.IndexCounters, actors.HeldBlocksStat) // a gauge: replica/state.go names it
 		return sortedKeys(st.IndexCounters), nil
 	},
 	"index_trust_to_": func() ([]string, error) {
