@@ -3,20 +3,20 @@
 # shipped local cluster (deploy/local/cluster.sh: 3 replicas, HAProxy
 # with deploy/local/haproxy.cfg, 4 mock workers), sends `kvbench load`
 # through HAProxy (unary, then streaming), kills one replica mid-run and
-# prints one line per run: requests, failed (the client's result was an
-# error), cut (the connection failed or the stream ended without
-# [DONE]), sent again (no text had arrived), resumed (a stream continued
-# from the text received: the client advice in docs/operations.md,
-# "Retries"), and how long after the kill both survivors had dropped the
-# dead replica's in-flight requests from their load view
-# (kvrouter_gossip_origins_dropped_total).
+# prints one line per run: the victim's requests in flight when it was
+# killed, requests, failed (the client's result was an error), cut (the
+# connection failed or the stream ended without [DONE]), sent again (no
+# text had arrived), resumed (a stream continued from the text received:
+# the client advice in docs/operations.md, "Retries"), and how long after
+# the kill both survivors had dropped the dead replica's in-flight
+# requests from their load view (kvrouter_gossip_origins_dropped_total).
 #
 # The victim alternates between r2 and r3: r1 embeds the NATS server
 # (the KV event bus), and killing it stops events for every replica, a
 # different failure than losing a router (docs/operations.md).
 #
-# Environment: RUNS (5), QPS (8), DURATION (20s of arrivals), KILL_AFTER
-# (seconds into the load, 8), SIGNAL (KILL), TERM_RUNS (1: streaming runs
+# Environment: RUNS (5), QPS (8), DURATION (15s of arrivals), KILL_AFTER
+# (seconds into the load, 6), TERM_RUNS (1: streaming runs
 # whose victim gets SIGTERM instead, a rolling update's stop), MODES
 # ("unary stream"), KVROUTER_PORT_OFFSET (100: ports 8180-8183 etc., so a
 # `make cluster` on the default ports can stay up). Logs: out/failover-tally/.
@@ -25,8 +25,8 @@ cd "$(dirname "$0")/../.."
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 RUNS=${RUNS:-5}
 QPS=${QPS:-8}
-DURATION=${DURATION:-20s}
-KILL_AFTER=${KILL_AFTER:-8}
+DURATION=${DURATION:-15s}
+KILL_AFTER=${KILL_AFTER:-6}
 TERM_RUNS=${TERM_RUNS:-1}
 MODES=${MODES:-unary stream}
 off=${KVROUTER_PORT_OFFSET:-100}
@@ -81,7 +81,7 @@ wait_ready() {
 
 # run MODE N SIGNAL
 run() {
-  local mode=$1 n=$2 sig=$3 dir victim survivors vpid t0 t1 ms i lpid flags=()
+  local mode=$1 n=$2 sig=$3 dir victim survivors vpid inflight t0 t1 ms i lpid flags=()
   dir=$out/$mode-$sig-$n
   mkdir -p "$dir"
   KVROUTER_PORT_OFFSET=$off KVROUTER_CLUSTER_DIR=$dir KVROUTER_SKIP_BUILD=1 \
@@ -97,6 +97,10 @@ run() {
   lpid=$!
   sleep "$KILL_AFTER"
   vpid=$(cat "$dir/r$victim.pid")
+  # The victim's requests in flight: every request reaches it from
+  # HAProxy, its one client.
+  inflight=$(curl -sf --max-time 1 "$(replica "$victim")/metrics" |
+    awk '/^kvrouter_client_top_active_requests / {print $2}')
   t0=$(now_ms)
   kill "-$sig" "$vpid"
   ms=timeout
@@ -114,12 +118,12 @@ run() {
   done
   wait "$lpid" || true
   stop_cluster
-  printf '%-6s %-4s r%d  %8s %6s %4s %10s %7s %12s\n' "$mode" "$sig" "$victim" \
+  printf '%-6s %-4s r%d  %9s %8s %6s %4s %10s %7s %12s\n' "$mode" "$sig" "$victim" "${inflight:-?}" \
     "$(field requests "$dir/load.json")" "$(field errors "$dir/load.json")" "$(field cut "$dir/load.json")" \
     "$(field resent "$dir/load.json")" "$(field resumed "$dir/load.json")" "$ms"
 }
 
-printf '%-6s %-4s %-3s %8s %6s %4s %10s %7s %12s\n' mode sig dead requests failed cut "sent again" resumed "dropped (ms)"
+printf '%-6s %-4s %-3s %9s %8s %6s %4s %10s %7s %12s\n' mode sig dead "in flight" requests failed cut "sent again" resumed "dropped (ms)"
 for mode in $MODES; do
   for n in $(seq 1 "$RUNS"); do
     run "$mode" "$n" KILL
