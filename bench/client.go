@@ -76,7 +76,7 @@ type Client struct {
 	// Unary asks for whole (non-streamed) completions: TTFT is then the
 	// time to the whole answer. A load balancer can retry a unary request
 	// whose replica dies before answering; a stream already flowing
-	// through a dead replica is cut.
+	// through a dead replica is cut (Resumes continues it).
 	Unary bool
 	// Resumes is how many times a request goes on after its connection
 	// failed (the router replica carrying it died): a request with no
