@@ -5,7 +5,7 @@ PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 RACE_PKGS     := ./actors/... ./cluster/... ./index/... ./sequence/... ./scheduling/... ./events/... ./natsbus/... ./httpapi/... ./grpcapi/... ./kvclient/... ./mockengine/... ./replica/... ./zmqevents/... ./test/... ./tokenizer/jinja/... ./parity/... ./enginepoll/... ./discovery/... ./internal/loglimit/... ./eppapi/... ./connguard/... ./internal/redial/... ./receipts/...
 
-.PHONY: ci test-setup cost-table docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster
+.PHONY: ci test-setup cost-table docs system-deps node-deps tokenizer-fixtures chat-fixtures tokenizer-bench-node build test test-race vet fmt-check bench proto demo demo-chat deps fuzz cluster failover-tally
 
 deps:
 	$(GO) mod download
@@ -126,6 +126,12 @@ fuzz:
 # 3 replicas + HAProxy + embedded NATS + 4 mock workers, on loopback.
 cluster:
 	GO=$(GO) deploy/local/cluster.sh
+
+# kill -9 of one of its three replicas under load, unary and streaming, five
+# runs each (and one SIGTERM run): failed requests and the time until the
+# survivors drop the dead replica's load (docs/benchmarks.md).
+failover-tally:
+	GO=$(GO) deploy/local/failover-tally.sh
 
 # Regenerates the reference docs that come from the code (commit the
 # result; internal/docgen's tests fail when a committed file differs).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -134,5 +135,61 @@ func TestClientUnaryCompletion(t *testing.T) {
 	defer bad.Close()
 	if res := c.Do(context.Background(), bad.URL, Request{ID: "r"}); !errors.Is(res.Err, ErrBadResponse) {
 		t.Fatalf("a completion without choices: err %v", res.Err)
+	}
+}
+
+// dropsFirst answers like next but closes the first connection with no
+// answer, as a router replica killed before answering.
+func dropsFirst(next http.HandlerFunc) *httptest.Server {
+	var n atomic.Int64
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		next(w, r)
+	}))
+}
+
+// A request whose connection closes with no answer is sent again as it
+// was, up to Resumes times, and counted; without resumes it fails as cut.
+func TestClientSendsAgainWithNoAnswer(t *testing.T) {
+	var served atomic.Int64
+	stream := sseWorker(t, &served)
+	defer stream.Close()
+	answers := map[bool]http.HandlerFunc{
+		true: func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `{"choices":[{"text":"abc"}],"usage":{"prompt_tokens":2,"completion_tokens":3}}`)
+		},
+		false: func(w http.ResponseWriter, r *http.Request) {
+			resp, err := http.Post(stream.URL+r.URL.Path, "application/json", r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			defer resp.Body.Close()
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.Copy(w, resp.Body)
+		},
+	}
+	req := Request{ID: "r", Prompt: Prompt{Tokens: []uint32{1, 2}, MaxTokens: 3}}
+	for _, unary := range []bool{true, false} {
+		for _, resumes := range []int{0, 1} {
+			srv := dropsFirst(answers[unary])
+			c := &Client{HTTP: &http.Client{Transport: &http.Transport{}}, Unary: unary, Resumes: resumes}
+			res := c.Do(context.Background(), srv.URL, req)
+			srv.Close()
+			if resumes == 0 {
+				if !errors.Is(res.Err, ErrCut) {
+					t.Fatalf("unary %v without resumes: err %v, want ErrCut", unary, res.Err)
+				}
+				continue
+			}
+			if res.Err != nil || res.Cuts != 1 || res.Resent != 1 || res.Resumed != 0 || res.OutputTokens != 3 {
+				t.Fatalf("unary %v with a resume: %+v", unary, res)
+			}
+		}
 	}
 }

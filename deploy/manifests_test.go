@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -118,6 +119,24 @@ func TestManifests(t *testing.T) {
 	blockSize := env(c, "KVROUTER_BLOCK_SIZE")
 	if blockSize == "" {
 		blockSize = strconv.Itoa(config.Default().BlockSize)
+	}
+
+	// A rolling update's stop: the preStop wait (the Service stops
+	// sending connections) and the drain of requests in flight fit in
+	// the grace period, so the replica leaves the cluster before the
+	// kubelet kills it.
+	drain := config.Default().ShutdownTimeout
+	if v := env(c, "KVROUTER_SHUTDOWN_TIMEOUT"); v != "" {
+		if drain, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("KVROUTER_SHUTDOWN_TIMEOUT: %v", err)
+		}
+	}
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+		t.Fatal("the router has no preStop wait: the Service may send connections to a replica whose listener is closed")
+	}
+	stop := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds)*time.Second + drain
+	if grace := pod.TerminationGracePeriodSeconds; grace == nil || stop >= time.Duration(*grace)*time.Second {
+		t.Fatalf("preStop wait + shutdown timeout = %v, not within terminationGracePeriodSeconds %v", stop, grace)
 	}
 
 	// RBAC: the router's service account may get, list and watch pods and

@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/loglimit"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/parity"
+	"github.com/kvrouter/kvrouter/resume"
 	"github.com/kvrouter/kvrouter/routeapi"
 	"github.com/kvrouter/kvrouter/sequence"
 )
@@ -270,19 +271,19 @@ func (p *proxied) migrate(w http.ResponseWriter, reason string) bool {
 	m := p.mig
 	if m.relayed() {
 		if err := p.continuation(); err != nil {
-			if errors.Is(err, errStreamDone) {
+			if errors.Is(err, resume.ErrDone) {
 				// Only the end was lost: end the stream here.
 				s.outcome("ok")
 				_, _ = w.Write([]byte("data: [DONE]\n\n"))
 				return false
 			}
-			m.unsupported = err.Error()
+			m.stream.Refuse(err.Error())
 		}
 	}
 	if !m.allow(s, reason) {
 		s.outcome("worker_stream_error")
 		s.log.Warn("engine failed; request not moved to another worker", "reason", reason, "migrations", m.used,
-			"unsupported", m.unsupported)
+			"unsupported", m.stream.Unsupported())
 		if m.headerSent {
 			p.endStream(w, "migration-limit reached or the request cannot be continued")
 		} else if !m.writeFailed(w) {
@@ -435,7 +436,7 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 		// engine that refuses it (4xx) will not take it elsewhere either.
 		a.end("worker_error")
 		if resp.StatusCode < 500 {
-			m.unsupported = "the continuation was refused: " + resp.Status
+			m.stream.Refuse("the continuation was refused: " + resp.Status)
 			return migrateStreamCut
 		}
 		return migrateEngineError
@@ -450,6 +451,12 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 	done := false
 	for {
 		line, err := reader.ReadBytes('\n')
+		if sse && err != nil && !isDone(line) {
+			// A stream's line cut short by a failed engine is not relayed:
+			// the continuation sends it whole (an SSE event ends at its
+			// line end; only a last [DONE] may come without one).
+			line = nil
+		}
 		if len(line) > 0 {
 			if s.opts.Metrics != nil && !m.ttftSeen {
 				m.ttftSeen = true
@@ -488,7 +495,7 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 		if err == nil {
 			continue
 		}
-		if done || (errors.Is(err, io.EOF) && (!sse || m.sawDone)) {
+		if done || (errors.Is(err, io.EOF) && (!sse || m.stream.Done())) {
 			if flusher != nil {
 				flusher.Flush()
 			}

@@ -146,7 +146,9 @@ func TestFailoverKill9BehindLoadBalancer(t *testing.T) {
 	// Whole (unary) completions: HAProxy retries one whose replica dies
 	// before answering on another replica. A stream already flowing
 	// through the killed replica would be cut, as behind any proxy.
-	go func() { loadDone <- bench.RunLoad(ctx, lb, reqs, qps, "mock-model", true, 30*time.Second) }()
+	go func() {
+		loadDone <- bench.RunLoad(ctx, lb, reqs, qps, bench.LoadOptions{Model: "mock-model", Unary: true, Timeout: 30 * time.Second})
+	}()
 	// Route-only clients at the same time: /route with their own
 	// request_id, then /free, both through the load balancer.
 	routesDone := make(chan routeLoadResult, 1)

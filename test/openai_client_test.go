@@ -162,7 +162,7 @@ func TestChatWorkloadThroughProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := bench.RunLoad(context.Background(), base, reqs, points[0], "qwen3", false, 30*time.Second)
+	res := bench.RunLoad(context.Background(), base, reqs, points[0], bench.LoadOptions{Model: "qwen3", Timeout: 30 * time.Second})
 	t.Logf("chat workload: %d requests, %d failed, hit rate %.3f, TTFT p50 %.1f ms", res.Requests, res.Errors, res.HitRate, res.TTFTP50)
 	if res.Errors > 0 || res.Requests != 36 {
 		t.Fatalf("chat workload: %d of %d failed (first: %s)", res.Errors, res.Requests, res.FirstErr)

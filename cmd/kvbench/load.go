@@ -33,6 +33,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	timeout := fs.Duration("request-timeout", 2*time.Minute, "longest a single request may take")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	unary := fs.Bool("unary", false, "ask for whole completions instead of streams (a load balancer can retry them when a replica dies; TTFT is then the whole answer's time)")
+	resumes := fs.Int("resumes", 3, "times a request goes on after its connection failed (a router replica died): sent again when nothing had arrived, a stream cut mid-answer continued from the text received (docs/operations.md, Retries); 0 = a cut request fails")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,15 +55,18 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	start := time.Now()
-	res := bench.RunLoad(ctx, *target, reqs, points[0], *model, *unary, *timeout)
+	if *resumes < 0 {
+		return fmt.Errorf("--resumes %d: want 0 or more", *resumes)
+	}
+	res := bench.RunLoad(ctx, *target, reqs, points[0], bench.LoadOptions{Model: *model, Unary: *unary, Timeout: *timeout, Resumes: *resumes})
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	fmt.Fprintf(stdout, "%d requests to %s at %s QPS in %s: %d failed, hit rate %.3f, TTFT p50 %.0f ms p90 %.0f ms, %.0f tok/s\n",
+	fmt.Fprintf(stdout, "%d requests to %s at %s QPS in %s: %d failed, %d cut (%d sent again, %d streams resumed), hit rate %.3f, TTFT p50 %.0f ms p90 %.0f ms, %.0f tok/s\n",
 		res.Requests, *target, strconv.FormatFloat(points[0], 'g', 4, 64), time.Since(start).Round(time.Millisecond),
-		res.Errors, res.HitRate, res.TTFTP50, res.TTFTP90, res.ThroughputTokS)
+		res.Errors, res.Cut, res.Resent, res.Resumed, res.HitRate, res.TTFTP50, res.TTFTP90, res.ThroughputTokS)
 	if res.Errors > 0 {
 		return fmt.Errorf("%d of %d requests failed (first: %s)", res.Errors, res.Requests, res.FirstErr)
 	}
