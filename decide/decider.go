@@ -288,6 +288,13 @@ type Answer struct {
 	// Close: the scored runner-up's cost was within noise of the best
 	// (CloseMargin), so the decision could have gone either way.
 	Close bool
+	// Set by a Node: To is the route call's Caller, Req its request,
+	// Blocks the prompt's full blocks (0 before it was hashed), Started
+	// when the decision started.
+	To      any
+	Req     *messages.RouteRequest
+	Blocks  int
+	Started time.Time
 }
 
 // Queue: the request waits (every eligible rank is overloaded); Parked
