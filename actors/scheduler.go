@@ -22,10 +22,6 @@ import (
 // ring of route receipts. Every rule (decisions, fan-outs, the requests
 // this replica routed, sessions, trust notes) is the Node's. It never
 // blocks: fan-outs are plain messages whose replies come back to it.
-//
-// The rank set comes from the registry actor (RankTable); peers' requests
-// are the replication edge's, and reach the scheduler only through the
-// ranks' published loads.
 type schedulerActor struct {
 	cfg         Config
 	log         *slog.Logger
@@ -36,12 +32,10 @@ type schedulerActor struct {
 	replication *actor.PID
 	registry    *actor.PID
 	restarts    *restartNotice
-	// trust is the index-trust actor (nil: trust is off).
-	trust *actor.PID
-	ranks *rankView
-	node  *decide.Node
-	// routeIn is the Route input, reused call after call.
-	routeIn decide.Route
+	trust       *actor.PID // the index-trust actor (nil: trust is off)
+	ranks       *rankView
+	node        *decide.Node
+	routeIn     decide.Route // reused call after call
 	// explain: decisions carry route receipts, logged at debug level.
 	explain bool
 	// ring keeps recent receipts (the Router's: read by the admin API).
