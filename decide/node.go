@@ -57,6 +57,10 @@ type Node struct {
 	trustNoted map[kv.WorkerWithDpRank]int64
 	// refusals paces the reports of clients refused at their own bound.
 	refusals loglimit.Keyed[string]
+	// routed are the decisions of the calls tracked here, for their
+	// retries (retry.go); digestBuf is promptDigest's scratch.
+	routed    map[string]routedCall
+	digestBuf []byte
 
 	// The Decider's inputs, reused step after step.
 	startIn  Start

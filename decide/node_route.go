@@ -49,6 +49,9 @@ type pending struct {
 // the sequence actors of the eligible ranks sharing its prefix.
 func (n *Node) route(now time.Time, r *Route) {
 	m := r.Req
+	if m.UpdateStates && n.retried(now, r) {
+		return
+	}
 	p := &pending{kind: kindRoute} // registered once accepted
 	n.startIn = Start{Req: m, Ranks: n.ranks, Tracked: n.local, Active: n.local.Len(), Plan: &p.plan,
 		Session: SessionOf(n.sess, m.SessionId, now)}
@@ -244,6 +247,9 @@ func (n *Node) decide(now time.Time, p *pending) {
 		case *Session:
 			n.bindSession(now, e)
 		case *Answer:
+			if p.req.UpdateStates && e.Reply != nil {
+				n.keepRouted(p, e.Reply)
+			}
 			n.answer(p, e)
 		}
 	}

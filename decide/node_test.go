@@ -102,8 +102,10 @@ func TestNodeRouteRecordsTracksAndGossips(t *testing.T) {
 	if w.n.local.Len() != 1 || w.n.Waiting() {
 		t.Fatalf("tracked %d, waiting %v", w.n.local.Len(), w.n.Waiting())
 	}
-	// The same id again while it is active is refused.
-	if a, _ := w.route(routed("a")); a.Err.GetCode() != messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST || a.To != "caller-a" {
+	// The same id with another prompt while it is active is refused.
+	again := routed("a")
+	again.TokenIds = tokens(65)
+	if a, _ := w.route(again); a.Err.GetCode() != messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST || a.To != "caller-a" {
 		t.Fatalf("duplicate: %+v", a)
 	}
 }
@@ -353,5 +355,50 @@ func TestNodeQueuedRequestRunsWhenALoadDrops(t *testing.T) {
 	effs = w.step(RankLoad{M: &messages.RankLoad{Worker: RankMsg(rank(1))}})
 	if a := one[Answer](t, effs); a.Outcome != "routed" || a.To != "c" {
 		t.Fatalf("after the drop: %v", effs)
+	}
+}
+
+func TestNodeRetriedRouteIsIdempotent(t *testing.T) {
+	w := newNodeWorld(t, nil, 1, 2)
+	req := func(toks int, model string) *messages.RouteRequest {
+		return &messages.RouteRequest{RequestId: "a", UpdateStates: true, TokenIds: tokens(toks), Model: model,
+			CancelToken: uint64(toks) + uint64(len(model))}
+	}
+	first, _ := w.route(req(70, ""))
+	worker := RankOf(first.Reply.Worker)
+	// The same call again: the recorded decision, nothing added or gossiped.
+	effs := w.step(&Route{Req: req(70, ""), Caller: "retry"})
+	a := one[Answer](t, effs)
+	if a.Outcome != "retried" || a.To != "retry" || RankOf(a.Reply.Worker) != worker || a.Err != nil {
+		t.Fatalf("retry: %+v", a)
+	}
+	if len(all[ToRank](effs))+len(all[Gossip](effs))+len(all[AskShards](effs)) != 0 || w.n.local.Len() != 1 {
+		t.Fatalf("retry added: %v (tracked %d)", effs, w.n.local.Len())
+	}
+	// Another prompt (a different partial last block, or another model)
+	// under the id is refused.
+	for _, r := range []*messages.RouteRequest{req(71, ""), req(70, "m")} {
+		if a := one[Answer](t, w.step(&Route{Req: r})); a.Err.GetCode() != messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST {
+			t.Fatalf("other prompt: %+v", a)
+		}
+	}
+	// Freed, the id is decided afresh.
+	w.step(Lifecycle{M: &messages.RequestLifecycle{RequestId: "a",
+		Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: "a"}}}})
+	if a, effs := w.route(req(70, "")); a.Outcome != "routed" || len(all[Gossip](effs)) != 1 {
+		t.Fatalf("after the free: %+v", a)
+	}
+}
+
+func TestNodeRoutedCallsAreBounded(t *testing.T) {
+	w := newNodeWorld(t, nil, 1)
+	for i := range 500 {
+		id := string(rune('a'+i%26)) + string(rune('a'+i/26))
+		w.route(&messages.RouteRequest{RequestId: id, UpdateStates: true, CancelToken: uint64(i + 1)})
+		w.step(Lifecycle{M: &messages.RequestLifecycle{RequestId: id,
+			Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: id}}}})
+	}
+	if len(w.n.routed) > 64 {
+		t.Fatalf("%d routed calls kept with nothing tracked", len(w.n.routed))
 	}
 }
