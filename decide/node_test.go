@@ -402,3 +402,29 @@ func TestNodeRoutedCallsAreBounded(t *testing.T) {
 		t.Fatalf("%d routed calls kept with nothing tracked", len(w.n.routed))
 	}
 }
+
+func TestDisaggregatedReceiptPricesEveryCandidate(t *testing.T) {
+	w := newNodeWorld(t, nil, 1, 2, 3)
+	r := testRanks(1, 2, 3)
+	r.Roles = map[kv.WorkerWithDpRank]kv.Role{rank(1): kv.RolePrefill, rank(2): kv.RoleDecode, rank(3): kv.RoleDecode}
+	w.step(&RankTable{Ranks: r, Incarnation: func(kv.WorkerWithDpRank) (string, bool) { return "1", true }})
+	req := &messages.RouteRequest{RequestId: "a", UpdateStates: true, TokenIds: tokens(4096)}
+	qid := one[AskShards](t, w.step(&Route{Req: req, Caller: "c", Explain: true})).Query.QueryId
+	a := one[Answer](t, w.step(Overlap{M: &messages.OverlapReply{QueryId: qid}}))
+	rc := a.Receipt
+	if rc == nil || rc.Disaggregation != "remote" || len(rc.Candidates) != 3 {
+		t.Fatalf("receipt %+v", rc)
+	}
+	for _, c := range rc.Candidates {
+		want := "decode"
+		if c.Worker == rank(1).String() {
+			want = "prefill"
+		}
+		if c.Phase != want || c.Cost == 0 || c.Terms.PrefillLoad+c.Terms.DecodeLoad+c.Terms.RequestLoad != c.Cost {
+			t.Fatalf("candidate %+v: want phase %s and terms adding up to a cost", c, want)
+		}
+	}
+	if rc.Prefill != rank(1).String() {
+		t.Fatalf("prefill %q", rc.Prefill)
+	}
+}
