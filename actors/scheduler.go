@@ -168,6 +168,8 @@ func (s *schedulerActor) carryOut(ctx actor.Context, eff decide.Effect) {
 		ctx.Respond(e.Msg)
 	case *decide.ToReplication:
 		ctx.Forward(s.replication)
+	case *decide.TakeOver:
+		ctx.Send(s.replication, &releaseRetried{id: e.ID})
 	case *decide.Routed:
 		ctx.Send(s.trust, trustRouted{rank: e.Rank, at: e.At})
 	case *decide.Phase:

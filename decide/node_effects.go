@@ -45,6 +45,11 @@ type Respond struct{ Msg any }
 // edge (a lifecycle step of a request a peer routed).
 type ToReplication struct{}
 
+// TakeOver: this replica routed ID (perhaps again, after the replica
+// that routed it first died): the replication edge releases a peer's
+// record of it, so the request is counted once.
+type TakeOver struct{ ID string }
+
 // Routed: Rank was sent work at At (Unix ns) that makes its engine store
 // blocks, so it owes KV events (the trust tracker's staleness rule).
 type Routed struct {
@@ -127,6 +132,7 @@ func (*Reply) effect()           {}
 func (*Respond) effect()         {}
 func (*ToReplication) effect()   {}
 func (*Routed) effect()          {}
+func (*TakeOver) effect()        {}
 func (*Phase) effect()           {}
 func (*Degraded) effect()        {}
 func (*Count) effect()           {}
@@ -159,6 +165,7 @@ type effects struct {
 	replies   pool[Reply]
 	responds  pool[Respond]
 	routed    pool[Routed]
+	takeOvers pool[TakeOver]
 	phases    pool[Phase]
 	degraded  pool[Degraded]
 	counts    pool[Count]
@@ -179,6 +186,7 @@ func (f *effects) reset() {
 	f.replies.reset()
 	f.responds.reset()
 	f.routed.reset()
+	f.takeOvers.reset()
 	f.phases.reset()
 	f.degraded.reset()
 	f.counts.reset()

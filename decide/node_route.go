@@ -249,6 +249,7 @@ func (n *Node) decide(now time.Time, p *pending) {
 		case *Answer:
 			if p.req.UpdateStates && e.Reply != nil {
 				n.keepRouted(p, e.Reply)
+				put(&n.fx.out, &n.fx.takeOvers, TakeOver{ID: p.req.RequestId})
 			}
 			n.answer(p, e)
 		}

@@ -96,6 +96,9 @@ func TestNodeRouteRecordsTracksAndGossips(t *testing.T) {
 	if g := one[Gossip](t, effs); g.Event.GetAdd().GetRequestId() != "a" {
 		t.Fatalf("gossip %v", g.Event)
 	}
+	if tk := one[TakeOver](t, effs); tk.ID != "a" {
+		t.Fatalf("take over %q", tk.ID)
+	}
 	if p := all[Predict](effs); len(p) != 0 {
 		t.Fatalf("event mode with an exact index predicts: %v", p)
 	}
