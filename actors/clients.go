@@ -3,11 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 )
@@ -74,23 +70,4 @@ func (r *Router) Clients(ctx context.Context) (ClientLoad, error) {
 func (r *Router) RenewLease(ctx context.Context, id string) error {
 	return r.lifecycle(ctx, &messages.RequestLifecycle{RequestId: id,
 		Step: &messages.RequestLifecycle_RenewLease{RenewLease: &messages.RenewLease{RequestId: id}}})
-}
-
-// refused reports a request Start refused (bad input, an admission
-// bound, no eligible rank) and answers it.
-func (s *schedulerActor) refused(ctx actor.Context, m *messages.RouteRequest, e *decide.Answer) {
-	s.obs.Decision(e.Outcome, 0, 0)
-	switch e.Outcome {
-	case "overloaded":
-		s.obs.AdmissionRefused("active_requests")
-	case "client_limit":
-		s.obs.AdmissionRefused("client_active_requests")
-		s.refusals.Every = time.Minute
-		if ok, _, suppressed := s.refusals.Allow(m.Client, time.Now()); ok {
-			s.log.Warn("client at its active-request bound: route refused", "client", m.Client,
-				"active", s.local.ClientActive(m.Client), "limit", s.cfg.Limits.MaxActiveRequestsPerClient,
-				"replica_active", s.local.Len(), "similar_suppressed", suppressed)
-		}
-	}
-	ctx.Respond(e.Err)
 }

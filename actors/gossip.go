@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/messages"
 )
 
@@ -27,24 +28,15 @@ func (g *gossiper) send(ev *messages.SequenceEvent) {
 }
 
 // step hands a request's lifecycle step to its rank's sequence actor and
-// gossips prefill completions and frees (true when it did). Output growth
-// and lease renewals are not gossiped (as in Dynamo): it is frequent and peers converge on the
-// next add or free anyway.
+// gossips it when decide.LifecycleStep says so (true when it did).
 func (g *gossiper) step(ctx actor.Context, rank *actor.PID, m *messages.RequestLifecycle) bool {
-	switch st := m.Step.(type) {
-	case *messages.RequestLifecycle_PrefillCompleted:
-		ctx.Send(rank, st.PrefillCompleted)
-		g.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_PrefillCompleted{PrefillCompleted: st.PrefillCompleted}})
-		return true
-	case *messages.RequestLifecycle_Free:
-		ctx.Send(rank, st.Free)
-		g.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: st.Free}})
-		return true
-	case *messages.RequestLifecycle_OutputBlock:
-		ctx.Send(rank, st.OutputBlock)
-	case *messages.RequestLifecycle_RenewLease:
-		// Only the routing replica holds the lease: nothing to gossip.
-		ctx.Send(rank, st.RenewLease)
+	msg, ev := decide.LifecycleStep(m)
+	if msg != nil {
+		ctx.Send(rank, msg)
 	}
-	return false
+	if ev == nil {
+		return false
+	}
+	g.send(ev)
+	return true
 }

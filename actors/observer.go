@@ -10,7 +10,8 @@ type Observer interface {
 	// "total".
 	DecisionPhase(phase string, d time.Duration)
 	// Decision records a decision's outcome ("routed", "query",
-	// "no_worker", "overloaded", "queued", "bad_request") and, when
+	// "no_worker", "overloaded", "queued", "bad_request", "cancelled",
+	// "retried") and, when
 	// routed, the overlap found and the prompt's block count.
 	Decision(outcome string, overlapBlocks uint32, requestBlocks int)
 	DecisionDegraded(reason string)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kvrouter/kvrouter/decide"
 	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/registry"
@@ -97,7 +98,7 @@ func (a *registryActor) workerUp(ctx actor.Context, m *messages.WorkerUp) {
 		a.cfg.Observer.WorkerRejected("registry_full")
 		a.log.Warn("worker refused", "worker", id, "url", hb.Url, "err", err)
 		if ctx.Sender() != nil {
-			ctx.Respond(routeErr(messages.RouteErrorCode_ROUTE_ERROR_LIMIT, "%v", err))
+			ctx.Respond(decide.RouteErr(messages.RouteErrorCode_ROUTE_ERROR_LIMIT, "%v", err))
 		}
 		return
 	}

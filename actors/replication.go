@@ -79,20 +79,6 @@ func (a *replicationActor) Receive(ctx actor.Context) {
 	}
 }
 
-func changeOf(ev *messages.SequenceEvent) tracking.Change {
-	c := tracking.Change{Origin: ev.Origin}
-	switch d := ev.Data.(type) {
-	case *messages.SequenceEvent_Add:
-		c.Step, c.RequestID = tracking.StepAdd, d.Add.RequestId
-		c.Rank, c.Stride = rankOf(d.Add.Worker), int(d.Add.Stride)
-	case *messages.SequenceEvent_PrefillCompleted:
-		c.Step, c.RequestID = tracking.StepPrefillCompleted, d.PrefillCompleted.RequestId
-	case *messages.SequenceEvent_Free:
-		c.Step, c.RequestID = tracking.StepFree, d.Free.RequestId
-	}
-	return c
-}
-
 // remoteBatch applies a run of peers' changes, giving each rank all of
 // its events in one message: every replica applies every peer's
 // decisions, so a mailbox operation per rank instead of per event is most
@@ -108,7 +94,7 @@ func (a *replicationActor) remoteBatch(ctx actor.Context, evs []*messages.Sequen
 			sessionWrites = append(sessionWrites, ev)
 			continue
 		}
-		c := changeOf(ev)
+		c := decide.ChangeOf(ev)
 		from, free := a.movedFree(c) // a request routed again elsewhere (takeover.go)
 		w, out := a.remote.ApplyRemote(c, a.cfg.ReplicaID, stride, registered)
 		switch out {
@@ -179,7 +165,7 @@ func (a *replicationActor) replaceOrigin(ctx actor.Context, m *messages.ReplaceO
 	restore := map[kv.WorkerWithDpRank]*messages.RestoreOrigin{}
 	stride := a.cfg.Sequence.EffectiveStride()
 	for _, ev := range m.Events {
-		c := changeOf(ev)
+		c := decide.ChangeOf(ev)
 		c.Origin = m.Origin // a full state speaks for its origin only
 		w, out := a.remote.ApplyRemote(c, a.cfg.ReplicaID, stride, a.ranks.has)
 		switch {

@@ -391,10 +391,6 @@ func (r *Router) Route(ctx context.Context, req *messages.RouteRequest) (*messag
 	if rerr, ok := res.(*messages.RouteError); ok {
 		return nil, toRouteError(rerr)
 	}
-	if req.UpdateStates {
-		// A retried request_id: a peer's record of it goes (takeover.go).
-		r.system.Root.Send(r.replication, &releaseRetried{id: id})
-	}
 	return res.(*messages.RouteReply), nil
 }
 

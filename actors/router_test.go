@@ -148,11 +148,18 @@ func TestLifecycle(t *testing.T) {
 	register(t, r, 1)
 	waitWorkers(t, r, 1)
 	ctx := ctxT(t)
-	if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: "a", TokenIds: prompt(64, 1), UpdateStates: true}); err != nil {
+	first, err := r.Route(ctx, &messages.RouteRequest{RequestId: "a", TokenIds: prompt(64, 1), UpdateStates: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: "a", TokenIds: prompt(64, 1), UpdateStates: true}); !errors.Is(err, ErrBadRequest) {
-		t.Fatalf("duplicate active id: got %v, want ErrBadRequest", err)
+	// A retry of the call is answered with its decision (counted once,
+	// below); another prompt under the active id is refused.
+	if again, err := r.Route(ctx, &messages.RouteRequest{RequestId: "a", TokenIds: prompt(64, 1), UpdateStates: true}); err != nil ||
+		again.Worker.WorkerId != first.Worker.WorkerId {
+		t.Fatalf("retried call: %v %v, want worker %v", again, err, first.Worker)
+	}
+	if _, err := r.Route(ctx, &messages.RouteRequest{RequestId: "a", TokenIds: prompt(64, 2), UpdateStates: true}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("another prompt under an active id: got %v, want ErrBadRequest", err)
 	}
 	load := func() *messages.PotentialLoad {
 		l, err := r.PotentialLoads(ctx, nil, "")

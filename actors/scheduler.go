@@ -2,8 +2,8 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"github.com/kvrouter/kvrouter/receipts"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -11,87 +11,45 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvrouter/kvrouter/decide"
-	"github.com/kvrouter/kvrouter/internal/loglimit"
-	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
-	"github.com/kvrouter/kvrouter/sessions"
-	"github.com/kvrouter/kvrouter/tracking"
+	"github.com/kvrouter/kvrouter/receipts"
 )
 
-// schedulerActor drives the decision (package decide): it steps the
-// Decider with each request, fans it out to the shards (and to the
-// sequence actors of the ranks sharing the prompt's prefix), applies the
-// ranks' publications to the Decider's board, steps the Decider again once
-// the replies are in, and carries out its effects: parks requests it
-// queues, records and gossips the requests it routed through their
-// lifecycle, and answers. It never blocks: fan-outs are plain
-// messages whose replies come back to it, matched by query id.
-//
-// The rank set comes from the registry actor (RankTable); peers' requests
-// are the replication edge's, and reach the scheduler only through the
-// ranks' published loads.
+// schedulerActor drives the scheduler's state machine (decide.Node): it
+// feeds it every message it receives and carries out the effects: sends
+// to the shards, the ranks' sequence actors, the callers, the
+// replication edge and the trust actor, gossip, metrics, logs and the
+// ring of route receipts. Every rule (decisions, fan-outs, the requests
+// this replica routed, sessions, trust notes) is the Node's. It never
+// blocks: fan-outs are plain messages whose replies come back to it.
 type schedulerActor struct {
-	cfg    Config
-	log    *slog.Logger
-	obs    Observer
-	gossip *gossiper
-	gate   *tickGate // tells the ticker whether deadlines are pending
-	// localFree are block-hash slices of finished decisions, reused by the
-	// next ones (recycleLocal).
-	localFree   [][]kv.LocalBlockHash
+	cfg         Config
+	log         *slog.Logger
+	obs         Observer
+	gossip      *gossiper
+	gate        *tickGate // tells the ticker whether deadlines are pending
 	shards      []*actor.PID
 	replication *actor.PID
-
-	ranks *rankView
-	local *tracking.Table // requests this replica routed
-
-	registry *actor.PID
-	restarts *restartNotice
-
-	pending map[uint64]*pending
-	// cancels maps a route call's cancel token to its pending decision.
-	cancels map[uint64]uint64
-	nextID  uint64
-	// dec makes the decisions (package decide); this actor feeds it and
-	// carries out its effects.
-	dec *decide.Decider
+	registry    *actor.PID
+	restarts    *restartNotice
+	trust       *actor.PID // the index-trust actor (nil: trust is off)
+	ranks       *rankView
+	node        *decide.Node
+	routeIn     decide.Route // reused call after call
 	// explain: decisions carry route receipts, logged at debug level.
 	explain bool
 	// ring keeps recent receipts (the Router's: read by the admin API).
 	ring *receipts.Ring
-
-	// sessions is the sticky-session table (cluster state: peers' writes
-	// arrive as SessionUpdates); sessionStats its counters last reported.
-	sessions     *sessions.Table
-	sessionStats sessions.Stats
-
-	// trust is the index-trust actor (nil: trust is off); trustTable its
-	// last verdicts; trustNoted when each rank was last reported routed.
-	trust      *actor.PID
-	trustTable *trustTable
-	trustNoted map[kv.WorkerWithDpRank]int64
-
-	// refusals paces the log lines of clients refused at their own bound.
-	refusals loglimit.Keyed[string]
 }
 
 func newSchedulerProps(cfg Config, ring *receipts.Ring, g *gossiper, gate *tickGate, shards []*actor.PID, replication, registry, trustPID *actor.PID, d actor.Dispatcher) *actor.Props {
 	restarts := &restartNotice{}
 	return actor.PropsFromProducer(func() actor.Actor {
-		table, err := sessions.New(cfg.sessionsConfig())
-		if err != nil {
-			panic(fmt.Sprintf("sessions config passed validation but was refused: %v", err))
-		}
 		log := cfg.Logger.With("component", "scheduler")
 		return &schedulerActor{
-			explain:  log.Enabled(context.Background(), slog.LevelDebug),
-			sessions: table,
-			cfg:      cfg, log: log, obs: cfg.Observer, gossip: g,
-			shards: shards, replication: replication,
-			ranks: emptyRankView(), local: tracking.New(),
-			pending: map[uint64]*pending{}, cancels: map[uint64]uint64{},
-			dec:      newDecider(cfg),
-			ring:     ring,
+			explain: log.Enabled(context.Background(), slog.LevelDebug),
+			cfg:     cfg, log: log, obs: cfg.Observer, gossip: g, shards: shards, replication: replication,
+			ranks: emptyRankView(), node: newNode(cfg, len(shards), trustPID != nil), ring: ring,
 			registry: registry, restarts: restarts, gate: gate, trust: trustPID,
 		}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(10, 10*time.Second, actor.DefaultDecider)),
@@ -99,175 +57,194 @@ func newSchedulerProps(cfg Config, ring *receipts.Ring, g *gossiper, gate *tickG
 		actor.WithReceiverMiddleware(cfg.schedulerMiddleware...))
 }
 
+// newNode builds the scheduler's state machine; its random source is
+// seeded by a test, else random. Config.Validate has already checked it.
+func newNode(cfg Config, shards int, trust bool) *decide.Node {
+	seed := [2]uint64{rand.Uint64(), rand.Uint64()}
+	if cfg.rngSeed != nil {
+		seed = *cfg.rngSeed
+	}
+	n, err := decide.NewNode(decide.NodeConfig{Decider: decide.Config{Scheduling: cfg.Scheduling, Limits: cfg.Limits,
+		BlockSize: cfg.BlockSize, Stride: cfg.Sequence.EffectiveStride(), TrackActiveBlocks: cfg.TrackActiveBlocks,
+		MaxQueueWait: cfg.MaxQueueWait, Pipeline: cfg.Pipeline, Models: cfg.Models}, Seed: seed,
+		Sessions: cfg.sessionsConfig(), Replica: cfg.ReplicaID, Shards: shards, DecisionTimeout: cfg.DecisionTimeout,
+		KVEvents: cfg.UseKVEvents, PredictedTTL: cfg.Index.PredictedTTL, Trust: trust})
+	if err != nil {
+		panic(fmt.Sprintf("scheduler config passed validation but was refused: %v", err))
+	}
+	return n
+}
+
 func (s *schedulerActor) Receive(ctx actor.Context) {
-	defer s.noteDeadlines()
+	now := time.Now()
+	var in decide.Input
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.restarts.started(ctx, s.registry)
+		return
 	case *messages.RouteRequest:
-		s.startRoute(ctx, m)
-	case *messages.OverlapScoresQuery:
-		s.startOverlapQuery(ctx, m)
-	case *messages.PotentialLoadsQuery:
-		s.startLoadsQuery(ctx, m)
-	case *messages.ActiveRequestsQuery:
-		s.startRequestsQuery(ctx, m)
+		// The sampling draw is the process's random source, never the
+		// Node's: a receipt changes no decision.
+		explain := s.explain || m.Explain || (s.cfg.DecisionSample > 0 && rand.Float64() < s.cfg.DecisionSample)
+		s.routeIn = decide.Route{Req: m, Caller: ctx.Sender(), Explain: explain}
+		in = &s.routeIn
+	case *messages.OverlapScoresQuery, *messages.PotentialLoadsQuery, *messages.ActiveRequestsQuery:
+		in = &decide.Query{Msg: m, Caller: ctx.Sender(), Seq: s.gossip.seq.Load()}
 	case *messages.OverlapReply:
-		s.onOverlap(ctx, m)
+		in = decide.Overlap{M: m}
 	case *messages.LoadReply:
-		s.onLoad(ctx, m)
-	case *messages.RankLoad:
-		s.notePeerStart(ctx, m) // before the board takes the new load
-		s.dec.Board().Apply(m, time.Now().UnixNano())
-		if s.dec.QueueLen() > 0 {
-			s.tryDequeue(ctx) // a free shows in the load only now
-		}
+		in = decide.Load{M: m}
 	case *messages.ActiveRequestsReply:
-		s.onRequests(ctx, m)
+		in = decide.Requests{M: m}
+	case *messages.RankLoad:
+		in = decide.RankLoad{M: m}
 	case *messages.RequestLifecycle:
-		s.lifecycle(ctx, m)
+		in = decide.Lifecycle{M: m}
 	case *messages.CancelRoute:
-		s.cancel(ctx, m)
+		in = decide.Cancel{M: m}
 	case *messages.PeerStep:
-		s.peerStep(ctx, m.Event)
+		in = decide.PeerStep{M: m.Event}
 	case *messages.StaleRequestsFreed:
-		for _, id := range m.RequestIds {
-			if _, ok := s.local.Untrack(id); ok {
-				// Peers must see our own expiries, or their view of us
-				// keeps disagreeing with our digest.
-				s.gossip.send(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: &messages.FreeRequest{RequestId: id}}})
-			}
-		}
+		in = &decide.StaleFreed{IDs: m.RequestIds}
 	case *trustTable:
-		s.trustTable = m
+		in = decide.TrustTable{NotExact: m.notExact}
 	case *messages.RankTable:
 		if s.trust != nil {
 			ctx.Send(s.trust, m) // the trust actor tracks the registered ranks
 		}
 		s.ranks = newRankView(m, ctx.Self().Address)
-		s.dec.Board().Sync(s.ranks.List, s.ranks.pid, func(w kv.WorkerWithDpRank) { ctx.Send(s.ranks.pids[w], &messages.RankLoadQuery{}) })
-		s.local.DropUnregistered(s.ranks.has)
-		s.tryDequeue(ctx)
+		in = &decide.RankTable{Ranks: &s.ranks.Ranks, Incarnation: s.ranks.pid}
 	case *messages.TrackedQuery:
-		top, n := s.local.TopClient()
-		ctx.Respond(&messages.TrackedReply{TrackedRequests: uint64(s.local.Len()), QueueDepth: uint32(s.dec.QueueLen()),
-			Clients: uint32(s.local.Clients()), TopClient: top, TopClientRequests: uint64(n)})
+		in = decide.TrackedQuery{}
 	case *messages.Tick:
-		s.tick(ctx, time.Unix(0, m.UnixNano))
+		now, in = time.Unix(0, m.UnixNano), decide.Tick{}
 	case *messages.SessionUpdates:
-		s.applySessions(m.Events)
+		in = &decide.SessionUpdates{Events: m.Events}
 	case *messages.EndSession:
-		s.endSession(ctx, m)
+		in = decide.EndSession{M: m}
 	case *messages.SessionQuery:
-		s.querySession(ctx, m)
+		in = decide.SessionQuery{M: m}
 	case *messages.SessionDigestQuery:
-		d := s.sessions.Digest()
-		ctx.Respond(&messages.SessionDigestReply{Count: uint64(d.Count), Hash: d.Hash})
+		in = decide.SessionDigestQuery{}
 	case *messages.SessionSnapshotQuery:
-		ctx.Respond(s.sessionSnapshot())
-	}
-}
-
-// lifecycle applies a prefill-completed, output-block or free step of a
-// request this replica routed, and gossips it. A request it did not route
-// may be a peer's: the replication edge answers for those.
-func (s *schedulerActor) lifecycle(ctx actor.Context, m *messages.RequestLifecycle) {
-	e, ok := s.local.Lookup(m.RequestId)
-	if !ok {
-		ctx.Forward(s.replication)
+		in = decide.SessionSnapshotQuery{}
+	default:
 		return
 	}
-	pid := s.ranks.pids[e.Rank]
-	if pid == nil {
-		s.local.Untrack(m.RequestId)
-		ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: false})
-		return
+	for _, eff := range s.node.Step(now, in) {
+		s.carryOut(ctx, eff)
 	}
-	if gossiped := s.gossip.step(ctx, pid, m); gossiped {
-		if _, ok := m.Step.(*messages.RequestLifecycle_Free); ok {
-			s.freed(ctx, m.RequestId)
-		}
-		s.tryDequeue(ctx)
-	}
-	ctx.Respond(&messages.LifecycleReply{RequestId: m.RequestId, Found: true})
-}
-
-// cancel drops the decision of a route call whose client left: answered
-// with ROUTE_ERROR_CANCELLED if it is still in flight or queued (a queued
-// request is never admitted later as a ghost), freed and gossiped if it
-// was already recorded, since nobody will receive its answer to free it.
-func (s *schedulerActor) cancel(ctx actor.Context, m *messages.CancelRoute) {
-	if id, ok := s.cancels[m.CancelToken]; ok {
-		if p := s.pending[id]; p != nil {
-			s.release(p)
-			s.obs.Decision("cancelled", 0, len(p.local))
-			ctx.Send(p.replyTo, routeErr(messages.RouteErrorCode_ROUTE_ERROR_CANCELLED, "client left"))
-			s.tryDequeue(ctx)
-		}
-		return
-	}
-	e, ok := s.local.Lookup(m.RequestId)
-	if !ok || e.Token != m.CancelToken {
-		return // answered and freed already, or the id is a newer request's
-	}
-	s.obs.Decision("cancelled", 0, 0)
-	s.gossip.step(ctx, s.ranks.pids[e.Rank], &messages.RequestLifecycle{RequestId: m.RequestId,
-		Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: m.RequestId}}})
-	s.freed(ctx, m.RequestId)
-	s.tryDequeue(ctx)
-}
-
-// peerStep applies a peer's prefill-completed or free of a request this
-// replica routed (its client finished it through the peer). The peer
-// gossiped it already, so it is not published again.
-func (s *schedulerActor) peerStep(ctx actor.Context, ev *messages.SequenceEvent) {
-	c := changeOf(ev)
-	e, ok := s.local.Lookup(c.RequestID)
-	if !ok || ev.Origin == s.cfg.ReplicaID {
-		return // nobody here holds it (already freed, or never seen)
-	}
-	if pid := s.ranks.pids[e.Rank]; pid != nil {
-		ctx.Send(pid, ev)
-	}
-	if c.Step == tracking.StepFree {
-		s.freed(ctx, c.RequestID)
-	}
-	s.tryDequeue(ctx)
-}
-
-// tick runs the decision path's housekeeping: decision timeouts and queue
-// waits and retries. (The registry forwards time to the other actors.)
-// noteDeadlines tells the ticker whether anything here has a deadline
-// (tickgate.go).
-func (s *schedulerActor) noteDeadlines() {
 	if s.gate != nil {
-		s.gate.set(len(s.pending) > 0 || s.dec.QueueLen() > 0)
+		s.gate.set(s.node.Waiting())
 	}
 }
 
-func (s *schedulerActor) tick(ctx actor.Context, now time.Time) {
-	for _, p := range s.pending {
-		s.timeout(ctx, p, now)
+// carryOut carries out one of the Node's effects.
+func (s *schedulerActor) carryOut(ctx actor.Context, eff decide.Effect) {
+	switch e := eff.(type) {
+	case *decide.AskShards:
+		for _, sh := range s.shards {
+			ctx.Request(sh, e.Query)
+		}
+	case *decide.ToRank:
+		switch pid := s.ranks.pids[e.Rank]; {
+		case pid == nil: // the rank left since
+		case e.Ask:
+			ctx.Request(pid, e.Msg)
+		default:
+			ctx.Send(pid, e.Msg)
+		}
+	case *decide.Predict:
+		ctx.Send(s.shards[shardOf(e.Rank.WorkerID, len(s.shards))], e.Msg)
+	case *decide.Gossip:
+		s.gossip.send(e.Event)
+	case *decide.Answer:
+		s.answer(ctx, e)
+	case *decide.Reply:
+		if to, _ := e.To.(*actor.PID); to != nil {
+			ctx.Send(to, e.Msg)
+		}
+	case *decide.Respond:
+		ctx.Respond(e.Msg)
+	case *decide.ToReplication:
+		ctx.Forward(s.replication)
+	case *decide.TakeOver:
+		ctx.Send(s.replication, &releaseRetried{id: e.ID})
+	case *decide.Routed:
+		ctx.Send(s.trust, trustRouted{rank: e.Rank, at: e.At})
+	case *decide.Phase:
+		s.obs.DecisionPhase(e.Name, time.Since(e.Since))
+	case *decide.Degraded:
+		s.obs.DecisionDegraded(e.Reason)
+		s.log.Warn("decision made without all replies", "reason", e.Reason, "missing", e.Missing, "timeout", e.After)
+	case *decide.Count:
+		s.count(e)
+	case *decide.Gauge:
+		if e.Metric == decide.GaugeQueueDepth {
+			s.obs.QueueDepth(e.N)
+		} else {
+			s.obs.SessionCount(e.N)
+		}
+	case *decide.ClientRefused:
+		s.log.Warn("client at its active-request bound: route refused", "client", e.Client, "active", e.Active,
+			"limit", s.cfg.Limits.MaxActiveRequestsPerClient, "replica_active", e.ReplicaActive, "similar_suppressed", e.Suppressed)
+	case *decide.SessionRejected:
+		s.log.Debug("dropped a peer's session entry", "origin", e.Origin, "err", e.Err)
 	}
-	s.expireQueue(ctx, now)
-	s.tryDequeue(ctx)
-	s.expireSessions(now)
-	s.obs.QueueDepth(s.dec.QueueLen())
 }
 
-// newDecider builds the decision state machine; its random source is
-// seeded by a test, else random. Config.Validate has already checked the
-// queue's policy and limit.
-func newDecider(cfg Config) *decide.Decider {
-	seed := [2]uint64{rand.Uint64(), rand.Uint64()}
-	if cfg.rngSeed != nil {
-		seed = *cfg.rngSeed
+func (s *schedulerActor) count(e *decide.Count) {
+	switch e.Metric {
+	case decide.CountDecision:
+		s.obs.Decision(e.Label, 0, e.N)
+	case decide.CountAdmission:
+		s.obs.AdmissionRefused(e.Label)
+	case decide.CountSession:
+		s.obs.SessionEvent(e.Label, e.N)
+	case decide.CountSessionMoved:
+		s.obs.SessionMoved(e.Label)
 	}
-	d, err := decide.New(decide.Config{Scheduling: cfg.Scheduling, Limits: cfg.Limits, BlockSize: cfg.BlockSize,
-		Stride: cfg.Sequence.EffectiveStride(), TrackActiveBlocks: cfg.TrackActiveBlocks, MaxQueueWait: cfg.MaxQueueWait,
-		Pipeline: cfg.Pipeline, Models: cfg.Models}, seed)
-	if err != nil {
-		panic(fmt.Sprintf("scheduler config passed validation but was refused: %v", err))
+}
+
+// answer reports a decision and replies to its caller.
+func (s *schedulerActor) answer(ctx actor.Context, e *decide.Answer) {
+	s.obs.Decision(e.Outcome, e.OverlapBlocks, e.Blocks)
+	if e.Close {
+		s.obs.DecisionClose()
 	}
-	return d
+	if e.Receipt != nil {
+		s.keepReceipt(e)
+	}
+	to, _ := e.To.(*actor.PID)
+	if to == nil {
+		return // nobody asked for the answer
+	}
+	if e.Err != nil {
+		ctx.Send(to, e.Err)
+		return
+	}
+	if e.SharedCache != nil {
+		s.obs.SharedCache(e.SharedCache[0], e.SharedCache[1], e.Blocks)
+	}
+	if e.Disaggregation != "" {
+		s.obs.Disaggregation(e.Disaggregation)
+	}
+	s.obs.DecisionPhase("total", time.Since(e.Started))
+	ctx.Send(to, e.Reply)
+}
+
+// keepReceipt keeps a decision's route receipt in the ring and, when the
+// request asked for it, on its reply.
+func (s *schedulerActor) keepReceipt(e *decide.Answer) {
+	s.log.Debug("route receipt", "receipt", e.Receipt)
+	data, err := json.Marshal(e.Receipt)
+	if err != nil { // a cost that is not finite
+		s.log.Warn("route receipt not encoded", "request_id", e.Req.RequestId, "err", err)
+		return
+	}
+	s.obs.DecisionExplained()
+	s.ring.Put(e.Req.RequestId, data)
+	if e.Req.Explain && e.Reply != nil {
+		e.Reply.ReceiptJson = data
+	}
 }

@@ -19,7 +19,8 @@ import (
 // replica's record everywhere, so the request is counted once:
 //
 //   - on the replica that decided again, the replication edge releases
-//     the peer's record (releaseRetried), and a rank holding it under the
+//     the peer's record (releaseRetried, on the scheduler's
+//     decide.TakeOver effect), and a rank holding it under the
 //     peer's origin frees it (releaseFrom) unless the new decision has
 //     already replaced it there;
 //   - on a rank, an add of an id active under a peer's origin replaces

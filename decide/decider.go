@@ -1,9 +1,14 @@
-// Package decide is the routing decision as one pure state machine, in
-// the shape of etcd-raft's RawNode: the scheduler actor feeds it what it
-// learned (Step(now, input)) and carries out what it returns (effects).
-// No goroutines, no clock (time comes only as now), no actors; the
-// random source (tie-breaks, temperature sampling) is the Decider's own,
-// seeded by its owner, so a test replays decisions exactly.
+// Package decide is the scheduler as pure state machines, in the shape
+// of etcd-raft's RawNode: the owner feeds one what it learned
+// (Step(now, input)) and carries out what it returns (effects). No
+// goroutines, no clock (time comes only as now), no actors; the random
+// source (tie-breaks, temperature sampling) is the Decider's own, seeded
+// by its owner, so a test replays decisions exactly.
+//
+// Node is the whole scheduler: the scheduler actor feeds it every message
+// it receives and carries out its effects. It keeps the decisions in
+// flight, the requests this replica routed, the session table and the
+// trust notes, and steps a Decider for each decision.
 //
 // A decision runs one ordered pipeline over two steps:
 //
@@ -166,8 +171,9 @@ func (r *Ranks) stateFunc() func(kv.WorkerWithDpRank) kv.WorkerState {
 // Input is what a Step takes: *Start or *Decide.
 type Input interface{ input() }
 
-// Effect is what a Step asks its owner to do: *Ask, *Answer, *Queue,
-// *RecordAdd or *Session. They belong to the Decider and are valid until
+// Effect is what a Step asks its owner to do. A Decider's are *Ask,
+// *Answer, *Queue, *RecordAdd or *Session; a Node's are listed in
+// node_effects.go. They belong to the stepped machine and are valid until
 // its next Step.
 type Effect interface{ effect() }
 
@@ -288,6 +294,13 @@ type Answer struct {
 	// Close: the scored runner-up's cost was within noise of the best
 	// (CloseMargin), so the decision could have gone either way.
 	Close bool
+	// Set by a Node: To is the route call's Caller, Req its request,
+	// Blocks the prompt's full blocks (0 before it was hashed), Started
+	// when the decision started.
+	To      any
+	Req     *messages.RouteRequest
+	Blocks  int
+	Started time.Time
 }
 
 // Queue: the request waits (every eligible rank is overloaded); Parked

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvrouter/kvrouter/kv"
 	"github.com/kvrouter/kvrouter/messages"
 	"github.com/kvrouter/kvrouter/scheduling"
 )
@@ -72,6 +73,9 @@ type CandidateReceipt struct {
 	// decision), "published" (the rank's last publication), "none".
 	LoadSource string        `json:"load_source,omitempty"`
 	LoadAge    time.Duration `json:"load_age"`
+	// Phase is the pool a disaggregated decision priced it in: "decode"
+	// (a rank that decodes) or "prefill".
+	Phase string `json:"phase,omitempty"`
 }
 
 func newReceipt(now time.Time, m *messages.RouteRequest, p *Plan, sig Signals) *Receipt {
@@ -94,13 +98,7 @@ func newReceipt(now time.Time, m *messages.RouteRequest, p *Plan, sig Signals) *
 // filters kept, scored as costs) and the pick.
 func (r *Receipt) fill(c *Context, pipe Pipeline, all, chosen []scheduling.Candidate, costs []float64, pick int, draws *drawRecorder) {
 	r.Pipeline = pipe.names()
-	switch p := c.Plan; {
-	case r.Session == "" || !p.SessionBound:
-	case p.HasSticky:
-		r.Session = "stay"
-	default:
-		r.Session = "move:" + string(p.MoveReason)
-	}
+	r.session(c.Plan)
 	// The terms are those of the pipeline's cost scorer (the configured
 	// cost, or the one a policy file names).
 	costCfg := *c.Config
@@ -128,20 +126,9 @@ func (r *Receipt) fill(c *Context, pipe Pipeline, all, chosen []scheduling.Candi
 			j++
 		}
 	}
-	r.Candidates = make([]CandidateReceipt, len(all))
+	r.candidates(all)
 	for i := range all {
-		a := &all[i]
 		cr := &r.Candidates[i]
-		*cr = CandidateReceipt{Worker: a.Worker.String(), DeviceOverlap: a.DeviceOverlap, HostOverlap: a.HostOverlap,
-			DiskOverlap: a.DiskOverlap, SharedOverlap: a.SharedOverlap, ActivePrefillTokens: a.ActivePrefillTokens,
-			ActiveBlocks: a.ActiveBlocks, NewBlocks: a.NewBlocks, ActiveRequests: a.ActiveRequests}
-		if r.sig != nil {
-			src, at := r.sig.Load(a.Worker)
-			cr.LoadSource = src
-			if at > 0 {
-				cr.LoadAge = time.Duration(r.AtUnixNano - at)
-			}
-		}
 		j, ok := kept[i]
 		if !ok {
 			cr.Filtered = true
@@ -189,12 +176,75 @@ func (r *Receipt) fill(c *Context, pipe Pipeline, all, chosen []scheduling.Candi
 	}
 }
 
-// fillDisagg records a disaggregated decision's path and ranks.
-func (r *Receipt) fillDisagg(dd scheduling.DisaggDecision) {
+// session records the session rule the plan applied.
+func (r *Receipt) session(p *Plan) {
+	switch {
+	case r.Session == "" || !p.SessionBound:
+	case p.HasSticky:
+		r.Session = "stay"
+	default:
+		r.Session = "move:" + string(p.MoveReason)
+	}
+}
+
+// candidates records every candidate as the decision saw it, with the
+// source and age of its load.
+func (r *Receipt) candidates(all []scheduling.Candidate) {
+	r.Candidates = make([]CandidateReceipt, len(all))
+	for i := range all {
+		a := &all[i]
+		cr := &r.Candidates[i]
+		*cr = CandidateReceipt{Worker: a.Worker.String(), DeviceOverlap: a.DeviceOverlap, HostOverlap: a.HostOverlap,
+			DiskOverlap: a.DiskOverlap, SharedOverlap: a.SharedOverlap, ActivePrefillTokens: a.ActivePrefillTokens,
+			ActiveBlocks: a.ActiveBlocks, NewBlocks: a.NewBlocks, ActiveRequests: a.ActiveRequests}
+		if r.sig != nil {
+			src, at := r.sig.Load(a.Worker)
+			cr.LoadSource = src
+			if at > 0 {
+				cr.LoadAge = time.Duration(r.AtUnixNano - at)
+			}
+		}
+	}
+}
+
+// fillDisagg records a disaggregated decision's path and ranks, and every
+// candidate with its cost and terms in the pool it was priced in
+// (scheduling.SelectDisaggregatedBound): a rank that decodes in the
+// decode phase, any other in the prefill phase.
+func (r *Receipt) fillDisagg(c *Context, all []scheduling.Candidate, role func(kv.WorkerWithDpRank) kv.Role, dd scheduling.DisaggDecision) {
 	r.Disaggregation = dd.Why
 	r.Winner = dd.Decode.Worker.String()
 	if dd.Prefill != nil {
 		r.Prefill = dd.Prefill.Worker.String()
+	}
+	r.Pipeline = []string{"disaggregated"}
+	r.session(c.Plan)
+	r.candidates(all)
+	var pools [2][]int // decode, prefill: indexes in all
+	for i := range all {
+		if role(all[i].Worker).Decodes() {
+			pools[0] = append(pools[0], i)
+		} else {
+			pools[1] = append(pools[1], i)
+		}
+	}
+	for k, phase := range [2]scheduling.Phase{scheduling.PhaseDecode, scheduling.PhasePrefill} {
+		pool := make([]scheduling.Candidate, len(pools[k]))
+		for j, i := range pools[k] {
+			pool[j] = all[i]
+		}
+		costs, _ := scheduling.ScorePhase(phase, *c.Config, c.BlockSize, c.ISL, c.Blocks, pool, nil)
+		terms, _ := scheduling.ExplainPhase(phase, *c.Config, c.BlockSize, c.ISL, c.Blocks, pool)
+		for j, i := range pools[k] {
+			cr := &r.Candidates[i]
+			cr.Phase = [2]string{"decode", "prefill"}[k]
+			if j < len(costs) {
+				cr.Cost = costs[j]
+			}
+			if j < len(terms) {
+				cr.Terms = terms[j]
+			}
+		}
 	}
 }
 

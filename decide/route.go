@@ -280,7 +280,7 @@ func (d *Decider) decideDisaggregated(c *Context, in *Decide, cands []scheduling
 	}
 	ans := Answer{Reply: reply, Outcome: "query", OverlapBlocks: dec.OverlapBlocks, Disaggregation: dd.Why, Receipt: c.Receipt}
 	if c.Receipt != nil {
-		c.Receipt.fillDisagg(dd)
+		c.Receipt.fillDisagg(c, cands, in.Ranks.Role, dd)
 	}
 	if !m.UpdateStates {
 		return d.emitAnswer(ans)

@@ -20,13 +20,15 @@ import (
 )
 
 // TestScenarios runs every scenario script (testdata/scenarios, the
-// language in its README) against the decision with a fake clock. The
-// world around the Decider is made of the pure parts the actors own in a
-// router: the registry, one index, each rank's active sequences and
-// prefill rate, the session table, the tracked requests (own and peers'),
-// and the gossip published. Everything is synchronous: a fan-out is
-// answered at once, and time passes only when a script sleeps or an
-// expectation waits for a change (in ticks of worldTick).
+// language in its README) against the scheduler's state machine (Node)
+// with a fake clock. The world around it is made of the pure parts the
+// other actors own in a router: the registry, one index (one shard), each
+// rank's active sequences and prefill rate, the replication edge's table
+// of peers' requests, and the gossip published. The world carries out the
+// Node's effects as the scheduler actor does, and what they cause comes
+// back as inputs in order, as through a mailbox; time passes only when a
+// script sleeps or an expectation waits for a change (in ticks of
+// worldTick).
 func TestScenarios(t *testing.T) {
 	for _, f := range scenario.Files(t, "testdata/scenarios") {
 		t.Run(scenario.Name(f), func(t *testing.T) {
@@ -51,20 +53,22 @@ type world struct {
 	started bool
 	now     time.Time
 
-	dec   *decide.Decider
+	node  *decide.Node
 	reg   *registry.Registry[*messages.WorkerHeartbeat]
 	idx   *index.Indexer
 	ranks map[kv.WorkerWithDpRank]*rankSim
 	view  *decide.Ranks
 	gen   int // names each rank's sequences (a re-registered rank is new)
 
-	local, remote *tracking.Table
-	sess          *sessions.Table
-	published     []*messages.SequenceEvent
+	remote    *tracking.Table // the replication edge's
+	published []*messages.SequenceEvent
 
-	routes  map[string]*route // the last route of each id
-	byQID   map[uint64]*route // decisions not answered yet
-	nextQID uint64
+	routes     map[string]*route // the last route of each id
+	open       map[*route]bool   // routes not answered yet
+	nextToken  uint64
+	inbox      []decide.Input // what the effects caused, in order
+	responded  any            // the last Respond
+	replicated bool           // the last step was handed to the replication edge
 }
 
 type worldConfig struct {
@@ -98,11 +102,6 @@ type rankSim struct {
 
 type route struct {
 	req     *messages.RouteRequest
-	plan    decide.Plan
-	qid     uint64
-	local   []kv.LocalBlockHash
-	sampled []uint64
-	blocks  int
 	leaveAt time.Time // the client leaves (zero: never)
 	done    bool
 	reply   *messages.RouteReply
@@ -120,21 +119,19 @@ func (w *world) start() {
 	}
 	w.started = true
 	c := w.cfg
-	d, err := decide.New(decide.Config{Scheduling: c.sched, Limits: c.limits, BlockSize: blockSize, Stride: c.seq.EffectiveStride(),
-		TrackActiveBlocks: true, MaxQueueWait: c.maxQueueWait}, [2]uint64{1, 2})
+	c.sess.ReplicaID = c.replica
+	n, err := decide.NewNode(decide.NodeConfig{Decider: decide.Config{Scheduling: c.sched, Limits: c.limits, BlockSize: blockSize,
+		Stride: c.seq.EffectiveStride(), TrackActiveBlocks: true, MaxQueueWait: c.maxQueueWait}, Seed: [2]uint64{1, 2},
+		Sessions: c.sess, Replica: c.replica, Shards: 1, DecisionTimeout: time.Second, KVEvents: true})
 	if err != nil {
-		w.fail("decider: %v", err)
+		w.fail("node: %v", err)
 	}
-	w.dec = d
+	w.node = n
 	w.reg = registry.New[*messages.WorkerHeartbeat](8192, registry.Limits{MaxWorkers: c.maxWorkers, MaxRanks: c.maxRanks})
 	w.idx = index.New()
 	w.ranks = map[kv.WorkerWithDpRank]*rankSim{}
-	w.local, w.remote = tracking.New(), tracking.New()
-	c.sess.ReplicaID = c.replica
-	if w.sess, err = sessions.New(c.sess); err != nil {
-		w.fail("sessions: %v", err)
-	}
-	w.routes, w.byQID = map[string]*route{}, map[uint64]*route{}
+	w.remote = tracking.New()
+	w.routes, w.open = map[string]*route{}, map[*route]bool{}
 	w.publishTable()
 }
 
@@ -182,9 +179,6 @@ func (w *world) step(l *scenario.Line) {
 		w.await(func() (bool, string) { return w.session(l) })
 	default:
 		w.fail("unknown command %q", l.Cmd)
-	}
-	if w.started {
-		w.dequeue()
 	}
 }
 
@@ -254,33 +248,25 @@ func (w *world) advance(d time.Duration) {
 // tick is what the actors do as time passes: clients that leave, queue
 // waits, idle sessions, drained workers and stale requests.
 func (w *world) tick() {
-	for _, r := range w.byQID {
+	for r := range w.open {
 		if !r.leaveAt.IsZero() && !w.now.Before(r.leaveAt) {
-			w.answer(r, nil, decide.RouteErr(messages.RouteErrorCode_ROUTE_ERROR_CANCELLED, "client left"))
+			w.feed(decide.Cancel{M: &messages.CancelRoute{CancelToken: r.req.CancelToken, RequestId: r.req.RequestId}})
 		}
 	}
-	for _, id := range w.dec.Expire(w.now) {
-		if r := w.byQID[id]; r != nil {
-			w.answer(r, nil, w.dec.WaitedTooLong(&r.plan))
-		}
-	}
-	w.sess.Expire(w.now)
+	w.feed(decide.Tick{})
 	for _, id := range w.reg.DrainExpired(w.now, w.cfg.drainGrace) {
 		w.removeWorker(id)
 	}
 	for _, rk := range w.ranks {
 		expired := rk.seqs.ExpireStale(w.now)
 		for _, id := range expired {
-			if _, ok := w.local.Untrack(id); ok {
-				w.gossip(&messages.SequenceEvent{Data: &messages.SequenceEvent_Free{Free: &messages.FreeRequest{RequestId: id}}})
-			}
 			w.remote.Untrack(id)
 		}
 		if len(expired) > 0 {
+			w.feed(&decide.StaleFreed{IDs: expired})
 			w.publishLoad(rk, false)
 		}
 	}
-	w.dequeue()
 }
 
 // await lets the clock run until ok holds (the actors' expectations poll
@@ -400,14 +386,7 @@ func (w *world) publishTable() {
 		}
 		return "", false
 	}
-	// A new rank starts counting this replica's adds afresh and
-	// publishes its full load.
-	w.dec.Board().Sync(v.List, name, func(r kv.WorkerWithDpRank) {
-		rk := w.ranks[r]
-		rk.applied = 0
-		w.publishLoad(rk, true)
-	})
-	w.local.DropUnregistered(v.Has)
+	w.feed(&decide.RankTable{Ranks: v, Incarnation: name})
 	w.remote.DropUnregistered(v.Has)
 }
 
@@ -431,7 +410,7 @@ func (w *world) publishLoad(rk *rankSim, full bool) {
 	for _, h := range removed {
 		m.RootsRemoved = append(m.RootsRemoved, uint64(h))
 	}
-	w.dec.Board().Apply(m, w.now.UnixNano())
+	w.feed(decide.RankLoad{M: m})
 }
 
 func (w *world) add(rk *rankSim, m *messages.AddRequest, origin string) {
@@ -499,183 +478,132 @@ func (w *world) gossip(ev *messages.SequenceEvent) {
 	w.published = append(w.published, ev)
 }
 
-// ---- decisions ----
+// ---- the scheduler ----
 
 func (w *world) route(l *scenario.Line) {
 	req := l.Request()
-	req.CancelToken = w.nextQID + 1
+	w.nextToken++
+	req.CancelToken = w.nextToken
 	r := &route{req: req}
 	if v, ok := l.Args["timeout"]; ok {
 		r.leaveAt = w.now.Add(l.Dur(v))
 	}
 	w.routes[req.RequestId] = r
-	in := decide.Start{Req: req, Ranks: w.view, Session: decide.SessionOf(w.sess, req.SessionId, w.now),
-		Tracked: w.local, Active: w.local.Len(), Plan: &r.plan}
-	if e, refused := w.dec.Step(w.now, &in)[0].(*decide.Answer); refused {
-		w.finish(r, e.Reply, e.Err)
-		return
-	}
-	w.nextQID++
-	r.qid = w.nextQID
-	w.byQID[r.qid] = r
-	r.local, r.sampled = w.dec.Hash(nil, req.TokenIds, req.LoraName, r.plan.Config.AssumeKVReuse)
-	r.blocks = len(r.local)
-	w.decide(r)
+	w.open[r] = true
+	w.feed(&decide.Route{Req: req, Caller: r})
 }
 
-// decide gathers a decision's overlaps and loads as the fan-out would
-// (one shard: the index's matches; the replies of the ranks sharing the
-// prompt's prefix) and steps the Decider with them.
-func (w *world) decide(r *route) {
-	var fan decide.Fanout
-	fan.AskShards(1)
-	packed, _ := decide.PackOverlaps(w.idx.FindMatches(r.local), nil, nil)
-	fan.OnOverlap(&messages.OverlapReply{Ranks: packed})
-	fan.AskLoads()
-	targets := w.dec.LoadTargets(r.plan.Eligible, r.sampled)
-	for range targets {
-		fan.AskedRank()
+// feed steps the Node with in and carries out its effects, then steps it
+// with what they caused (replies, publications), in order, until nothing
+// is left: the scheduler's mailbox.
+func (w *world) feed(in decide.Input) {
+	w.inbox = append(w.inbox, in)
+	if len(w.inbox) > 1 {
+		return // an outer feed is draining the inbox
 	}
-	for _, rw := range targets {
-		rk := w.ranks[rw]
+	w.responded, w.replicated = nil, false
+	for len(w.inbox) > 0 {
+		next := w.inbox[0]
+		for _, eff := range w.node.Step(w.now, next) {
+			w.carryOut(eff)
+		}
+		w.inbox = w.inbox[1:]
+	}
+}
+
+// carryOut is what the scheduler actor and the actors it sends to do
+// with an effect.
+func (w *world) carryOut(eff decide.Effect) {
+	switch e := eff.(type) {
+	case *decide.AskShards:
+		packed, _ := decide.PackOverlaps(w.idx.FindMatches(kv.AsLocalHashes(e.Query.LocalHashes)), nil, nil)
+		w.inbox = append(w.inbox, decide.Overlap{M: &messages.OverlapReply{QueryId: e.Query.QueryId, Ranks: packed}})
+	case *decide.ToRank:
+		w.toRank(w.ranks[e.Rank], e.Msg)
+	case *decide.Gossip:
+		w.gossip(e.Event)
+	case *decide.Answer:
+		if r, ok := e.To.(*route); ok {
+			delete(w.open, r)
+			r.done, r.reply, r.err = true, e.Reply, e.Err
+		}
+	case *decide.Respond:
+		w.responded = e.Msg
+	case *decide.ToReplication:
+		w.replicated = true
+	}
+}
+
+// toRank is a rank's sequence actor receiving msg.
+func (w *world) toRank(rk *rankSim, msg any) {
+	if rk == nil {
+		return
+	}
+	switch m := msg.(type) {
+	case *messages.LoadQuery:
 		l := rk.seqs.Load()
-		reply := &messages.LoadReply{Worker: decide.RankMsg(rw), ActivePrefillTokens: l.ActivePrefillTokens,
+		reply := &messages.LoadReply{QueryId: m.QueryId, Worker: decide.RankMsg(rk.w), ActivePrefillTokens: l.ActivePrefillTokens,
 			ActiveBlocks: l.ActiveBlocks, ActiveRequests: uint32(l.ActiveRequests), PrefillTokensPerSec: rk.rate.TokensPerSec(),
-			NewBlocks: sequence.CountNewBlocks(rk.seqs, r.sampled, uint64(r.blocks)), AddsApplied: rk.applied}
+			NewBlocks: sequence.CountNewBlocks(rk.seqs, m.SequenceHashes, uint64(m.PromptBlocks)), AddsApplied: rk.applied}
 		if tokens, started, ok := rk.seqs.HeadPrefill(); ok {
 			reply.HeadPrefillTokens, reply.HeadPrefillElapsedNanos = tokens, int64(rk.rate.HeadElapsed(started, w.now))
 		}
-		fan.OnLoad(reply)
-	}
-	if fan.Waiting() {
-		w.fail("fan-out still waiting after every reply")
-	}
-	loads, set := fan.Loads, &fan.Overlaps
-	cands := w.dec.Join(r.plan.Eligible, w.view, set, loads, r.blocks, fan.Shared, w.now)
-	effects := w.dec.Step(w.now, &decide.Decide{ID: r.qid, Req: r.req, Plan: &r.plan, Ranks: w.view, Candidates: cands,
-		Loads: loads, Sampled: r.sampled, Blocks: r.blocks, Shared: fan.Shared, Overlaps: set})
-	for _, eff := range effects {
-		switch e := eff.(type) {
-		case *decide.Queue:
-			return // parked (or left in its place)
-		case *decide.RecordAdd:
-			w.record(r, e)
-		case *decide.Session:
-			if ent, _, _, changed := decide.BindSession(w.sess, e, w.now); changed {
-				w.gossip(decide.SessionEvent(ent))
-			}
-		case *decide.Answer:
-			w.answer(r, e.Reply, e.Err)
-		}
+		w.inbox = append(w.inbox, decide.Load{M: reply})
+	case *messages.RankLoadQuery:
+		// A new rank starts counting this replica's adds afresh and
+		// publishes its full load.
+		rk.applied = 0
+		w.publishLoad(rk, true)
+	case *messages.AddRequest:
+		w.add(rk, m, w.cfg.replica)
+	case *messages.FreeRequest:
+		w.apply(rk, m.RequestId, true, false)
+	case *messages.MarkPrefillCompleted:
+		w.apply(rk, m.RequestId, false, false)
+	case *messages.SequenceEvent: // a peer's step of our request
+		w.apply(rk, decide.ChangeOf(m).RequestID, m.GetFree() != nil, false)
 	}
 }
-
-func (w *world) record(r *route, e *decide.RecordAdd) {
-	add := &messages.AddRequest{RequestId: e.ID, Worker: decide.RankMsg(e.Worker), SequenceHashes: r.sampled,
-		PromptBlocks: uint32(r.blocks), Stride: uint32(w.cfg.seq.EffectiveStride()), PrefillTokens: e.PrefillTokens,
-		ExpectedOutputTokens: e.ExpectedOutput, TrackPrefillTokens: e.TrackPrefill, Isl: e.Isl}
-	w.local.Track(e.ID, tracking.Entry{Rank: e.Worker, Origin: w.cfg.replica, Token: e.Token, Client: r.req.Client})
-	if rk := w.ranks[e.Worker]; rk != nil {
-		w.add(rk, add, w.cfg.replica)
-	}
-	w.gossip(&messages.SequenceEvent{Data: &messages.SequenceEvent_Add{Add: add}})
-}
-
-// answer releases a decision and answers its client.
-func (w *world) answer(r *route, reply *messages.RouteReply, err *messages.RouteError) {
-	delete(w.byQID, r.qid)
-	w.dec.Forget(&r.plan, r.qid)
-	w.finish(r, reply, err)
-}
-
-func (w *world) finish(r *route, reply *messages.RouteReply, err *messages.RouteError) {
-	r.done, r.reply, r.err = true, reply, err
-}
-
-// dequeue re-checks the queue's head until it waits again or the queue
-// is empty (the actor re-checks on every change of a load).
-func (w *world) dequeue() {
-	for {
-		id, ok := w.dec.Recheck()
-		if !ok {
-			return
-		}
-		r := w.byQID[id]
-		if r == nil {
-			w.fail("queued decision %d has no route", id)
-		}
-		if e, refused := w.dec.Step(w.now, &decide.Start{Req: r.req, Ranks: w.view, Recheck: true, Plan: &r.plan})[0].(*decide.Answer); refused {
-			w.answer(r, nil, e.Err)
-			continue
-		}
-		w.decide(r)
-		if r.plan.Queued {
-			return
-		}
-	}
-}
-
-// ---- lifecycle and peers ----
 
 // lifecycle frees a request or completes its prefill, as a client does
-// through this replica: its own requests, else a peer's (the replication
-// edge). A freed request's prefill hop goes with it.
+// through this replica: the scheduler's own requests, else a peer's (the
+// replication edge).
 func (w *world) lifecycle(id string, free bool) bool {
-	e, ok := w.local.Lookup(id)
-	if !ok {
-		e, ok = w.remote.Lookup(id)
-		rk := w.ranks[e.Rank]
-		if !ok || rk == nil {
-			return false
-		}
-		if free {
-			w.remote.Untrack(id)
-		}
-		w.apply(rk, id, free, true)
-		return true
+	m := &messages.RequestLifecycle{RequestId: id,
+		Step: &messages.RequestLifecycle_PrefillCompleted{PrefillCompleted: &messages.MarkPrefillCompleted{RequestId: id}}}
+	if free {
+		m.Step = &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: id}}
 	}
+	w.feed(decide.Lifecycle{M: m})
+	if !w.replicated {
+		r, _ := w.responded.(*messages.LifecycleReply)
+		return r.GetFound()
+	}
+	e, ok := w.remote.Lookup(id)
 	rk := w.ranks[e.Rank]
-	if rk == nil {
-		w.local.Untrack(id)
+	if !ok || rk == nil {
 		return false
 	}
-	w.apply(rk, id, free, true)
 	if free {
-		w.freed(id)
+		w.remote.Untrack(id)
 	}
+	w.apply(rk, id, free, true)
 	return true
-}
-
-// freed untracks a request that ended and its prefill hop, and frees
-// the hop on its rank if it was still tracked.
-func (w *world) freed(id string) {
-	if hop, e, ok := decide.Freed(w.local, id); ok && w.ranks[e.Rank] != nil {
-		w.apply(w.ranks[e.Rank], hop, true, true)
-	}
 }
 
 // peer applies a peer's gossiped add or free (the replication edge).
 func (w *world) peer(ev *messages.SequenceEvent) {
-	c := tracking.Change{Origin: ev.Origin}
-	switch d := ev.Data.(type) {
-	case *messages.SequenceEvent_Add:
-		c.Step, c.RequestID, c.Rank, c.Stride = tracking.StepAdd, d.Add.RequestId, decide.RankOf(d.Add.Worker), int(d.Add.Stride)
-	case *messages.SequenceEvent_Free:
-		c.Step, c.RequestID = tracking.StepFree, d.Free.RequestId
-	}
+	c := decide.ChangeOf(ev)
 	rw, out := w.remote.ApplyRemote(c, w.cfg.replica, w.cfg.seq.EffectiveStride(), w.view.Has)
 	switch {
 	case out == tracking.Apply && c.Step == tracking.StepAdd:
 		w.add(w.ranks[rw], ev.GetAdd(), ev.Origin)
 	case out == tracking.Apply:
 		w.apply(w.ranks[rw], c.RequestID, true, false)
-	case out == tracking.NotTracked && c.Step == tracking.StepFree && ev.Origin != w.cfg.replica:
-		// A peer freed one of ours (its client finished it there): the
-		// peer gossiped it already.
-		if e, ok := w.local.Lookup(c.RequestID); ok {
-			w.apply(w.ranks[e.Rank], c.RequestID, true, false)
-			w.freed(c.RequestID)
-		}
+	case out == tracking.NotTracked && c.Step != tracking.StepAdd:
+		// Perhaps a request this replica routed, finished by a client
+		// through the peer: the scheduler owns those.
+		w.feed(decide.PeerStep{M: ev})
 	}
 }
 
@@ -695,41 +623,35 @@ func (w *world) dropOrigin(origin string) {
 
 func (w *world) endSession(l *scenario.Line) {
 	id := l.Word(0)
-	if err := w.sess.CheckID(id); err != nil {
-		if l.Args["bad"] != "true" {
-			w.fail("end_session %s: %v", id, err)
-		}
+	w.feed(decide.EndSession{M: &messages.EndSession{SessionId: id}})
+	r, _ := w.responded.(*messages.EndSessionReply)
+	if bad := r.GetError() != ""; bad != (l.Args["bad"] == "true") {
+		w.fail("end_session %s: error %q, want bad=%v", id, r.GetError(), l.Args["bad"] == "true")
+	}
+	if r.GetError() != "" {
 		return
 	}
-	if l.Args["bad"] == "true" {
-		w.fail("end_session %s: accepted, want bad_request", id)
-	}
-	e, found := w.sess.End(id, w.now)
-	if found {
-		w.gossip(decide.SessionEvent(e))
-	}
-	if want := l.Args["missing"] != "true"; found != want {
-		w.fail("end_session %s: found %v, want %v", id, found, want)
+	if want := l.Args["missing"] != "true"; r.GetFound() != want {
+		w.fail("end_session %s: found %v, want %v", id, r.GetFound(), want)
 	}
 }
 
 func (w *world) peerSession(l *scenario.Line) {
-	ev := l.PeerSession(w.now)
-	if e, ok := decide.SessionEntry(ev); ok {
-		_, _ = w.sess.Apply(e, w.now) // a refused write is dropped (and counted by the actor)
-	}
+	// A refused write is dropped (and counted).
+	w.feed(&decide.SessionUpdates{Events: []*messages.SequenceEvent{l.PeerSession(w.now)}})
 }
 
 func (w *world) session(l *scenario.Line) (bool, string) {
 	id := l.Word(0)
-	entries := w.sess.Snapshot(w.now)
+	w.feed(decide.SessionSnapshotQuery{})
+	t, _ := w.responded.(*messages.SessionTable)
 	bound, worker := false, kv.WorkerWithDpRank{}
-	for _, e := range entries {
-		if e.ID == id && !e.Ended {
+	for _, ev := range t.GetEntries() {
+		if e, ok := decide.SessionEntry(ev); ok && e.ID == id && !e.Ended {
 			bound, worker = true, e.Worker
 		}
 	}
-	return l.SessionMatches(bound, worker, len(entries))
+	return l.SessionMatches(bound, worker, len(t.GetEntries()))
 }
 
 // ---- expectations ----
@@ -783,10 +705,12 @@ func (w *world) state(l *scenario.Line) (bool, string) {
 	a := l.Args
 	switch l.Cmd {
 	case "expect_tracked":
-		n := w.local.Len() + w.remote.Len()
-		return uint64(n) == l.Num(l.Word(0)), fmt.Sprint("tracked ", n)
+		w.feed(decide.TrackedQuery{})
+		n := w.responded.(*messages.TrackedReply).TrackedRequests + uint64(w.remote.Len())
+		return n == l.Num(l.Word(0)), fmt.Sprint("tracked ", n)
 	case "expect_queue":
-		return uint64(w.dec.QueueLen()) == l.Num(l.Word(0)), fmt.Sprint("queue ", w.dec.QueueLen())
+		q := w.node.Decider().QueueLen()
+		return uint64(q) == l.Num(l.Word(0)), fmt.Sprint("queue ", q)
 	}
 	r := l.Rank(l.Word(0))
 	rk := w.ranks[r]

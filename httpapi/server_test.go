@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -67,6 +68,11 @@ func TestRouteAPI(t *testing.T) {
 	code, out := do(t, s, "POST", "/route", `{"request_id":"r1","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`)
 	if code != 200 || out["request_id"] != "r1" || out["overlap_blocks"] != 0.0 {
 		t.Fatalf("route: %d %v", code, out)
+	}
+	// The same call again (its client lost the answer) gets the same rank.
+	if code, again := do(t, s, "POST", "/route", `{"request_id":"r1","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`); code != 200 ||
+		out["worker_id"] == nil || fmt.Sprint(again) != fmt.Sprint(out) {
+		t.Fatalf("retried route: %d %v, first %v", code, again, out)
 	}
 	if code, out = do(t, s, "POST", "/route", `{"token_ids":[1,2]}`); code != 200 || !strings.HasPrefix(out["request_id"].(string), "kvr-") {
 		t.Fatalf("generated id: %d %v", code, out)

@@ -71,7 +71,7 @@ func New() *Router {
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 18),
 		}, []string{"phase"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvrouter_decisions_total", Help: "Routing decisions by outcome: routed (tracked until /free), query (update_states false: nothing tracked), queued (every eligible worker over the queue threshold; decided later), overloaded (429: the queue is full), no_worker (503: no eligible worker: none registered, all unhealthy, draining or excluded), bad_request (400), cancelled (the client left while queued). Rising no_worker or overloaded means the fleet is too small or down.",
+			Name: "kvrouter_decisions_total", Help: "Routing decisions by outcome: routed (tracked until /free), query (update_states false: nothing tracked), queued (every eligible worker over the queue threshold; decided later), overloaded (429: the queue is full), no_worker (503: no eligible worker: none registered, all unhealthy, draining or excluded), bad_request (400), cancelled (the client left while queued), retried (a call with the request_id and prompt of a request still active here: answered with its recorded decision, nothing counted twice). Rising no_worker or overloaded means the fleet is too small or down.",
 		}, []string{"outcome"}),
 		overlapBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "kvrouter_decision_overlap_blocks", Help: "Cached prefix blocks (per the index) on the worker chosen for each routed request; multiply by block-size for tokens. Near 0 for a shared-prefix workload means KV events are not arriving (see kvrouter_kv_events_applied_total).",
