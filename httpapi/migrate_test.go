@@ -216,3 +216,15 @@ func TestContinuationUsage(t *testing.T) {
 		t.Fatalf("usage %+v, want 10 prompt + 7 completion = 17", c.Usage)
 	}
 }
+
+// TestMigrationLimitOption: Options' zero value is the flag's default, a
+// negative value turns migration off, anything else is the limit.
+func TestMigrationLimitOption(t *testing.T) {
+	for _, c := range []struct{ opt, want int }{
+		{0, DefaultMigrationLimit}, {-1, 0}, {-7, 0}, {1, 1}, {16, 16},
+	} {
+		if got := migrationLimit(c.opt); got != c.want {
+			t.Errorf("MigrationLimit %d: proxy limit %d, want %d", c.opt, got, c.want)
+		}
+	}
+}
