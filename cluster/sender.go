@@ -169,9 +169,9 @@ func (n *Node) flushPeers(timeout time.Duration) {
 // and the anti-entropy digest every AntiEntropyInterval. It wakes once per
 // batch (Publish kicks it when a batch opens or fills), not per event. A
 // Sent call waiting for the open batch (urgent) moves its send forward to
-// BatchInterval after the previous batch left, which is now when gossip
-// is quiet: batches still leave at most once per BatchInterval unless
-// they fill.
+// ackGap after the previous batch left, which is now when gossip is quiet:
+// while acknowledgements wait, batches leave at most once per ackGap
+// (Dynamo's rate), otherwise once per BatchInterval, unless they fill.
 func (n *Node) runBatcher() {
 	defer close(n.batcherDone)
 	var spare []*messages.SequenceEvent
@@ -181,6 +181,7 @@ func (n *Node) runBatcher() {
 	antiEntropy := time.NewTicker(n.cfg.AntiEntropyInterval)
 	defer antiEntropy.Stop()
 	var lastFlush time.Time
+	gap := n.cfg.ackGap()
 	for {
 		urgent := false
 		select {
@@ -199,8 +200,8 @@ func (n *Node) runBatcher() {
 		}
 		now := time.Now()
 		due := now.Add(n.cfg.BatchInterval)
-		if urgent {
-			due = lastFlush.Add(n.cfg.BatchInterval)
+		if early := lastFlush.Add(gap); urgent && early.Before(due) {
+			due = early
 		}
 		window.Reset(due.Sub(now))
 		stopping := false
@@ -209,7 +210,7 @@ func (n *Node) runBatcher() {
 			select {
 			case <-n.kick: // the batch filled (or a stale kick): re-check
 			case <-n.urgent:
-				if early := lastFlush.Add(n.cfg.BatchInterval); early.Before(due) {
+				if early := lastFlush.Add(gap); early.Before(due) {
 					due = early
 					now = time.Now()
 					window.Reset(due.Sub(now))

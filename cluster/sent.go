@@ -71,6 +71,12 @@ func (w *sentWaiters) wake() {
 	w.ch = nil
 }
 
+// ackGap is the shortest time between two batches a Sent call asks for:
+// a millisecond (Dynamo's batch interval), or BatchInterval if shorter.
+// Batches more often would cost the peers a read and an apply per batch
+// for little: a wait is at most this long behind the last batch.
+func (c Config) ackGap() time.Duration { return min(c.BatchInterval, time.Millisecond) }
+
 // ackTimeout bounds a Sent call: a few batch intervals (the batch holding
 // the events may have just opened) and a write.
 func (c Config) ackTimeout() time.Duration {
@@ -87,9 +93,11 @@ func (c Config) ackTimeout() time.Duration {
 // only to itself: the kernel delivers what the write handed over.
 //
 // Sent asks the batcher to send the open batch now, unless a batch left
-// less than BatchInterval ago (then it waits for the batch's window), so a
-// Sent costs a write's time when gossip is quiet and never raises the
-// batch rate above one per BatchInterval. Sent gives up on a peer whose
+// less than a millisecond ago (or BatchInterval if shorter: then the
+// batch leaves that long after the last one), so a Sent costs a write's
+// time when gossip is quiet, at most a millisecond more under load, and
+// batches leave at most once per millisecond while calls wait (Dynamo's
+// batch interval). Sent gives up on a peer whose
 // sender does not finish within AckTimeout (4 batch intervals and 20 ms
 // by default), whose queue dropped the events, or that an earlier call
 // gave up on and whose sender has not made progress since (so a peer that

@@ -10,50 +10,41 @@ import (
 )
 
 // TestSentHandsTheOpenBatchToEveryPeer: with a batch interval far longer
-// than the call may wait, Sent has the open batch sent at once (no batch
-// left recently), returns once both peers' senders wrote it, and the
-// peers apply the event. A second Sent within the batch interval waits
-// for the next batch's window instead of sending another batch early.
+// than the calls may wait, Sent has the open batch sent at once, returns
+// once both peers' senders wrote it, and the peers apply the event; a
+// second call right after the first batch gets its own batch a moment
+// later (ackGap), not at the end of the batch interval.
 func TestSentHandsTheOpenBatchToEveryPeer(t *testing.T) {
-	const interval = 400 * time.Millisecond
+	const interval = 2 * time.Second
 	rs := startCluster(t, 3, func(c *Config) { c.BatchInterval = interval })
 	a := rs[0]
-	if err := a.node.Publish(freeEvent("first")); err != nil {
-		t.Fatal(err)
-	}
-	target := a.node.published.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), interval/2)
-	defer cancel()
-	if err := a.node.Sent(ctx); err != nil {
-		t.Fatalf("Sent: %v", err)
-	}
 	peers := *a.node.peers.Load()
 	if len(peers) != 2 {
 		t.Fatalf("%d peers, want 2", len(peers))
 	}
-	for _, p := range peers {
-		if got := p.sent.Load(); got < target {
-			t.Fatalf("Sent returned before %s's sender took seq %d (it took %d)", p.name, target, got)
+	batches := a.node.Stats().Batches
+	for i, id := range []string{"first", "second"} {
+		if err := a.node.Publish(freeEvent(id)); err != nil {
+			t.Fatal(err)
+		}
+		target := a.node.published.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), interval/4)
+		err := a.node.Sent(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Sent %s: %v", id, err)
+		}
+		for _, p := range peers {
+			if got := p.sent.Load(); got < target {
+				t.Fatalf("Sent returned before %s's sender took seq %d (it took %d)", p.name, target, got)
+			}
+		}
+		if got := a.node.Stats().Batches; got != batches+uint64(i)+1 {
+			t.Fatalf("%d batches after Sent %s, want %d", got, id, batches+uint64(i)+1)
 		}
 	}
 	for _, r := range rs[1:] {
-		testutil.Eventually(t, time.Second, "the free applied", func() bool { return r.sink.appliedFrom("r0") >= 1 })
-	}
-	batches := a.node.Stats().Batches
-
-	// Within the interval of that batch: the next one keeps its window.
-	if err := a.node.Publish(freeEvent("second")); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := a.node.Sent(context.Background()); err != nil {
-		t.Fatalf("second Sent: %v", err)
-	}
-	if waited := time.Since(start); waited < interval/2 {
-		t.Fatalf("the second batch left %v after the first, within the batch interval %v", waited, interval)
-	}
-	if got := a.node.Stats().Batches; got != batches+1 {
-		t.Fatalf("%d batches after the second Sent, want %d", got, batches+1)
+		testutil.Eventually(t, time.Second, "both frees applied", func() bool { return r.sink.appliedFrom("r0") >= 2 })
 	}
 }
 
@@ -169,5 +160,18 @@ func TestSentGivesUpOnASlowPeer(t *testing.T) {
 	}
 	if st := n2.stats.snapshot(); st.AckTimeouts+st.AckStalled+st.AckQueueFull != 0 {
 		t.Fatalf("a cancelled wait counted as given up: %+v", st)
+	}
+}
+
+// TestAckGap: an acknowledgement's batch leaves at most a millisecond
+// after the last one, or the batch interval if shorter.
+func TestAckGap(t *testing.T) {
+	for _, c := range []struct{ interval, want time.Duration }{
+		{DefaultBatchInterval, time.Millisecond}, {time.Millisecond, time.Millisecond},
+		{200 * time.Microsecond, 200 * time.Microsecond}, {time.Second, time.Millisecond},
+	} {
+		if got := (Config{BatchInterval: c.interval}).ackGap(); got != c.want {
+			t.Errorf("batch interval %v: gap %v, want %v", c.interval, got, c.want)
+		}
 	}
 }
