@@ -638,7 +638,7 @@ func (s *Server) freeQuietly(id string) {
 }
 
 // freeGossiped frees and waits until the free's gossip left for every
-// peer (Router.Gossiped: a batch interval at most), so the answer's last
+// peer (Router.Gossiped: about a millisecond at most), so the answer's last
 // bytes, which the caller sends after it, follow the free: a replica that
 // dies once its client has the answer cannot leave the request counted
 // on its peers until they notice the death.
