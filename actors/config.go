@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/kvrouter/kvrouter/decide"
@@ -122,6 +123,10 @@ type Config struct {
 	// Publish, when set, receives every local active-sequence change for
 	// gossip to peer replicas. It must not block.
 	Publish func(*messages.SequenceEvent)
+	// Gossiped, when set, waits until every change Publish received so
+	// far was handed to each live peer (cluster.Node.Sent). Router.Gossiped
+	// calls it; nil answers at once (no cluster).
+	Gossiped func(context.Context) error
 
 	// shardMiddleware wraps every shard's Receive. Unexported: only this
 	// package's tests set it, to inject crashes and stalls.

@@ -419,6 +419,20 @@ func (r *Router) lifecycle(ctx context.Context, m *messages.RequestLifecycle) er
 	return nil
 }
 
+// Gossiped waits until every change this replica gossiped before the call
+// (a free, a prefill completion) was handed to each live peer, so a
+// change acknowledged after it survives this replica's crash: the API
+// layers call it before they acknowledge a free or a prefill completion.
+// It returns at once without a cluster. The change is applied whatever it
+// returns; an error (a peer slow or gone, ctx done) is counted and logged
+// by the cluster, and anti-entropy repairs the peer.
+func (r *Router) Gossiped(ctx context.Context) error {
+	if r.cfg.Gossiped == nil {
+		return nil
+	}
+	return r.cfg.Gossiped(ctx)
+}
+
 // MarkPrefillCompleted says a request produced its first token.
 func (r *Router) MarkPrefillCompleted(ctx context.Context, id string) error {
 	return r.lifecycle(ctx, &messages.RequestLifecycle{RequestId: id,

@@ -32,6 +32,9 @@ type ProcessClusterOptions struct {
 	// EPP starts each replica's gateway endpoint picker on a loopback
 	// port of its own (ReplicaProcess.EPPAddr).
 	EPP bool
+	// GRPC serves each replica's gRPC API on a loopback port of its own
+	// (ReplicaProcess.GRPCAddr).
+	GRPC bool
 }
 
 // ProcessCluster is a running set of replica processes.
@@ -141,6 +144,15 @@ func (c *ProcessCluster) start() (*ReplicaProcess, error) {
 		eppAddr = fmt.Sprintf("127.0.0.1:%d", eppPort)
 		args = append(args, "--epp-addr", eppAddr)
 	}
+	grpcAddr := ""
+	if c.opts.GRPC {
+		grpcPort, err := FreeLoopbackPort()
+		if err != nil {
+			return nil, err
+		}
+		grpcAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
+		args = append(args, "--grpc-addr", grpcAddr)
+	}
 	args = append(args, c.opts.Args...)
 	r, err := StartReplicaProcess(name, ProcessOptions{
 		Command: c.opts.Command, Args: args, HTTPAddr: httpAddr, Env: c.opts.Env,
@@ -149,7 +161,7 @@ func (c *ProcessCluster) start() (*ReplicaProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.EPPAddr = eppAddr
+	r.EPPAddr, r.GRPCAddr = eppAddr, grpcAddr
 	c.Replicas = append(c.Replicas, r)
 	return r, nil
 }

@@ -41,11 +41,13 @@ type ReplicaProcess struct {
 	BaseURL string
 	// EPPAddr is the endpoint picker's address ("" without one).
 	EPPAddr string
-	cmd     *exec.Cmd
-	group   *CPUGroup
-	logFile *os.File
-	logPath string
-	exited  chan struct{}
+	// GRPCAddr is the gRPC API's address ("" without one).
+	GRPCAddr string
+	cmd      *exec.Cmd
+	group    *CPUGroup
+	logFile  *os.File
+	logPath  string
+	exited   chan struct{}
 }
 
 // ErrPortTaken: a child exited because one of its ports was taken between

@@ -123,6 +123,10 @@ type Config struct {
 	BatchMaxEvents int
 	BatchInterval  time.Duration
 
+	// AckTimeout bounds how long Sent waits for a peer's sender (0: four
+	// BatchIntervals and 20 ms).
+	AckTimeout time.Duration
+
 	// QueueSize bounds the local publish queue; when full, Publish drops
 	// the newest event and counts it (Dynamo: 100,000).
 	QueueSize int
@@ -348,6 +352,8 @@ func (c Config) Validate() error {
 		return bad("BatchMaxEvents %v", CheckBatchMaxEvents(c.BatchMaxEvents))
 	case CheckBatchInterval(c.BatchInterval) != nil:
 		return bad("BatchInterval %v", CheckBatchInterval(c.BatchInterval))
+	case c.AckTimeout < 0:
+		return bad("AckTimeout %v is negative", c.AckTimeout)
 	case c.QueueSize < 1 || c.QueueSize > MaxQueueSize:
 		return bad("QueueSize %d not in [1, %d]", c.QueueSize, MaxQueueSize)
 	case c.PeerQueueSize < 1 || c.PeerQueueSize > MaxQueueSize:

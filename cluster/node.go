@@ -56,6 +56,11 @@ type Node struct {
 	ledger  *ledger
 	closed  bool
 	pending []*messages.SequenceEvent // stamped, not yet batched
+	// published is seq, readable without pubMu (Sent's target).
+	published atomic.Uint64
+	// urgent asks the batcher to send the open batch early (Sent).
+	urgent      chan struct{}
+	sentWaiters sentWaiters
 	// kick wakes the batcher when pending opens a batch (first event) or
 	// fills one; events in between wake nobody, so publishing costs no
 	// goroutine switch per event.
@@ -154,6 +159,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		meta:        meta,
 		ledger:      newLedger(),
 		kick:        make(chan struct{}, 1),
+		urgent:      make(chan struct{}, 1),
 		members:     make(map[string]*memberEntry),
 		inbox:       make(chan []byte, cfg.InboxSize),
 		snapshots:   make(chan struct{}, maxConcurrentSnapshots),
@@ -167,6 +173,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Node, error) {
 		keys:        keys,
 	}
 	n.recv = newReceiver(n)
+	n.sentWaiters.log.Every = time.Minute
 	n.sessions = newSessionSync(n, sink)
 	n.peers.Store(&[]*peerSender{})
 
@@ -322,6 +329,7 @@ func (n *Node) Publish(ev *messages.SequenceEvent) error {
 		return ErrClosed
 	}
 	n.seq++
+	n.published.Store(n.seq)
 	out := &messages.SequenceEvent{Origin: n.cfg.ReplicaID, Seq: n.seq, Data: ev.Data}
 	// The ledger follows the replica's state even when the queue drops the
 	// event: peers then see a Seq gap or a digest mismatch and repair.

@@ -20,6 +20,9 @@ type outbound struct {
 	// done, when set, is closed once every message queued before it was
 	// handed to memberlist (Leave's flush marker; buf is nil).
 	done chan struct{}
+	// seq, when set, is the last own event's Seq in buf (a batch): once
+	// buf is handed over, Sent stops waiting for this peer up to seq.
+	seq uint64
 }
 
 // peerSender owns the sends to one peer, so a slow or unreachable peer
@@ -33,11 +36,20 @@ type peerSender struct {
 	backoff    time.Duration                   // last wait between failed dials; sender goroutine only
 	out        chan outbound
 	quit       chan struct{} // closed when the peer departs
+	// sent is the Seq of the last own event handed over (or whose send
+	// failed); dropped that of the last one the full queue dropped;
+	// stalled is set when a Sent call timed out on this peer and cleared
+	// by the sender's next progress (sent.go).
+	sent, dropped atomic.Uint64
+	stalled       atomic.Bool
 }
 
 // startSender is called under memMu.
 func (n *Node) startSender(name string) *peerSender {
 	p := &peerSender{name: name, out: make(chan outbound, n.cfg.PeerQueueSize), quit: make(chan struct{})}
+	// What was published before the peer joined reaches it by the full
+	// state it asks for, if not by a batch: Sent does not wait for those.
+	p.sent.Store(n.published.Load())
 	n.wg.Add(1)
 	go n.runSender(p)
 	return p
@@ -57,6 +69,7 @@ func (n *Node) runSender(p *peerSender) {
 		case o := <-p.out:
 			if o.buf != nil {
 				n.send(p, o)
+				n.handed(p, o.seq)
 			}
 			if o.done != nil {
 				close(o.done)
@@ -106,14 +119,16 @@ func (n *Node) enqueue(p *peerSender, o outbound) bool {
 		return true
 	default:
 		n.stats.peerQueueDrops.Add(1)
+		n.droppedFor(p, o.seq)
 		return false
 	}
 }
 
-// broadcast enqueues buf for every live peer.
-func (n *Node) broadcast(buf []byte) {
+// broadcast enqueues buf for every live peer; seq is the last own event's
+// Seq in it (0: no events).
+func (n *Node) broadcast(buf []byte, seq uint64) {
 	for _, p := range *n.peers.Load() {
-		n.enqueue(p, outbound{buf: buf})
+		n.enqueue(p, outbound{buf: buf, seq: seq})
 	}
 }
 
@@ -152,7 +167,11 @@ func (n *Node) flushPeers(timeout time.Duration) {
 // runBatcher sends the published events in batches of at most
 // BatchMaxEvents, each BatchInterval after its first event at the latest,
 // and the anti-entropy digest every AntiEntropyInterval. It wakes once per
-// batch (Publish kicks it when a batch opens or fills), not per event.
+// batch (Publish kicks it when a batch opens or fills), not per event. A
+// Sent call waiting for the open batch (urgent) moves its send forward to
+// ackGap after the previous batch left, which is now when gossip is quiet:
+// while acknowledgements wait, batches leave at most once per ackGap
+// (Dynamo's rate), otherwise once per BatchInterval, unless they fill.
 func (n *Node) runBatcher() {
 	defer close(n.batcherDone)
 	var spare []*messages.SequenceEvent
@@ -161,9 +180,14 @@ func (n *Node) runBatcher() {
 	defer window.Stop()
 	antiEntropy := time.NewTicker(n.cfg.AntiEntropyInterval)
 	defer antiEntropy.Stop()
+	var lastFlush time.Time
+	gap := n.cfg.ackGap()
 	for {
+		urgent := false
 		select {
 		case <-n.kick:
+		case <-n.urgent:
+			urgent = true
 		case <-antiEntropy.C:
 			n.sendDigest()
 			continue
@@ -171,12 +195,26 @@ func (n *Node) runBatcher() {
 			n.flushPending(spare)
 			return
 		}
-		window.Reset(n.cfg.BatchInterval)
+		if n.pendingLen() == 0 {
+			continue // a stale wake-up: the last flush took the events
+		}
+		now := time.Now()
+		due := now.Add(n.cfg.BatchInterval)
+		if early := lastFlush.Add(gap); urgent && early.Before(due) {
+			due = early
+		}
+		window.Reset(due.Sub(now))
 		stopping := false
 	collect:
-		for n.pendingLen() < n.cfg.BatchMaxEvents {
+		for n.pendingLen() < n.cfg.BatchMaxEvents && due.After(now) {
 			select {
 			case <-n.kick: // the batch filled (or a stale kick): re-check
+			case <-n.urgent:
+				if early := lastFlush.Add(gap); early.Before(due) {
+					due = early
+					now = time.Now()
+					window.Reset(due.Sub(now))
+				}
 			case <-window.C:
 				break collect
 			case <-n.batcherStop:
@@ -186,6 +224,7 @@ func (n *Node) runBatcher() {
 		}
 		window.Stop()
 		spare = n.flushPending(spare)
+		lastFlush = time.Now()
 		if stopping {
 			n.flushPending(spare) // what was published while stopping
 			return
@@ -224,13 +263,13 @@ func (n *Node) flush(batch []*messages.SequenceEvent) {
 	}
 	n.stats.batches.Add(1)
 	n.stats.eventsSent.Add(uint64(len(batch)))
-	n.broadcast(buf)
+	n.broadcast(buf, batch[len(batch)-1].Seq)
 }
 
 func (n *Node) sendDigest() {
 	if len(*n.peers.Load()) == 0 {
 		return
 	}
-	n.broadcast(encodeDigest(n.ownDigest()))
+	n.broadcast(encodeDigest(n.ownDigest()), 0)
 	n.stats.digestsSent.Add(1)
 }

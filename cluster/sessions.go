@@ -151,7 +151,7 @@ func (s *sessionSync) sendDigest(time.Time) {
 		s.n.log.Warn("session digest unavailable", "err", err)
 		return
 	}
-	s.n.broadcast(encodeSessionDigest(sessionDigestMsg{Origin: s.n.cfg.ReplicaID, Digest: d}))
+	s.n.broadcast(encodeSessionDigest(sessionDigestMsg{Origin: s.n.cfg.ReplicaID, Digest: d}), 0)
 	s.n.stats.sessionDigestsSent.Add(1)
 }
 

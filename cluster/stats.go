@@ -16,6 +16,13 @@ type Stats struct {
 	SendErrors      uint64 // memberlist send failures
 	PeerQueueDrops  uint64 // messages dropped because a peer's queue was full
 
+	// Sent (sent.go): calls that had to wait for a peer, and peers they
+	// gave up on, by reason.
+	AckWaits     uint64
+	AckTimeouts  uint64 // SentTimeout
+	AckQueueFull uint64 // SentPeerQueueFull
+	AckStalled   uint64 // SentStalled
+
 	MessagesReceived uint64 // user messages taken from memberlist
 	InboxDrops       uint64 // received messages dropped: apply loop behind
 	Malformed        uint64 // received messages or events that failed to decode or validate
@@ -76,6 +83,7 @@ type counters struct {
 	messagesSent, udpMessages, tcpMessages, bytesSent, sendErrors  atomic.Uint64
 	streamMessages                                                 atomic.Uint64
 	peerQueueDrops, messagesReceived, inboxDrops, malformed        atomic.Uint64
+	ackWaits, ackTimeouts, ackQueueFull, ackStalled                atomic.Uint64
 	eventsReceived, echoesIgnored, staleEvents, eventsLost         atomic.Uint64
 	digestsSent, digestsReceived, digestMismatches, repairRequests atomic.Uint64
 	repairs, repairsAbandoned, stateReplies, originsDropped        atomic.Uint64
@@ -97,6 +105,8 @@ func (c *counters) snapshot() Stats {
 		MessagesSent: c.messagesSent.Load(), UDPMessages: c.udpMessages.Load(),
 		TCPMessages: c.tcpMessages.Load(), StreamMessages: c.streamMessages.Load(), BytesSent: c.bytesSent.Load(),
 		SendErrors: c.sendErrors.Load(), PeerQueueDrops: c.peerQueueDrops.Load(),
+		AckWaits: c.ackWaits.Load(), AckTimeouts: c.ackTimeouts.Load(),
+		AckQueueFull: c.ackQueueFull.Load(), AckStalled: c.ackStalled.Load(),
 		MessagesReceived: c.messagesReceived.Load(), InboxDrops: c.inboxDrops.Load(),
 		Malformed: c.malformed.Load(), EventsReceived: c.eventsReceived.Load(),
 		EchoesIgnored: c.echoesIgnored.Load(), StaleEvents: c.staleEvents.Load(),

@@ -131,11 +131,23 @@ func (v *service) Route(ctx context.Context, r *pb.RouteRequest) (*pb.RouteRespo
 }
 
 func (v *service) PrefillDone(ctx context.Context, r *pb.RequestRef) (*pb.Ack, error) {
-	return v.s.lifecycle(ctx, r, true)
+	return v.s.acked(ctx, r, true)
 }
 
 func (v *service) Free(ctx context.Context, r *pb.RequestRef) (*pb.Ack, error) {
-	return v.s.lifecycle(ctx, r, false)
+	return v.s.acked(ctx, r, false)
+}
+
+// acked runs prefill_done or free and answers once the step's gossip left
+// for every peer (Router.Gossiped): a replica that dies after the answer
+// cannot take the step along. A peer too slow to take it is counted and
+// logged by the cluster; the step is done here either way.
+func (s *Server) acked(ctx context.Context, r *pb.RequestRef, prefill bool) (*pb.Ack, error) {
+	a, err := s.lifecycle(ctx, r, prefill)
+	if err == nil {
+		_ = s.opts.Router.Gossiped(ctx)
+	}
+	return a, err
 }
 
 func (v *service) OverlapScores(ctx context.Context, r *pb.TokensRequest) (*pb.OverlapScoresResponse, error) {

@@ -25,7 +25,11 @@ import (
 // (HTTP/2 flow control then holds the client back). When the client
 // closes its side, the calls in flight finish and are answered; when it
 // leaves, they are cancelled (a recorded decision nobody will free is
-// freed by the router, as for an HTTP client that leaves).
+// freed by the router, as for an HTTP client that leaves). A done
+// prefill_done or free is answered once its gossip left for every peer,
+// as the unary calls are: the lanes hand such answers to one goroutine
+// that waits (Router.Gossiped) once for all the answers queued meanwhile,
+// so a lane goes on with its next call while the gossip is on its way.
 func (v *service) Lifecycle(stream grpc.BidiStreamingServer[pb.LifecycleRequest, pb.LifecycleResponse]) error {
 	s := v.s
 	ctx, cancel := context.WithCancelCause(stream.Context())
@@ -41,6 +45,20 @@ func (v *service) Lifecycle(stream grpc.BidiStreamingServer[pb.LifecycleRequest,
 	}
 	slots := make(chan struct{}, s.opts.StreamInFlight)
 	var wg sync.WaitGroup
+	// acks holds answers waiting for their gossip; every one holds a
+	// slot, so it never fills.
+	acks := make(chan *pb.LifecycleResponse, s.opts.StreamInFlight)
+	var ackOnce sync.Once
+	ackDone := make(chan struct{})
+	answer := func(resp *pb.LifecycleResponse) {
+		if resp.GetAck() == nil {
+			send(resp)
+			<-slots
+			return
+		}
+		ackOnce.Do(func() { go s.ackGossiped(ctx, acks, send, slots, ackDone) })
+		acks <- resp
+	}
 	// Lanes start on first use (a stream that only routes has none), and
 	// hold StreamInFlight calls between them: a full lane stops the reader
 	// as the slots do, while its goroutine drains it.
@@ -53,8 +71,7 @@ func (v *service) Lifecycle(stream grpc.BidiStreamingServer[pb.LifecycleRequest,
 			go func(calls <-chan *pb.LifecycleRequest) {
 				defer wg.Done()
 				for req := range calls {
-					send(s.streamCall(ctx, req))
-					<-slots
+					answer(s.streamCall(ctx, req))
 				}
 			}(lanes[i])
 		}
@@ -98,6 +115,9 @@ func (v *service) Lifecycle(stream grpc.BidiStreamingServer[pb.LifecycleRequest,
 		}
 	}
 	wg.Wait()
+	close(acks)
+	ackOnce.Do(func() { close(ackDone) }) // no answer ever waited
+	<-ackDone
 	if recvErr != nil {
 		return recvErr
 	}
@@ -105,6 +125,36 @@ func (v *service) Lifecycle(stream grpc.BidiStreamingServer[pb.LifecycleRequest,
 		return err
 	}
 	return nil
+}
+
+// ackGossiped sends the stream's acknowledgements once their gossip left
+// (Router.Gossiped): one wait for every answer queued meanwhile. It
+// closes done once acks is closed and drained.
+func (s *Server) ackGossiped(ctx context.Context, acks <-chan *pb.LifecycleResponse, send func(*pb.LifecycleResponse),
+	slots <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	var batch []*pb.LifecycleResponse
+	for resp := range acks {
+		batch = append(batch[:0], resp)
+	more:
+		for {
+			select {
+			case r, ok := <-acks:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		_ = s.opts.Router.Gossiped(ctx)
+		for i, r := range batch {
+			send(r)
+			<-slots
+			batch[i] = nil
+		}
+	}
 }
 
 // streamLanes is how many prefill_done/free calls of one stream run at once.

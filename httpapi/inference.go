@@ -139,7 +139,8 @@ func (a *answer) line(line []byte) (drop bool) {
 }
 
 // end records the answer's parity (reason "": it completed, so its usage
-// is read; else why it cannot be compared) and frees the request. Only
+// is read; else why it cannot be compared) and frees the request, and
+// returns once the free's gossip left for every peer (freeGossiped). Only
 // the first call does anything.
 func (a *answer) end(reason string) {
 	if a.ended {
@@ -150,7 +151,7 @@ func (a *answer) end(reason string) {
 		reason = a.u.finish(a.p)
 	}
 	a.p.observeParity(reason)
-	a.p.s.freeQuietly(a.p.requestID)
+	a.p.s.freeGossiped(a.p.requestID)
 }
 
 // Inference is one OpenAI request that a front end other than the proxy

@@ -73,6 +73,22 @@ type migration struct {
 	failed *failedAnswer
 }
 
+// DefaultMigrationLimit is Options.MigrationLimit's default, the default
+// of --migration-limit.
+const DefaultMigrationLimit = 3
+
+// migrationLimit is Options.MigrationLimit as the proxy counts it: 0 is
+// the default, a negative value no migration at all.
+func migrationLimit(opt int) int {
+	switch {
+	case opt == 0:
+		return DefaultMigrationLimit
+	case opt < 0:
+		return 0
+	}
+	return opt
+}
+
 func newMigration(limit int, p *proxied) *migration {
 	return &migration{limit: limit, stream: resume.New(p.path == "/v1/chat/completions", p.fields, p.tokens)}
 }

@@ -94,3 +94,15 @@ func TestContinuation(t *testing.T) {
 		t.Fatalf("usage %+v, want 11 prompt + 6 completion", c.Usage)
 	}
 }
+
+// TestMigrationLimitOption: Options' zero value is the flag's default, a
+// negative value turns migration off, anything else is the limit.
+func TestMigrationLimitOption(t *testing.T) {
+	for _, c := range []struct{ opt, want int }{
+		{0, DefaultMigrationLimit}, {-1, 0}, {-7, 0}, {1, 1}, {16, 16},
+	} {
+		if got := migrationLimit(c.opt); got != c.want {
+			t.Errorf("MigrationLimit %d: proxy limit %d, want %d", c.opt, got, c.want)
+		}
+	}
+}

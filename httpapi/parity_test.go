@@ -469,8 +469,11 @@ func TestClientLeavesAfterDone(t *testing.T) {
 		}
 	}
 	resp.Body.Close() // before EOF: the transport closes the connection
-	itest.Eventually(t, 5*time.Second, "answer compared", func() bool {
-		return testutil.ToFloat64(g.m.Parity.Compared.WithLabelValues("qwen3")) == 1
+	// The answer is compared (and its request freed) at [DONE]; its
+	// outcome is counted once the engine's stream ends.
+	itest.Eventually(t, 5*time.Second, "answer compared and its outcome counted", func() bool {
+		outcomes := testutil.ToFloat64(g.m.ProxyRequests.WithLabelValues("ok")) + testutil.ToFloat64(g.m.ProxyRequests.WithLabelValues("client_gone"))
+		return testutil.ToFloat64(g.m.Parity.Compared.WithLabelValues("qwen3")) == 1 && outcomes >= 1
 	})
 	if n := testutil.CollectAndCount(g.m.Parity.WithoutUsage); n != 0 {
 		t.Fatalf("answer counted as not compared: %d series", n)

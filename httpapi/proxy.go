@@ -469,6 +469,12 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			if !drop {
 				drop = a.line(line)
 			}
+			last := !done && len(line) > 0 && sse && isDone(line)
+			if last {
+				// The request ends here: freed (and its free gossiped)
+				// before the client reads the end of the answer.
+				a.end("")
+			}
 			if !drop && !done {
 				if _, werr := w.Write(line); werr != nil {
 					s.outcome("client_gone")
@@ -478,7 +484,7 @@ func (p *proxied) relay(w http.ResponseWriter, r *http.Request, resp *http.Respo
 			}
 			switch {
 			case done || len(line) == 0: // nothing after [DONE] is relayed
-			case sse && isDone(line):
+			case last:
 				done = true
 				// Sent now with its blank line (the engine's is not
 				// relayed): a client waiting for [DONE] must not wait for
@@ -636,6 +642,21 @@ func (s *Server) freeQuietly(id string) {
 	if err := s.opts.Router.Free(ctx, id); err != nil {
 		s.log.Debug("free failed", "request", id, "err", err)
 	}
+}
+
+// freeGossiped frees and waits until the free's gossip left for every
+// peer (Router.Gossiped: about a millisecond at most), so the answer's last
+// bytes, which the caller sends after it, follow the free: a replica that
+// dies once its client has the answer cannot leave the request counted
+// on its peers until they notice the death.
+func (s *Server) freeGossiped(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.opts.Router.Free(ctx, id); err != nil {
+		s.log.Debug("free failed", "request", id, "err", err)
+		return
+	}
+	_ = s.opts.Router.Gossiped(ctx) // a slow peer is counted and logged by the cluster
 }
 
 func (s *Server) hopID() string {

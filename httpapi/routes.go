@@ -221,6 +221,11 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, endpoint stri
 		s.writeRouterError(w, err)
 		return
 	}
+	// Acknowledged only once the step's gossip left for every peer: a
+	// replica that dies after the answer cannot take it along. A peer
+	// too slow to take it is counted and logged by the cluster; the step
+	// is done here either way.
+	_ = s.opts.Router.Gossiped(r.Context())
 	writeJSON(w, http.StatusOK, map[string]any{"request_id": body.RequestID, "ok": true})
 }
 

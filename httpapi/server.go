@@ -70,7 +70,8 @@ type Options struct {
 	OutputBlockDecayFloor float64
 	TrackOutputBlocks     bool
 	// MigrationLimit is how many times one proxied request may move to
-	// another worker after its engine failed (migrate.go); 0: never.
+	// another worker after its engine failed (migrate.go); 0:
+	// DefaultMigrationLimit, negative: never (--migration-limit 0).
 	MigrationLimit int
 	// Pprof serves Go profiles under /debug/pprof/ (an admin route).
 	Pprof bool
@@ -176,6 +177,7 @@ func New(opts Options) *Server {
 	if opts.Client == nil {
 		opts.Client = proxyClient(opts.WorkerPolicy)
 	}
+	opts.MigrationLimit = migrationLimit(opts.MigrationLimit)
 	s := &Server{opts: opts, mux: http.NewServeMux(), admin: http.NewServeMux(), log: opts.Log.With("component", "httpapi"),
 		promptLog: loglimit.Limiter{Every: 10 * time.Second},
 		inputLog:  loglimit.Limiter{Every: 10 * time.Second},

@@ -61,6 +61,7 @@ func (r *Replica) joinCluster(ctx context.Context) error {
 		}
 	}
 	r.publish.Store(&pub)
+	r.gossipNode.Store(node)
 	r.log.Info("joined cluster", "addr", node.LocalAddr(), "members", len(node.Members()))
 	return nil
 }
@@ -126,7 +127,7 @@ func (c *clusterLink) addState(st *metrics.State) {
 		"gossip_streams_refused": s.StreamsRefused, "gossip_streams_over_limit": s.StreamsOverLimit,
 		"gossip_stream_timeouts": s.StreamTimeouts, "gossip_foreign_frames": s.ForeignFrames,
 		"gossip_unauthenticated": s.Unauthenticated, "gossip_key_changes": s.KeyChanges,
-		"gossip_key_reload_errors": s.KeyReloadErrors,
+		"gossip_key_reload_errors": s.KeyReloadErrors, "gossip_ack_waits": s.AckWaits,
 		// The failure detector (cluster/detector.go).
 		"cluster_suspicions": s.Suspicions, "cluster_refutations": s.Refutations,
 		"cluster_deaths": s.Deaths, "cluster_false_deaths": s.FalseDeaths,
@@ -137,6 +138,13 @@ func (c *clusterLink) addState(st *metrics.State) {
 		"cluster_key_mismatches": s.KeyMismatches,
 	} {
 		st.Counters = append(st.Counters, metrics.Counter{Name: name, Source: "memberlist", Value: v})
+	}
+	// Acknowledgements that stopped waiting for a peer, by reason
+	// (cluster.Node.Sent).
+	for reason, v := range map[string]uint64{
+		cluster.SentTimeout: s.AckTimeouts, cluster.SentPeerQueueFull: s.AckQueueFull, cluster.SentStalled: s.AckStalled,
+	} {
+		st.Counters = append(st.Counters, metrics.Counter{Name: "gossip_ack_given_up", Source: reason, Value: v})
 	}
 	mismatches, diverged := c.node.RegistryAgreement()
 	st.Counters = append(st.Counters, metrics.Counter{Name: "registry_digest_mismatches", Source: "memberlist", Value: mismatches})

@@ -142,7 +142,7 @@ func (r *Replica) serveHTTP() error {
 		TokenizeConcurrency: cfg.TokenizeConcurrency, TokenizeQueueTimeout: cfg.TokenizeQueueTimeout,
 		Router: r.router, Metrics: r.metrics, BlockSize: cfg.BlockSize, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready: r.Ready, Conditions: r.readyConditions, Proxy: cfg.Proxy, TrackOutputBlocks: cfg.RouterTrackOutputBlocks,
-		OutputBlockDecayFloor: cfg.ProxyOutputBlockDecayFloor, MigrationLimit: cfg.MigrationLimit, Pprof: cfg.Pprof, Log: r.base,
+		OutputBlockDecayFloor: cfg.ProxyOutputBlockDecayFloor, MigrationLimit: migrationLimit(cfg.MigrationLimit), Pprof: cfg.Pprof, Log: r.base,
 		ReplicaID: r.id, AdminTokens: r.adminTokens, APITokens: r.apiTokens, AdminSeparate: r.adminLn != nil,
 		WorkerPolicy: r.policy, Resolve: r.resolve, WriteTimeout: cfg.HTTPWriteTimeout,
 		SessionHeader: cfg.SessionHeader, SessionBodyField: cfg.SessionBodyField,
@@ -244,4 +244,14 @@ func (l *rejectLog) warn(msg string, args ...any) {
 	if ok, n := l.limit.Allow(time.Now()); ok {
 		l.log.Warn(msg, append(args, "similar_suppressed", n)...)
 	}
+}
+
+// migrationLimit is --migration-limit as httpapi.Options takes it: the
+// flag's 0 turns migration off, which Options spells negative (its 0 is
+// the default).
+func migrationLimit(flag int) int {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/actors"
+	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/config"
 	"github.com/kvrouter/kvrouter/eppapi"
 	"github.com/kvrouter/kvrouter/grpcapi"
@@ -76,6 +77,9 @@ type Replica struct {
 	// publish is swapped in once the cluster node exists; the router
 	// starts before it so the node can deliver into it immediately.
 	publish atomic.Pointer[func(*messages.SequenceEvent)]
+	// gossipNode is the cluster node once it exists: the API layers wait
+	// on it (Sent) before they acknowledge a free or a prefill completion.
+	gossipNode atomic.Pointer[cluster.Node]
 
 	// warm: the KV-event replay caught up and the shards applied it.
 	warm      atomic.Bool
@@ -124,6 +128,12 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Replica
 		if p := r.publish.Load(); p != nil {
 			(*p)(ev)
 		}
+	}
+	ac.Gossiped = func(ctx context.Context) error {
+		if n := r.gossipNode.Load(); n != nil {
+			return n.Sent(ctx)
+		}
+		return nil
 	}
 	if r.router, err = actors.Start(ac); err != nil {
 		return nil, fmt.Errorf("start actors: %w", err)
