@@ -147,6 +147,23 @@ func (d *Decider) Hash(local []kv.LocalBlockHash, tokens []uint32, lora string, 
 	return local, sequence.AppendSample(sampled, d.seqScratch, stride)
 }
 
+// hashedTip is the last sequence hash of the chain the last Hash with
+// assumed reuse computed (0 without a full block): it digests the whole
+// block chain.
+func (d *Decider) hashedTip() kv.SequenceHash {
+	if len(d.seqScratch) == 0 {
+		return 0
+	}
+	return d.seqScratch[len(d.seqScratch)-1]
+}
+
+// chainTip computes the last sequence hash of local's chain (in the
+// Decider's scratch).
+func (d *Decider) chainTip(local []kv.LocalBlockHash) kv.SequenceHash {
+	d.seqScratch = hashing.AppendSequenceHashes(d.seqScratch[:0], local)
+	return d.hashedTip()
+}
+
 // PotentialLoads is Dynamo's get_potential_loads over joined candidates:
 // what each rank's prefill tokens and decode blocks would be with a
 // prompt of isl tokens.

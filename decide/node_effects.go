@@ -176,6 +176,9 @@ type effects struct {
 }
 
 func (f *effects) reset() {
+	if len(f.out) == 0 {
+		return // every pool is empty too (put appends to both)
+	}
 	clear(f.out)
 	f.out = f.out[:0]
 	f.answers.reset()

@@ -38,6 +38,10 @@ type pending struct {
 	// sampled is the prompt's sequence hashes as load queries and adds
 	// carry them (one per stride blocks); never mutated.
 	sampled []uint64
+	// tip is the last sequence hash of the prompt's block chain, known
+	// (hasTip) when it was hashed with assumed reuse (the retry digest).
+	tip     kv.SequenceHash
+	hasTip  bool
 	started time.Time
 	hashed  time.Time
 	scored  time.Time
@@ -127,6 +131,9 @@ func (n *Node) register(now time.Time, p *pending, caller any) *pending {
 // (Decider.Hash).
 func (n *Node) hash(now time.Time, p *pending, tokens []uint32, lora string, assumeReuse bool) {
 	p.local, p.sampled = n.dec.Hash(n.takeLocal(), tokens, lora, assumeReuse)
+	if assumeReuse {
+		p.tip, p.hasTip = n.dec.hashedTip(), true
+	}
 	p.blocks, p.hashed = len(p.local), now
 	n.phase("hash", now)
 }

@@ -378,9 +378,11 @@ func TestNodeRetriedRouteIsIdempotent(t *testing.T) {
 	if len(all[ToRank](effs))+len(all[Gossip](effs))+len(all[AskShards](effs)) != 0 || w.n.local.Len() != 1 {
 		t.Fatalf("retry added: %v (tracked %d)", effs, w.n.local.Len())
 	}
-	// Another prompt (a different partial last block, or another model)
-	// under the id is refused.
-	for _, r := range []*messages.RouteRequest{req(71, ""), req(70, "m")} {
+	// Another prompt (a different partial last block, another model, or
+	// a different full block) under the id is refused.
+	otherBlock := req(70, "")
+	otherBlock.TokenIds[1] = 7
+	for _, r := range []*messages.RouteRequest{req(71, ""), req(70, "m"), otherBlock} {
 		if a := one[Answer](t, w.step(&Route{Req: r})); a.Err.GetCode() != messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST {
 			t.Fatalf("other prompt: %+v", a)
 		}
@@ -390,6 +392,28 @@ func TestNodeRetriedRouteIsIdempotent(t *testing.T) {
 		Step: &messages.RequestLifecycle_Free{Free: &messages.FreeRequest{RequestId: "a"}}}})
 	if a, effs := w.route(req(70, "")); a.Outcome != "routed" || len(all[Gossip](effs)) != 1 {
 		t.Fatalf("after the free: %+v", a)
+	}
+}
+
+// A call routed without assumed KV reuse (its sampled hashes are random
+// draws, no sequence-hash chain was computed) is still recognised when
+// retried, and another prompt under its id is not.
+func TestNodeRetryWithoutAssumedReuse(t *testing.T) {
+	w := newNodeWorld(t, nil, 1, 2)
+	noReuse := false
+	req := func(first uint32) *messages.RouteRequest {
+		toks := tokens(70)
+		toks[0] = first
+		return &messages.RouteRequest{RequestId: "a", UpdateStates: true, TokenIds: toks, CancelToken: 9,
+			RouterConfigOverride: &messages.RouterConfigOverride{AssumeKvReuse: &noReuse}}
+	}
+	first, _ := w.route(req(0))
+	if a := one[Answer](t, w.step(&Route{Req: req(0), Caller: "retry"})); a.Outcome != "retried" ||
+		RankOf(a.Reply.Worker) != RankOf(first.Reply.Worker) {
+		t.Fatalf("retry: %+v", a)
+	}
+	if a := one[Answer](t, w.step(&Route{Req: req(5)})); a.Err.GetCode() != messages.RouteErrorCode_ROUTE_ERROR_BAD_REQUEST {
+		t.Fatalf("other first block: %+v", a)
 	}
 }
 

@@ -32,15 +32,16 @@ type routedCall struct {
 	prefillCached uint64
 }
 
-// promptDigest digests a prompt as a decision saw it: its block hashes
-// (which cover the adapter), the tokens of its last partial block, and
-// its model and adapter names.
-func (n *Node) promptDigest(local []kv.LocalBlockHash, m *messages.RouteRequest) uint64 {
-	b := n.digestBuf[:0]
-	for _, h := range local {
-		b = binary.LittleEndian.AppendUint64(b, uint64(h))
-	}
-	for _, t := range m.TokenIds[min(len(local)*n.cfg.Decider.BlockSize, len(m.TokenIds)):] {
+// promptDigest digests a prompt as a decision saw it: its block chain
+// (tip: the last sequence hash of its block hashes, which cover the
+// adapter, and the chain's length), the tokens of its last partial block,
+// and its model and adapter names. The tip is already computed by the
+// decision's hashing, so the digest reads a few words, not every block
+// hash again.
+func (n *Node) promptDigest(tip kv.SequenceHash, blocks int, m *messages.RouteRequest) uint64 {
+	b := binary.LittleEndian.AppendUint64(n.digestBuf[:0], uint64(tip))
+	b = binary.LittleEndian.AppendUint64(b, uint64(blocks))
+	for _, t := range m.TokenIds[min(blocks*n.cfg.Decider.BlockSize, len(m.TokenIds)):] {
 		b = binary.LittleEndian.AppendUint32(b, t)
 	}
 	b = append(append(append(b, m.Model...), 0), m.LoraName...)
@@ -63,7 +64,11 @@ func (n *Node) keepRouted(p *pending, r *messages.RouteReply) {
 			}
 		}
 	}
-	c := routedCall{token: p.req.CancelToken, digest: n.promptDigest(p.local, p.req), worker: RankOf(r.Worker),
+	tip := p.tip
+	if !p.hasTip { // hashed without assumed reuse: no chain was computed
+		tip = n.dec.chainTip(p.local)
+	}
+	c := routedCall{token: p.req.CancelToken, digest: n.promptDigest(tip, len(p.local), p.req), worker: RankOf(r.Worker),
 		overlap: r.OverlapBlocks, cached: r.CachedTokens, prefillOver: r.PrefillOverlapBlocks, prefillCached: r.PrefillCachedTokens}
 	if r.PrefillWorker != nil {
 		c.prefill, c.hasPrefill = RankOf(r.PrefillWorker), true
@@ -88,7 +93,7 @@ func (n *Node) retried(now time.Time, r *Route) bool {
 		return false // Start refuses it
 	}
 	local, _ := n.dec.Hash(n.takeLocal(), m.TokenIds, m.LoraName, true) // assumed reuse: no random draw
-	same := n.promptDigest(local, m) == c.digest
+	same := n.promptDigest(n.dec.hashedTip(), len(local), m) == c.digest
 	if len(n.localFree) < localFreeMax && cap(local) <= localReuseMaxBlocks {
 		n.localFree = append(n.localFree, local[:0])
 	}

@@ -207,9 +207,9 @@ func IsClose(costs []float64) bool {
 }
 
 func newBlocksOf(cands []scheduling.Candidate, w kv.WorkerWithDpRank) uint64 {
-	for _, c := range cands {
-		if c.Worker == w {
-			return c.NewBlocks
+	for i := range cands { // by index: a candidate is ~100 bytes
+		if cands[i].Worker == w {
+			return cands[i].NewBlocks
 		}
 	}
 	return 0

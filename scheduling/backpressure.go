@@ -9,10 +9,15 @@ import "github.com/kvrouter/kvrouter/kv"
 // when the engine did not advertise its budget (0): capacity we cannot
 // judge never parks requests.
 func Overloaded(cfg Config, c Candidate, maxNumBatchedTokens uint64) bool {
-	if !cfg.RouterQueueEnabled || !c.HasLoad || maxNumBatchedTokens == 0 {
+	return cfg.RouterQueueEnabled && overloaded(cfg.RouterQueueThreshold, &c, maxNumBatchedTokens)
+}
+
+// overloaded is Overloaded with the queue enabled.
+func overloaded(threshold float64, c *Candidate, maxNumBatchedTokens uint64) bool {
+	if !c.HasLoad || maxNumBatchedTokens == 0 {
 		return false
 	}
-	return float64(c.ActivePrefillTokens) > cfg.RouterQueueThreshold*float64(maxNumBatchedTokens)
+	return float64(c.ActivePrefillTokens) > threshold*float64(maxNumBatchedTokens)
 }
 
 // AllOverloaded reports whether every candidate is Overloaded, the
@@ -24,8 +29,11 @@ func AllOverloaded(cfg Config, cands []Candidate, maxNumBatchedTokens map[kv.Wor
 	if len(cands) == 0 || !cfg.RouterQueueEnabled {
 		return false
 	}
-	for _, c := range cands {
-		if !Overloaded(cfg, c, maxNumBatchedTokens[c.Worker.WorkerID]) {
+	// By index and pointer: a copy of each candidate and of cfg per
+	// candidate was most of this loop's cost.
+	for i := range cands {
+		c := &cands[i]
+		if !overloaded(cfg.RouterQueueThreshold, c, maxNumBatchedTokens[c.Worker.WorkerID]) {
 			return false
 		}
 	}

@@ -265,6 +265,10 @@ func (s *ActiveSequences) Free(id string) error {
 func (s *ActiveSequences) remove(id string, st *requestState) {
 	s.prefillTokens -= st.pendingPrefill()
 	if s.cfg.AssumeKVReuse {
+		// The stride is read once: Config is too large to stay in
+		// registers, so a method call on s.cfg inside the loop copied
+		// part of it for every freed block.
+		stride := float64(s.cfg.EffectiveStride())
 		for i, h := range st.hashes {
 			ref := s.blocks.Get(h)
 			if ref == nil {
@@ -272,7 +276,7 @@ func (s *ActiveSequences) remove(id string, st *requestState) {
 			}
 			ref.refs--
 			if ref.refs <= 0 {
-				s.sharedWeight -= float64(s.cfg.EffectiveStride()) * ref.weight
+				s.sharedWeight -= stride * ref.weight
 				s.blocks.Delete(h)
 				if i == 0 {
 					s.rootChanges = append(s.rootChanges, rootChange{hash: h, present: false})

@@ -39,8 +39,14 @@ func New() *Table {
 	return &Table{entries: map[string]Entry{}, clients: map[string]int{}}
 }
 
-// ClientActive is how many tracked requests client holds.
-func (t *Table) ClientActive(client string) int { return t.clients[client] }
+// ClientActive is how many tracked requests client holds (0 for the
+// unnamed client, which is never counted).
+func (t *Table) ClientActive(client string) int {
+	if client == "" || len(t.clients) == 0 {
+		return 0
+	}
+	return t.clients[client]
+}
 
 // Clients is how many named clients hold a tracked request.
 func (t *Table) Clients() int { return len(t.clients) }
@@ -82,8 +88,12 @@ func (t *Table) Lookup(id string) (Entry, bool) {
 // Track records a request, replacing any earlier entry of the same id (a
 // re-used id moves to its new rank).
 func (t *Table) Track(id string, e Entry) {
-	if old, ok := t.entries[id]; ok {
-		t.count(old.Client, -1)
+	// With no named client counted every entry is unnamed: the earlier
+	// entry, if any, has no count to take back (no lookup per request).
+	if len(t.clients) > 0 {
+		if old, ok := t.entries[id]; ok {
+			t.count(old.Client, -1)
+		}
 	}
 	t.entries[id] = e
 	t.count(e.Client, 1)
