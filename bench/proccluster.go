@@ -135,23 +135,13 @@ func (c *ProcessCluster) start() (*ReplicaProcess, error) {
 			args = append(args, "--cluster-join", c.seed)
 		}
 	}
-	eppAddr := ""
-	if c.opts.EPP {
-		eppPort, err := FreeLoopbackPort()
-		if err != nil {
-			return nil, err
-		}
-		eppAddr = fmt.Sprintf("127.0.0.1:%d", eppPort)
-		args = append(args, "--epp-addr", eppAddr)
+	eppAddr, err := optionalListener(c.opts.EPP, "--epp-addr", &args)
+	if err != nil {
+		return nil, err
 	}
-	grpcAddr := ""
-	if c.opts.GRPC {
-		grpcPort, err := FreeLoopbackPort()
-		if err != nil {
-			return nil, err
-		}
-		grpcAddr = fmt.Sprintf("127.0.0.1:%d", grpcPort)
-		args = append(args, "--grpc-addr", grpcAddr)
+	grpcAddr, err := optionalListener(c.opts.GRPC, "--grpc-addr", &args)
+	if err != nil {
+		return nil, err
 	}
 	args = append(args, c.opts.Args...)
 	r, err := StartReplicaProcess(name, ProcessOptions{
@@ -182,4 +172,20 @@ func (c *ProcessCluster) Close(ctx context.Context) error {
 		errs = append(errs, c.Replicas[i].Stop(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// optionalListener picks a free loopback address for a listener the
+// replica opens only when asked (on), and adds its flag to args; "" when
+// not asked.
+func optionalListener(on bool, flag string, args *[]string) (string, error) {
+	if !on {
+		return "", nil
+	}
+	port, err := FreeLoopbackPort()
+	if err != nil {
+		return "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	*args = append(*args, flag, addr)
+	return addr, nil
 }
