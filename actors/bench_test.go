@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,6 +66,7 @@ func runDecisions(b *testing.B, decide func(ctx context.Context, n int64) error)
 	lat := make([]time.Duration, 0, 1<<16)
 	b.ResetTimer()
 	start := time.Now()
+	cpu0 := processCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		var local []time.Duration
@@ -82,7 +84,9 @@ func runDecisions(b *testing.B, decide func(ctx context.Context, n int64) error)
 		mu.Unlock()
 	})
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	b.StopTimer()
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-us/op")
 	sort.Slice(lat, func(a, c int) bool { return lat[a] < lat[c] })
 	if len(lat) > 0 {
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
@@ -378,4 +382,15 @@ func BenchmarkRegisterFleet(b *testing.B) {
 		r.Stop()
 		b.StartTimer()
 	}
+}
+
+// processCPU is the user+system CPU the whole process has used: the
+// benchmark's goroutines and every actor, the GC and the runtime's
+// spinning threads, which wall time per op cannot separate from waiting.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
