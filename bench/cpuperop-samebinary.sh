@@ -8,7 +8,8 @@
 #
 # Flags after the revision go to the harness (-block, -duration, -stride,
 # -modes). GOMAXPROCS defaults to 1 (no idle processor spinning into the
-# CPU count); set it to run otherwise.
+# CPU count); set it to run otherwise. KEEP_BINARY=path keeps the
+# harness binary (for pprof with -cpuprofile).
 set -euo pipefail
 old=${1:?usage: cpuperop-samebinary.sh OLD_REVISION [harness flags]}
 shift
@@ -45,6 +46,7 @@ MOD
 cat "$repo/go.sum" "$work/old/go.sum" | sort -u >"$work/h/go.sum"
 (cd "$work/h" && go mod tidy >/dev/null 2>&1 || true)
 (cd "$work/h" && go build -tags samebinary -o "$work/samebinary" .)
+[ -n "${KEEP_BINARY:-}" ] && cp "$work/samebinary" "$KEEP_BINARY"
 # Both revisions register the same protobuf messages; the registry only
 # warns about that.
 GOLANG_PROTOBUF_REGISTRATION_CONFLICT=warn GOMAXPROCS=${GOMAXPROCS:-1} "$work/samebinary" "$@" 2> >(grep -v 'proto\|registration conflict\|protobuf.dev\|previously from\|currently from\|^\s*$' >&2)

@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"syscall"
 	"time"
@@ -37,13 +38,29 @@ func main() {
 	dur := flag.Duration("duration", 60*time.Second, "time per mode")
 	stride := flag.Int("stride", 1, "router-active-sequence-stride of both sides")
 	modes := flag.String("modes", "route,query", "route (route+free with state updates), query (no state updates)")
+	profile := flag.String("cpuprofile", "", "write a CPU profile of the measured blocks (both sides: their functions differ by module path)")
 	flag.Parse()
-	old, err := newSideOLD(*stride)
-	check(err)
-	cur, err := newSideNEW(*stride)
-	check(err)
+	// Every goroutine a side starts (its actors' dispatchers) carries the
+	// side's profile label, so -tagfocus=side=OLD splits a profile.
+	var old, cur *side
+	pprof.Do(context.Background(), pprof.Labels("side", "OLD"), func(context.Context) {
+		var err error
+		old, err = newSideOLD(*stride)
+		check(err)
+	})
+	pprof.Do(context.Background(), pprof.Labels("side", "NEW"), func(context.Context) {
+		var err error
+		cur, err = newSideNEW(*stride)
+		check(err)
+	})
 	defer old.stop()
 	defer cur.stop()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		check(err)
+		check(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
+	}
 	for _, mode := range splitComma(*modes) {
 		pick := func(s *side) func(context.Context, int64) error {
 			if mode == "query" {
@@ -66,6 +83,16 @@ func measure(mode string, old, cur func(context.Context, int64) error, block int
 		}
 		return processCPU() - c0
 	}
+	oldCtx := pprof.WithLabels(ctx, pprof.Labels("side", "OLD"))
+	newCtx := pprof.WithLabels(ctx, pprof.Labels("side", "NEW"))
+	labelled := func(lctx context.Context, f func(context.Context, int64) error) func(context.Context, int64) error {
+		return func(ctx context.Context, n int64) error {
+			pprof.SetGoroutineLabels(lctx)
+			defer pprof.SetGoroutineLabels(ctx)
+			return f(ctx, n)
+		}
+	}
+	old, cur = labelled(oldCtx, old), labelled(newCtx, cur)
 	run(old) // warm both before measuring
 	run(cur)
 	var ratios []float64
