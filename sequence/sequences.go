@@ -270,14 +270,17 @@ func (s *ActiveSequences) remove(id string, st *requestState) {
 		// part of it for every freed block.
 		stride := float64(s.cfg.EffectiveStride())
 		for i, h := range st.hashes {
-			ref := s.blocks.Get(h)
-			if ref == nil {
+			// One probe finds, updates and deletes the block (Get then
+			// Delete walked its run twice).
+			at := s.blocks.Find(h)
+			if at == hashtab.Absent {
 				continue
 			}
+			ref := s.blocks.At(at)
 			ref.refs--
 			if ref.refs <= 0 {
 				s.sharedWeight -= stride * ref.weight
-				s.blocks.Delete(h)
+				s.blocks.DeleteAt(at)
 				if i == 0 {
 					s.rootChanges = append(s.rootChanges, rootChange{hash: h, present: false})
 				}

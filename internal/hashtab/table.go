@@ -164,6 +164,59 @@ func (t *Table[K, V]) Delete(k K) {
 			return
 		}
 	}
+	t.deleteAt(i)
+}
+
+// Absent is Find's answer for a key the table does not hold.
+const Absent = -1
+
+// zeroPlace is Find's place for the zero key, which has no slot.
+const zeroPlace = -2
+
+// Find returns where k's value is, or Absent: for a caller that reads or
+// updates the value and then may delete it (DeleteAt) with one probe
+// sequence, where Get then Delete walk k's run twice. The place is valid
+// until the next Upsert or Delete.
+func (t *Table[K, V]) Find(k K) int {
+	if k == 0 {
+		if t.hasZero {
+			return zeroPlace
+		}
+		return Absent
+	}
+	if t.used == 0 {
+		return Absent
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(k); ; i = (i + 1) & mask {
+		switch t.slots[i].key {
+		case k:
+			return i
+		case 0:
+			return Absent
+		}
+	}
+}
+
+// At returns the value at a place Find returned.
+func (t *Table[K, V]) At(i int) *V {
+	if i == zeroPlace {
+		return &t.zero
+	}
+	return &t.slots[i].val
+}
+
+// DeleteAt removes the key at a place Find returned.
+func (t *Table[K, V]) DeleteAt(i int) {
+	if i == zeroPlace {
+		t.Delete(0)
+		return
+	}
+	t.deleteAt(i)
+}
+
+func (t *Table[K, V]) deleteAt(i int) {
+	mask := len(t.slots) - 1
 	// Backward shift: an entry later in the run may fill the hole only if
 	// its home is not in (hole, j]; it would otherwise sit before its
 	// home, where lookups never look.
