@@ -79,7 +79,7 @@ func AppendBlockHashes(dst []kv.LocalBlockHash, tokens []uint32, blockSize int, 
 		if littleEndian && (i >= len(opts.ExtraKeys) || len(opts.ExtraKeys[i]) == 0) {
 			// The block's bytes in memory are already its little-endian
 			// encoding: hash them in place instead of copying them out.
-			dst = append(dst, kv.LocalBlockHash(xxh3.HashSeed(tokenBytes(block), seed)))
+			dst = append(dst, kv.LocalBlockHash(xxh3Seeded(tokenBytes(block), seed)))
 			continue
 		}
 		if buf == nil {
@@ -96,7 +96,7 @@ func AppendBlockHashes(dst []kv.LocalBlockHash, tokens []uint32, blockSize int, 
 				buf = binary.LittleEndian.AppendUint64(buf, k)
 			}
 		}
-		dst = append(dst, kv.LocalBlockHash(xxh3.HashSeed(buf, seed)))
+		dst = append(dst, kv.LocalBlockHash(xxh3Seeded(buf, seed)))
 	}
 	return dst
 }
@@ -134,11 +134,9 @@ func AppendSequenceHashes(dst []kv.SequenceHash, local []kv.LocalBlockHash) []kv
 	dst = slices.Grow(dst, len(local))
 	prev := kv.SequenceHash(local[0])
 	dst = append(dst, prev)
-	var buf [16]byte
 	for _, h := range local[1:] {
-		binary.LittleEndian.PutUint64(buf[0:8], uint64(prev))
-		binary.LittleEndian.PutUint64(buf[8:16], uint64(h))
-		prev = kv.SequenceHash(xxh3.HashSeed(buf[:], Seed))
+		// xxh3_64(le_u64(prev) ‖ le_u64(h), Seed)
+		prev = kv.SequenceHash(xxh3Hash16(uint64(prev), uint64(h), Seed))
 		dst = append(dst, prev)
 	}
 	return dst
