@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"syscall"
@@ -39,6 +40,7 @@ func main() {
 	stride := flag.Int("stride", 1, "router-active-sequence-stride of both sides")
 	modes := flag.String("modes", "route,query", "route (route+free with state updates), query (no state updates)")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the measured blocks (both sides: their functions differ by module path)")
+	memProfile := flag.String("memprofile", "", "write an allocation profile at the end (every 4 KiB allocated is sampled)")
 	flag.Parse()
 	// Every goroutine a side starts (its actors' dispatchers) carries the
 	// side's profile label, so -tagfocus=side=OLD splits a profile.
@@ -55,6 +57,15 @@ func main() {
 	})
 	defer old.stop()
 	defer cur.stop()
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096
+		defer func() {
+			f, err := os.Create(*memProfile)
+			check(err)
+			check(pprof.Lookup("allocs").WriteTo(f, 0))
+			check(f.Close())
+		}()
+	}
 	if *profile != "" {
 		f, err := os.Create(*profile)
 		check(err)
