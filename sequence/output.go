@@ -33,15 +33,7 @@ func (s *ActiveSequences) AddOutputBlock(id string, decayFrac float64) error {
 	s.exclusiveWeight += float64(st.exclusiveBlocks())*decayFrac - before
 
 	if s.cfg.AssumeKVReuse {
-		stride := float64(s.cfg.EffectiveStride())
-		for _, h := range st.hashes {
-			ref := s.blocks.Get(h)
-			if ref == nil || ref.refs != 1 {
-				continue
-			}
-			s.sharedWeight += stride * (decayFrac - ref.weight)
-			ref.weight = decayFrac
-		}
+		s.sharedWeight += s.chains.decay(st.hashes, decayFrac, float64(s.cfg.EffectiveStride()))
 	}
 	return nil
 }

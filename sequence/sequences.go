@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/hashtab"
 	"github.com/kvrouter/kvrouter/kv"
 )
 
@@ -69,12 +68,6 @@ type Load struct {
 	ActiveRequests int
 }
 
-// blockRef is one active prompt block shared by refs requests.
-type blockRef struct {
-	refs   int32
-	weight float64
-}
-
 type requestState struct {
 	origin         string
 	hashes         []kv.SequenceHash // sampled with the stride
@@ -111,7 +104,7 @@ func (r *requestState) pendingPrefill() uint64 {
 type ActiveSequences struct {
 	cfg      Config
 	requests map[string]*requestState
-	blocks   hashtab.Table[kv.SequenceHash, blockRef] // every add and free rewrites it: see hashtab
+	chains   chainSet // the active prompt blocks (AssumeKVReuse): see chainSet
 
 	prefillTokens   uint64
 	sharedWeight    float64 // Σ weight over blocks
@@ -209,21 +202,10 @@ func validateRequest(r Request) error {
 // one sampled hash standing for stride blocks.
 func (s *ActiveSequences) insert(id string, st *requestState) {
 	if s.cfg.AssumeKVReuse {
-		stride := float64(s.cfg.EffectiveStride())
-		for i, h := range st.hashes {
-			ref, _ := s.blocks.Upsert(h)
-			if ref.refs == 0 {
-				if i == 0 {
-					s.rootChanges = append(s.rootChanges, rootChange{hash: h, present: true})
-				}
-				s.sharedWeight += stride
-			} else {
-				// A decayed block picked up by a new request is needed for
-				// the new request's whole life, so it counts fully again.
-				s.sharedWeight += stride * (1 - ref.weight)
-			}
-			ref.refs++
-			ref.weight = 1
+		delta, root := s.chains.add(st.hashes, float64(s.cfg.EffectiveStride()))
+		s.sharedWeight += delta
+		if root {
+			s.rootChanges = append(s.rootChanges, rootChange{hash: st.hashes[0], present: true})
 		}
 		st.promptPrivate = int(st.promptBlocks) - len(st.hashes)*s.cfg.EffectiveStride()
 	} else {
@@ -265,32 +247,16 @@ func (s *ActiveSequences) Free(id string) error {
 func (s *ActiveSequences) remove(id string, st *requestState) {
 	s.prefillTokens -= st.pendingPrefill()
 	if s.cfg.AssumeKVReuse {
-		// The stride is read once: Config is too large to stay in
-		// registers, so a method call on s.cfg inside the loop copied
-		// part of it for every freed block.
-		stride := float64(s.cfg.EffectiveStride())
-		for i, h := range st.hashes {
-			// One probe finds, updates and deletes the block (Get then
-			// Delete walked its run twice).
-			at := s.blocks.Find(h)
-			if at == hashtab.Absent {
-				continue
-			}
-			ref := s.blocks.At(at)
-			ref.refs--
-			if ref.refs <= 0 {
-				s.sharedWeight -= stride * ref.weight
-				s.blocks.DeleteAt(at)
-				if i == 0 {
-					s.rootChanges = append(s.rootChanges, rootChange{hash: h, present: false})
-				}
-			}
+		delta, root := s.chains.remove(st.hashes, float64(s.cfg.EffectiveStride()))
+		s.sharedWeight += delta
+		if root {
+			s.rootChanges = append(s.rootChanges, rootChange{hash: st.hashes[0], present: false})
 		}
 	}
 	s.exclusiveWeight -= float64(st.exclusiveBlocks()) * st.exclusiveWeight
 	delete(s.requests, id)
 	s.compactPrefillOrder()
-	if s.blocks.Len() == 0 {
+	if s.chains.blocks == 0 {
 		s.sharedWeight = 0 // drop accumulated float rounding
 	}
 	if len(s.requests) == 0 {
@@ -321,12 +287,7 @@ func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H, promptBlocks uint
 	// miss ends the count. This keeps a load query O(shared prefix)
 	// instead of O(prompt) on every worker — the fan-out of one decision
 	// to N workers is the router's hottest loop.
-	for i, h := range hashes {
-		if s.blocks.Get(kv.SequenceHash(h)) == nil {
-			return promptBlocks - uint64(i)*stride
-		}
-	}
-	return promptBlocks - uint64(len(hashes))*stride
+	return promptBlocks - uint64(heldPrefix(&s.chains, hashes))*stride
 }
 
 // Roots lists the rank's prompt roots: the first sampled sequence hash of
@@ -335,20 +296,12 @@ func CountNewBlocks[H ~uint64](s *ActiveSequences, hashes []H, promptBlocks uint
 // its prompt blocks) only if its own first sampled hash is a root here. A
 // scheduler that mirrors the roots asks a rank for NewBlocks only then;
 // every other rank's answer is the prompt's block count. Empty when
-// AssumeKVReuse is off (nothing is shared). O(active requests).
+// AssumeKVReuse is off (nothing is shared). O(roots).
 func (s *ActiveSequences) Roots() []kv.SequenceHash {
 	if !s.cfg.AssumeKVReuse {
 		return nil
 	}
-	seen := make(map[kv.SequenceHash]bool, len(s.requests))
-	var out []kv.SequenceHash
-	for _, st := range s.requests {
-		if len(st.hashes) > 0 && !seen[st.hashes[0]] {
-			seen[st.hashes[0]] = true
-			out = append(out, st.hashes[0])
-		}
-	}
-	return out
+	return s.chains.rootHashes()
 }
 
 // TakeRootChanges returns the roots that appeared (added) and those that

@@ -318,10 +318,14 @@ func TestMatchesNaiveReference(t *testing.T) {
 				id := fmt.Sprintf("r%d", next)
 				next++
 				n := 1 + rng.IntN(8)
+				// A chain as sequence hashes are: each names its whole
+				// prefix. Few choices per block, so requests share
+				// prefixes often and part at every depth.
 				hs := make([]kv.SequenceHash, n)
+				prev := uint64(0)
 				for i := range hs {
-					// Few distinct prefixes so requests share blocks often.
-					hs[i] = kv.SequenceHash(uint64(rng.IntN(3))<<32 | uint64(i))
+					prev = (prev ^ uint64(1+rng.IntN(3))) * 0x9e3779b97f4a7c15
+					hs[i] = kv.SequenceHash(prev)
 				}
 				r := Request{ID: id, SequenceHashes: hs, ISL: uint64(16 * n), PrefillTokens: uint64(rng.IntN(16*n + 1)), TrackPrefill: rng.IntN(2) == 0}
 				if err := s.AddRequest(r, t0); err != nil {

@@ -1,11 +1,9 @@
 // Package hashtab is an open-addressing hash table for 64-bit hash keys:
 // linear probing with backward-shift deletion (Knuth's Algorithm R).
 //
-// The router keeps two tables whose whole content churns: a rank's index
-// entries (engine block name → node), where every stored block is
-// inserted and every evicted one deleted, and a rank's active blocks
-// (sequence hash → references), which every add and free of a request
-// rewrites. A Go map fits neither well:
+// A rank's index entries (engine block name → node) churn as a whole:
+// every stored block is inserted and every evicted one deleted. A Go map
+// fits that badly:
 //
 //   - a delete leaves a tombstone until the map's next rehash, so a map
 //     at a steady size that sees distinct keys come and go keeps
@@ -54,14 +52,11 @@ const (
 	// gives its memory back, and a steady add/delete cycle never resizes.
 	growNum, growDen = 3, 4
 	shrinkDen        = 8
-	// A delete never shrinks a table to fewer than shrinkFloor slots. A
-	// rank's active blocks go from empty to one request's hashes and back
-	// with every request on an idle rank (32 at the default stride): with
-	// no floor each such cycle grew the table three times and shrank it
-	// three times, two-thirds of an idle rank's add and free
-	// (BenchmarkAddFree/idle), on the replica that routes and on every
-	// peer applying its gossip. Below the floor a table keeps what it
-	// grew to, at most 256 slots (6 KB for a rank's active blocks).
+	// A delete never shrinks a table to fewer than shrinkFloor slots: a
+	// table that goes from empty to a few dozen keys and back (a rank
+	// whose cache is cleared and refilled) would otherwise grow three
+	// times and shrink three times each cycle. Below the floor a table
+	// keeps what it grew to, at most 256 slots.
 	shrinkFloor = 256
 	// Reset keeps a table of up to this many slots for reuse.
 	keepOnReset = 1024
@@ -164,59 +159,6 @@ func (t *Table[K, V]) Delete(k K) {
 			return
 		}
 	}
-	t.deleteAt(i)
-}
-
-// Absent is Find's answer for a key the table does not hold.
-const Absent = -1
-
-// zeroPlace is Find's place for the zero key, which has no slot.
-const zeroPlace = -2
-
-// Find returns where k's value is, or Absent: for a caller that reads or
-// updates the value and then may delete it (DeleteAt) with one probe
-// sequence, where Get then Delete walk k's run twice. The place is valid
-// until the next Upsert or Delete.
-func (t *Table[K, V]) Find(k K) int {
-	if k == 0 {
-		if t.hasZero {
-			return zeroPlace
-		}
-		return Absent
-	}
-	if t.used == 0 {
-		return Absent
-	}
-	mask := len(t.slots) - 1
-	for i := t.home(k); ; i = (i + 1) & mask {
-		switch t.slots[i].key {
-		case k:
-			return i
-		case 0:
-			return Absent
-		}
-	}
-}
-
-// At returns the value at a place Find returned.
-func (t *Table[K, V]) At(i int) *V {
-	if i == zeroPlace {
-		return &t.zero
-	}
-	return &t.slots[i].val
-}
-
-// DeleteAt removes the key at a place Find returned.
-func (t *Table[K, V]) DeleteAt(i int) {
-	if i == zeroPlace {
-		t.Delete(0)
-		return
-	}
-	t.deleteAt(i)
-}
-
-func (t *Table[K, V]) deleteAt(i int) {
-	mask := len(t.slots) - 1
 	// Backward shift: an entry later in the run may fill the hole only if
 	// its home is not in (hole, j]; it would otherwise sit before its
 	// home, where lookups never look.
