@@ -45,6 +45,8 @@ type BoardEntry struct {
 	// how many of them load includes.
 	sent, applied uint64
 	dropped       bool // the rank left the board (unregistered, or a new actor)
+	// at is the entry's position in the list last synced.
+	at int
 }
 
 func NewBoard() *Board {
@@ -74,6 +76,7 @@ func (b *Board) Sync(list []kv.WorkerWithDpRank, pid func(kv.WorkerWithDpRank) (
 			ask(w)
 		}
 		b.at[i] = e
+		e.at = i
 	}
 	b.list = list
 }
@@ -91,6 +94,19 @@ func (b *Board) Entries(eligible []kv.WorkerWithDpRank) BoardLookup {
 type BoardLookup struct {
 	b       *Board
 	aligned bool
+}
+
+// Position is where the rank's candidate is when the lookup is aligned
+// (ok false: it is not, or w is not on the board).
+func (l BoardLookup) Position(w kv.WorkerWithDpRank) (int, bool) {
+	if !l.aligned {
+		return 0, false
+	}
+	e := l.b.ranks[w]
+	if e == nil {
+		return 0, false
+	}
+	return e.at, true
 }
 
 func (l BoardLookup) At(i int, w kv.WorkerWithDpRank) *BoardEntry {

@@ -189,6 +189,10 @@ func (d *Decider) Join(eligible []kv.WorkerWithDpRank, r *Ranks, o *OverlapSet, 
 	promptBlocks := uint64(blocks)
 	nowUnixNano := now.UnixNano()
 	entry := d.board.Entries(eligible)
+	// Only the ranks sharing the prompt's prefix were asked for a load
+	// (a handful of 64, say): with an aligned board their candidates are
+	// found by position afterwards, not by a map lookup per rank.
+	byPosition := entry.aligned
 	for i, w := range eligible {
 		// Filled in place: a candidate is ~150 bytes, and building it on
 		// the stack and appending copied it once more per rank.
@@ -197,21 +201,38 @@ func (d *Decider) Join(eligible []kv.WorkerWithDpRank, r *Ranks, o *OverlapSet, 
 		if row, ok := o.Next(w); ok {
 			c.DeviceOverlap, c.HostOverlap, c.DiskOverlap = row.Device, row.Host, row.Disk
 		}
-		l := loads[w]
-		if l == nil {
-			entry.At(i, w).Fill(c, promptBlocks, nowUnixNano)
-		} else {
-			c.HasLoad = true
-			c.ActivePrefillTokens = l.ActivePrefillTokens
-			c.ActiveBlocks = l.ActiveBlocks
-			c.NewBlocks = l.NewBlocks
-			c.ActiveRequests = int(l.ActiveRequests)
-			c.ActivePrefixBlocks = uint32(promptBlocks - min(l.NewBlocks, promptBlocks))
-			c.HeadPrefillTokens = l.HeadPrefillTokens
-			c.HeadPrefillElapsed = time.Duration(l.HeadPrefillElapsedNanos)
-			c.PrefillTokensPerSec = l.PrefillTokensPerSec
+		if !byPosition {
+			if l := loads[w]; l != nil {
+				fillFromReply(c, l, promptBlocks)
+			}
 		}
-		c.CapacityBlocks = r.Capacity[w]
+		if !c.HasLoad {
+			entry.At(i, w).Fill(c, promptBlocks, nowUnixNano)
+		}
+		if len(r.Capacity) > 0 {
+			c.CapacityBlocks = r.Capacity[w]
+		}
+	}
+	if byPosition {
+		for w, l := range loads {
+			if i, ok := entry.Position(w); ok && i < len(cands) && cands[i].Worker == w {
+				fillFromReply(&cands[i], l, promptBlocks)
+			}
+		}
 	}
 	return cands
+}
+
+// fillFromReply sets a candidate's load from its rank's LoadReply,
+// replacing what the board's publication gave it.
+func fillFromReply(c *scheduling.Candidate, l *messages.LoadReply, promptBlocks uint64) {
+	c.HasLoad = true
+	c.ActivePrefillTokens = l.ActivePrefillTokens
+	c.ActiveBlocks = l.ActiveBlocks
+	c.NewBlocks = l.NewBlocks
+	c.ActiveRequests = int(l.ActiveRequests)
+	c.ActivePrefixBlocks = uint32(promptBlocks - min(l.NewBlocks, promptBlocks))
+	c.HeadPrefillTokens = l.HeadPrefillTokens
+	c.HeadPrefillElapsed = time.Duration(l.HeadPrefillElapsedNanos)
+	c.PrefillTokensPerSec = l.PrefillTokensPerSec
 }
