@@ -189,9 +189,9 @@ func (d *Decider) Join(eligible []kv.WorkerWithDpRank, r *Ranks, o *OverlapSet, 
 	promptBlocks := uint64(blocks)
 	nowUnixNano := now.UnixNano()
 	entry := d.board.Entries(eligible)
-	// Only the ranks sharing the prompt's prefix were asked for a load
-	// (a handful of 64, say): with an aligned board their candidates are
-	// found by position afterwards, not by a map lookup per rank.
+	// Only the ranks that share the prompt's prefix were asked for a
+	// load, often a few of many: with an aligned board their candidates
+	// are found by position afterwards, not by a map lookup per rank.
 	byPosition := entry.aligned
 	for i, w := range eligible {
 		// Filled in place: a candidate is ~150 bytes, and building it on

@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -72,7 +73,7 @@ func main() {
 		check(pprof.StartCPUProfile(f))
 		defer pprof.StopCPUProfile()
 	}
-	for _, mode := range splitComma(*modes) {
+	for _, mode := range strings.Split(*modes, ",") {
 		pick := func(s *side) func(context.Context, int64) error {
 			if mode == "query" {
 				return s.query
@@ -150,22 +151,6 @@ func waitFor(what string, ok func() bool) error {
 		}
 	}
 	return fmt.Errorf("timed out waiting: %s", what)
-}
-
-func splitComma(s string) []string {
-	var out []string
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) && s[i] != ',' {
-			i++
-		}
-		out = append(out, s[:i])
-		if i < len(s) {
-			i++
-		}
-		s = s[i:]
-	}
-	return out
 }
 
 func check(err error) {
